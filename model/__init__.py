@@ -1,0 +1,1 @@
+"""The reference model (``runstore.model``). (Built in a later change.)"""

@@ -1,0 +1,503 @@
+"""Input admission: the one place that decides what an operation accepts.
+
+The model and every adapter call these functions and nothing else to check
+their arguments, so both refuse exactly the same inputs in exactly the same
+order. Admission never decides an outcome; it only says "this input breaks the
+durable contract" by raising ``InvalidRunError`` ``from None`` with a
+payload-free cause (field names, lengths, validity flags, never the text).
+
+Rules (contract.md, "Input admission in Python terms"):
+
+- identifiers: exactly ``str``; 1 to 1024 UTF-16 code units; no NUL; no
+  surrogate code point;
+- timestamps, pids, ordinals: exactly ``int``; ``0 <= x <= 2**53 - 1``;
+- run state: exactly ``str``, strict JSON within the shape limits, stored byte
+  for byte;
+- records: exactly the contract's classes (a ``RunRow`` wherever a snapshot is
+  expected).
+
+The ``admit_<operation>`` functions check each operation's arguments in the
+operation's documented order and return them admitted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any, Final
+
+from ._clock import Clock
+from ._constants import (
+    COMPANION_PREFIX,
+    HEARTBEAT_SKEW_ALLOWANCE_MS,
+    MAX_SAFE_INTEGER,
+    MAXIMUM_IDENTIFIER_LENGTH,
+    MAXIMUM_RUN_JSON_DEPTH,
+    MAXIMUM_RUN_JSON_NODES,
+)
+from ._errors import InvalidRunError
+from ._values import (
+    EVIDENCE_KINDS,
+    RUN_STATUSES,
+    LivenessEvidence,
+    OwnerId,
+    RunRow,
+    RunSnapshot,
+    RunStatus,
+    TransitionGuard,
+)
+
+DEFAULT_DETAIL: Final = "violates the durable contract"
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+
+
+# --- primitive predicates ---------------------------------------------------
+
+
+def utf16_length(text: str) -> int:
+    """The length of ``text`` in UTF-16 code units (an astral character is 2)."""
+    return len(text) + len(_ASTRAL.findall(text))
+
+
+def is_identifier(value: object) -> bool:
+    """Whether ``value`` is durable identifier text."""
+    if type(value) is not str or not value or "\x00" in value:
+        return False
+    if _SURROGATE.search(value) is not None:
+        return False
+    if len(value) * 2 <= MAXIMUM_IDENTIFIER_LENGTH:
+        return True
+    return utf16_length(value) <= MAXIMUM_IDENTIFIER_LENGTH
+
+
+def is_timestamp(value: object) -> bool:
+    """Whether ``value`` is an exact ``int`` in ``[0, 2**53 - 1]``."""
+    return type(value) is int and 0 <= value <= MAX_SAFE_INTEGER
+
+
+def is_owner(value: object) -> bool:
+    """Whether ``value`` is an ``OwnerId`` whose three fields are admissible."""
+    return (
+        type(value) is OwnerId
+        and is_identifier(value.host_id)
+        and is_timestamp(value.pid)
+        and is_identifier(value.nonce)
+    )
+
+
+def invalid(method: str, field: str, detail: str = DEFAULT_DETAIL) -> InvalidRunError:
+    """The admission error for one field."""
+    return InvalidRunError(method, {"field": field, "detail": detail})
+
+
+# --- JSON shape -------------------------------------------------------------
+
+
+class _Refused(Exception):
+    """Internal: a JSON literal JavaScript could not hold as a finite number."""
+
+
+def _refuse_constant(_name: str) -> Any:
+    raise _Refused
+
+
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise _Refused
+    return number
+
+
+def _finite_int(text: str) -> int:
+    number = int(text)
+    # A literal that overflows a double is Infinity to every other reader.
+    float(number)
+    return number
+
+
+def json_text_complaint(text: object) -> str | None:
+    """Why ``text`` is not admissible run state, or None when it is."""
+    if type(text) is not str or not text:
+        return "must be non-empty JSON text"
+    try:
+        value = json.loads(
+            text,
+            parse_constant=_refuse_constant,
+            parse_float=_finite_float,
+            parse_int=_finite_int,
+        )
+    except _Refused:
+        return "contains a non-finite number"
+    except (ValueError, RecursionError, OverflowError):
+        return "must be valid JSON text"
+    return json_shape_complaint(value)
+
+
+def json_shape_complaint(value: object) -> str | None:
+    """Why a decoded JSON value breaks the shape limits, or None.
+
+    Depth counts from 0 at the root; every scalar and container is one value;
+    members (array elements and object members) are bounded per container and
+    in total. Strings and keys may hold no surrogate code point.
+    """
+    nodes = 0
+    members = 0
+    stack: list[tuple[object, int]] = [(value, 0)]
+    on_path: set[int] = set()
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAXIMUM_RUN_JSON_DEPTH:
+            return f"exceeds the maximum JSON depth of {MAXIMUM_RUN_JSON_DEPTH}"
+        nodes += 1
+        if nodes > MAXIMUM_RUN_JSON_NODES:
+            return f"contains more than {MAXIMUM_RUN_JSON_NODES} JSON values"
+        if type(item) is str:
+            if _SURROGATE.search(item) is not None:
+                return "contains unbounded or ill-formed text"
+        elif type(item) is dict:
+            if id(item) in on_path:
+                return "contains a cycle"
+            members += len(item)
+            if len(item) > MAXIMUM_RUN_JSON_NODES or members > MAXIMUM_RUN_JSON_NODES:
+                return "exceeds the JSON members limit"
+            for key, child in item.items():
+                if type(key) is not str or _SURROGATE.search(key) is not None:
+                    return "contains an unbounded or ill-formed object key"
+                stack.append((child, depth + 1))
+        elif type(item) is list:
+            members += len(item)
+            if len(item) > MAXIMUM_RUN_JSON_NODES or members > MAXIMUM_RUN_JSON_NODES:
+                return "exceeds the JSON members limit"
+            stack.extend((child, depth + 1) for child in item)
+        elif type(item) is float:
+            if not math.isfinite(item):
+                return "contains a non-finite number"
+        elif type(item) is int:
+            try:
+                float(item)
+            except OverflowError:
+                return "contains a non-finite number"
+        elif type(item) is bool or item is None:
+            pass
+        else:
+            return "contains a non-plain value"
+    return None
+
+
+def _has_cycle(value: object) -> bool:
+    """Whether a Python value refers to one of its own containers."""
+    path: set[int] = set()
+    # Depth-first with explicit exit markers, so sharing (a DAG) is not a cycle.
+    stack: list[tuple[object, bool]] = [(value, False)]
+    seen = 0
+    while stack:
+        item, leaving = stack.pop()
+        if leaving:
+            path.discard(id(item))
+            continue
+        if type(item) is dict or type(item) is list:
+            seen += 1
+            if id(item) in path:
+                return True
+            if seen > MAXIMUM_RUN_JSON_NODES:
+                return False  # the node limit refuses it anyway
+            path.add(id(item))
+            stack.append((item, True))
+            children = item.values() if type(item) is dict else item
+            stack.extend((child, False) for child in children)
+    return False
+
+
+def json_value_complaint(value: object) -> str | None:
+    """Why a Python value is not an admissible attempt JSON value, or None."""
+    if _has_cycle(value):
+        return "contains a cycle"
+    return json_shape_complaint(value)
+
+
+def canonical_json(value: object) -> str:
+    """The stored encoding of an admitted attempt value."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def state_cause(text: object, **context: object) -> dict[str, Any]:
+    """A payload-free description of run state for an error cause."""
+    valid = False
+    if type(text) is str:
+        try:
+            json.loads(text)
+            valid = True
+        except (ValueError, RecursionError):
+            valid = False
+    return {
+        **context,
+        "field": "state_json",
+        "state_json_length": len(text) if type(text) is str else None,
+        "state_json_valid": valid,
+    }
+
+
+# --- field admission ----------------------------------------------------------
+
+
+def admit_identifier(method: str, field: str, value: object) -> str:
+    if not is_identifier(value):
+        raise invalid(method, field, "must be well-formed durable text") from None
+    return value  # type: ignore[return-value]
+
+
+def admit_timestamp(method: str, field: str, value: object) -> int:
+    if not is_timestamp(value):
+        raise invalid(method, field, "must be a non-negative safe integer") from None
+    return value  # type: ignore[return-value]
+
+
+def admit_owner(method: str, field: str, value: object) -> OwnerId:
+    if type(value) is not OwnerId:
+        raise invalid(method, field, "must be an OwnerId") from None
+    if not is_owner(value):
+        raise invalid(method, field, "must be a valid owner identity") from None
+    return value
+
+
+def admit_lease_reading(
+    method: str, value: object, clock: Clock, *, run_id: str, claimed_at_ms: int | None = None
+) -> int:
+    """A caller's lease reading: a timestamp at most the skew allowance ahead of
+    the store clock (exactly the allowance is admitted; behind is fine)."""
+    now_ms = admit_timestamp(method, "now_ms", value)
+    clock_ms = clock.now_ms()
+    if now_ms > clock_ms + HEARTBEAT_SKEW_ALLOWANCE_MS:
+        cause: dict[str, Any] = {"run_id": run_id}
+        if claimed_at_ms is not None:
+            cause["claimed_at_ms"] = claimed_at_ms
+        cause.update(
+            field="now_ms",
+            now_ms=now_ms,
+            clock_ms=clock_ms,
+            detail="runs ahead of the store clock by more than the heartbeat skew allowance",
+        )
+        raise InvalidRunError(method, cause) from None
+    return now_ms
+
+
+def admit_snapshot(method: str, value: object) -> RunSnapshot:
+    """An expected snapshot: a ``RunSnapshot``, or a ``RunRow`` (its other
+    fields are ignored), whose ownership fields agree with its status."""
+    if type(value) is RunRow:
+        value = value.snapshot
+    if type(value) is not RunSnapshot:
+        raise invalid(method, "expected", "must be a RunSnapshot or RunRow") from None
+    # Fields are typed, but nothing checked them when the value was built.
+    status: object = value.status
+    owner: object = value.owner
+    heartbeat: object = value.heartbeat_at_ms
+    if (
+        type(status) is not str
+        or status not in RUN_STATUSES
+        or (heartbeat is not None and not is_timestamp(heartbeat))
+    ):
+        raise invalid(method, "expected", "contains an invalid status or heartbeat") from None
+    if owner is not None:
+        admit_owner(method, "expected.owner", owner)
+    if (status == "running") != (owner is not None) or (status == "running") != (
+        heartbeat is not None
+    ):
+        raise invalid(method, "expected", "violates ownership invariants") from None
+    return value
+
+
+def admit_evidence(method: str, value: object) -> LivenessEvidence:
+    if type(value) is not LivenessEvidence:
+        raise invalid(method, "evidence", "must be a LivenessEvidence") from None
+    admit_owner(method, "evidence.expected_owner", value.expected_owner)
+    admit_timestamp(method, "evidence.checked_at_ms", value.checked_at_ms)
+    kind: object = value.kind
+    if type(kind) is not str or kind not in EVIDENCE_KINDS:
+        raise invalid(method, "evidence.kind") from None
+    return value
+
+
+def admit_guard(method: str, value: object) -> TransitionGuard | None:
+    if value is None:
+        return None
+    if type(value) is not TransitionGuard:
+        raise invalid(method, "guard", "must be a TransitionGuard") from None
+    requirement: object = value.cancel_requested
+    if requirement is not None and (
+        type(requirement) is not str or requirement not in ("absent", "present")
+    ):
+        raise invalid(method, "guard.cancel_requested") from None
+    return value
+
+
+def admit_state(method: str, value: object, **context: object) -> str:
+    complaint = json_text_complaint(value)
+    if complaint is not None:
+        cause = state_cause(value, **context)
+        cause["detail"] = complaint
+        raise InvalidRunError(method, cause) from None
+    return value  # type: ignore[return-value]
+
+
+def admit_to_status(method: str, value: object) -> RunStatus:
+    if type(value) is not str or value not in RUN_STATUSES or value == "pending":
+        raise invalid(method, "to_status", "must be a run status other than pending") from None
+    return value  # type: ignore[return-value]
+
+
+# --- per-operation admission (each in the operation's documented order) ------
+
+
+def admit_create(
+    run_id: object,
+    state_json: object,
+    parent_run_id: object,
+    lineage_id: object,
+    round_ordinal: object,
+) -> tuple[str, str, str | None, str | None, int | None]:
+    method = "create"
+    rid = admit_identifier(method, "run_id", run_id)
+    if rid.startswith(COMPANION_PREFIX):
+        raise invalid(method, "run_id", "names a reserved companion fact stream") from None
+    if (
+        (parent_run_id is not None and not is_identifier(parent_run_id))
+        or (lineage_id is not None and not is_identifier(lineage_id))
+        or (round_ordinal is not None and not is_timestamp(round_ordinal))
+        or ((lineage_id is None) != (round_ordinal is None))
+    ):
+        raise invalid(method, "options", "contains invalid ancestry or lineage") from None
+    state = admit_state(method, state_json, run_id=rid)
+    return rid, state, parent_run_id, lineage_id, round_ordinal  # type: ignore[return-value]
+
+
+def admit_run_id(method: str, run_id: object) -> str:
+    """For ``get``, ``lineage``, ``latest_round`` and ``ownership_facts``."""
+    return admit_identifier(method, "run_id", run_id)
+
+
+def admit_request_cancel(method: str, run_id: object, now_ms: object) -> tuple[str, int]:
+    """For ``request_cancel`` and ``request_cancel_lineage`` (no skew bound)."""
+    return admit_identifier(method, "run_id", run_id), admit_timestamp(method, "now_ms", now_ms)
+
+
+def admit_acknowledge_cancel(
+    run_id: object, owner: object, now_ms: object
+) -> tuple[str, OwnerId, int]:
+    method = "acknowledge_cancel"
+    return (
+        admit_identifier(method, "run_id", run_id),
+        admit_owner(method, "owner", owner),
+        admit_timestamp(method, "now_ms", now_ms),
+    )
+
+
+def admit_claim(
+    run_id: object, expected: object, claimant: object, now_ms: object, clock: Clock
+) -> tuple[str, RunSnapshot, OwnerId, int]:
+    method = "claim"
+    rid = admit_identifier(method, "run_id", run_id)
+    snapshot = admit_snapshot(method, expected)
+    who = admit_owner(method, "claimant", claimant)
+    return rid, snapshot, who, admit_lease_reading(method, now_ms, clock, run_id=rid)
+
+
+def admit_claim_and_own(
+    run_id: object,
+    expected: object,
+    owner: object,
+    now_ms: object,
+    evidence: object,
+    clock: Clock,
+) -> tuple[str, RunSnapshot, OwnerId, int, LivenessEvidence | None]:
+    method = "claim_and_own"
+    rid = admit_identifier(method, "run_id", run_id)
+    snapshot = admit_snapshot(method, expected)
+    who = admit_owner(method, "owner", owner)
+    now = admit_lease_reading(method, now_ms, clock, run_id=rid)
+    proof = None if evidence is None else admit_evidence(method, evidence)
+    return rid, snapshot, who, now, proof
+
+
+def admit_activate(
+    run_id: object, claimant: object, claimed_at_ms: object, expected: object
+) -> tuple[str, OwnerId, int, RunSnapshot]:
+    method = "activate"
+    return (
+        admit_identifier(method, "run_id", run_id),
+        admit_owner(method, "claimant", claimant),
+        admit_timestamp(method, "claimed_at_ms", claimed_at_ms),
+        admit_snapshot(method, expected),
+    )
+
+
+def admit_abandon_claim(
+    run_id: object, claimant: object, claimed_at_ms: object
+) -> tuple[str, OwnerId, int]:
+    method = "abandon_claim"
+    return (
+        admit_identifier(method, "run_id", run_id),
+        admit_owner(method, "claimant", claimant),
+        admit_timestamp(method, "claimed_at_ms", claimed_at_ms),
+    )
+
+
+def admit_recover_claim(
+    run_id: object,
+    stale_claimant: object,
+    claimed_at_ms: object,
+    observer: object,
+    now_ms: object,
+    evidence: object,
+    clock: Clock,
+) -> tuple[str, OwnerId, int, OwnerId, int, LivenessEvidence]:
+    method = "recover_claim"
+    rid = admit_identifier(method, "run_id", run_id)
+    stale = admit_owner(method, "stale_claimant", stale_claimant)
+    token = admit_timestamp(method, "claimed_at_ms", claimed_at_ms)
+    who = admit_owner(method, "observer", observer)
+    now = admit_lease_reading(method, now_ms, clock, run_id=rid, claimed_at_ms=token)
+    return rid, stale, token, who, now, admit_evidence(method, evidence)
+
+
+def admit_renewal(
+    method: str, run_id: object, owner: object, now_ms: object, clock: Clock
+) -> tuple[str, OwnerId, int]:
+    """For ``heartbeat`` and ``reconfirm``."""
+    rid = admit_identifier(method, "run_id", run_id)
+    who = admit_owner(method, "owner", owner)
+    return rid, who, admit_lease_reading(method, now_ms, clock, run_id=rid)
+
+
+def admit_transition_owned(
+    run_id: object, owner: object, to_status: object, state_json: object, guard: object
+) -> tuple[str, OwnerId, RunStatus, str | None, TransitionGuard | None]:
+    method = "transition_owned"
+    rid = admit_identifier(method, "run_id", run_id)
+    who = admit_owner(method, "owner", owner)
+    status = admit_to_status(method, to_status)
+    state = None if state_json is None else admit_state(method, state_json, run_id=rid)
+    return rid, who, status, state, admit_guard(method, guard)
+
+
+def admit_steal(
+    run_id: object,
+    expected: object,
+    claimant: object,
+    now_ms: object,
+    evidence: object,
+    clock: Clock,
+) -> tuple[str, RunSnapshot, OwnerId, int, LivenessEvidence]:
+    method = "steal"
+    rid = admit_identifier(method, "run_id", run_id)
+    snapshot = admit_snapshot(method, expected)
+    who = admit_owner(method, "claimant", claimant)
+    now = admit_lease_reading(method, now_ms, clock, run_id=rid)
+    return rid, snapshot, who, now, admit_evidence(method, evidence)
+
+
+def admit_changes(after_revision: object) -> int:
+    return admit_timestamp("changes", "after_revision", after_revision)

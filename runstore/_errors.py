@@ -1,0 +1,132 @@
+"""Errors: misuse and infrastructure failures, never competition.
+
+The tree::
+
+    RunStoreError(Exception)                  .code, .method, .cause
+    ├── InvalidRunError(RunStoreError, ValueError)        "invalid_run"
+    ├── RunNotFoundError(RunStoreError, LookupError)      "not_found_row"
+    ├── ConstraintError(RunStoreError)                    "constraint"
+    ├── DecodeFailedError(RunStoreError)                  "decode_failed"
+    └── PersistenceFailedError(RunStoreError)             "persistence_failed"
+        └── UnsupportedDatabaseError                      (a file we must not open)
+
+``cause`` is a payload-free dict: field names, lengths, validity flags and
+timestamps that already passed validation. It never holds run state, attempt
+values or driver messages, because errors reach logs and telemetry. Admission
+errors are raised ``from None`` so no exception chain carries rejected text.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeAlias
+
+ErrorCode: TypeAlias = Literal[
+    "invalid_run", "not_found_row", "constraint", "decode_failed", "persistence_failed"
+]
+ERROR_CODES: frozenset[str] = frozenset(
+    {"invalid_run", "not_found_row", "constraint", "decode_failed", "persistence_failed"}
+)
+
+
+class RunStoreError(Exception):
+    """Raised by every store operation on misuse or infrastructure failure.
+
+    Use ``except RunStoreError`` and branch on ``.code``; the subclasses exist
+    so callers can also catch the builtin their situation suggests.
+    """
+
+    code: ErrorCode
+    method: str
+    cause: dict[str, Any]
+
+    def __init__(
+        self, code: ErrorCode, method: str, text: str, cause: dict[str, Any] | None = None
+    ) -> None:
+        self.code = code
+        self.method = method
+        self.cause = dict(cause or {})
+        super().__init__(f"{code}: {method}: {text}")
+
+    @property
+    def message(self) -> str:
+        """The message, ``"<code>: <method>: <text>"``."""
+        return str(self.args[0])
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, cause={self.cause!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keep errors picklable across processes without re-running __init__'s
+        # message formatting on the formatted text.
+        return (_rebuild, (type(self), self.code, self.method, self.message, self.cause))
+
+
+def _rebuild(
+    cls: type[RunStoreError], code: ErrorCode, method: str, message: str, cause: dict[str, Any]
+) -> RunStoreError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    error.code = code
+    error.method = method
+    error.cause = cause
+    return error
+
+
+class InvalidRunError(RunStoreError, ValueError):
+    """Raised by any operation when an argument breaks the durable contract.
+
+    Nothing is written. Raised ``from None``.
+    """
+
+    def __init__(self, method: str, cause: dict[str, Any]) -> None:
+        super().__init__("invalid_run", method, "run input is invalid", cause)
+
+
+class RunNotFoundError(RunStoreError, LookupError):
+    """Raised by ``get`` and ``latest_round`` when no run has the id."""
+
+    def __init__(self, method: str, run_id: str) -> None:
+        super().__init__("not_found_row", method, "run was not found", {"run_id": run_id})
+
+
+class ConstraintError(RunStoreError):
+    """Raised when the database refuses a write on a constraint: a duplicate run
+    id, a missing parent, a duplicate lineage round. The operation rolled back."""
+
+    def __init__(self, method: str, cause: dict[str, Any] | None = None) -> None:
+        super().__init__(
+            "constraint",
+            method,
+            "database operation failed",
+            {"category": "constraint", **(cause or {})},
+        )
+
+
+class DecodeFailedError(RunStoreError):
+    """Raised by reads when a stored row breaks the schema or its invariants,
+    typically because something edited it behind the store's back."""
+
+    def __init__(self, method: str, text: str, cause: dict[str, Any]) -> None:
+        super().__init__("decode_failed", method, text, cause)
+
+
+class PersistenceFailedError(RunStoreError):
+    """Raised when storage or the consensus strategy fails. The whole operation
+    rolled back; nothing it did is visible."""
+
+    def __init__(
+        self,
+        method: str,
+        text: str = "database operation failed",
+        cause: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__("persistence_failed", method, text, cause)
+
+
+class UnsupportedDatabaseError(PersistenceFailedError):
+    """Raised by ``runstore.open`` when the file must not be used: its schema is
+    newer than this version, it is not a runstore database, WAL cannot be
+    enabled, or SQLite is too old."""
+
+    def __init__(self, reason: str, cause: dict[str, Any] | None = None) -> None:
+        super().__init__("open", reason, cause)

@@ -1,0 +1,157 @@
+"""``NoopRunStore``: a stand-in store for testing code that uses a store.
+
+Direct operations (``create``, ``get``, ``lineage``, ``latest_round``,
+``request_cancel_lineage``) raise ``persistence_failed``; compare-and-swap
+operations answer their typed loss (``NotFound``, or ``ClaimLost`` for
+``activate`` and ``abandon_claim``); ``acknowledge_cancel`` answers False. Any
+operation can be replaced by passing a callable under its name. Arguments are
+not admitted: this is a test double, not a store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Self
+
+from ._errors import PersistenceFailedError
+from ._outcomes import (
+    AbandonClaimOutcome,
+    ActivateOutcome,
+    ClaimAndOwnOutcome,
+    ClaimLost,
+    ClaimOutcome,
+    HeartbeatOutcome,
+    NotFound,
+    RecoverClaimOutcome,
+    RequestCancelOutcome,
+    StealOutcome,
+    TransitionOutcome,
+)
+from ._values import OwnershipFact, RunChange, RunRow, StoreState
+
+_OPERATIONS = frozenset(
+    {
+        "create",
+        "get",
+        "lineage",
+        "latest_round",
+        "request_cancel",
+        "request_cancel_lineage",
+        "acknowledge_cancel",
+        "claim",
+        "claim_and_own",
+        "activate",
+        "abandon_claim",
+        "recover_claim",
+        "heartbeat",
+        "reconfirm",
+        "transition_owned",
+        "steal",
+        "ownership_facts",
+        "revision",
+        "changes",
+        "state",
+        "check_invariants",
+        "close",
+    }
+)
+
+
+def _unavailable(method: str) -> PersistenceFailedError:
+    return PersistenceFailedError(
+        method, "no run store in this environment", {"category": "persistence_failed"}
+    )
+
+
+class NoopRunStore:
+    """A store that stores nothing; see the module docstring."""
+
+    def __init__(self, **overrides: Callable[..., Any]) -> None:
+        unknown = set(overrides) - _OPERATIONS
+        if unknown:
+            raise TypeError(f"NoopRunStore has no operations named {sorted(unknown)}")
+        for name, fn in overrides.items():
+            if not callable(fn):
+                raise TypeError(f"the override for {name} must be callable")
+            setattr(self, name, fn)
+
+    def create(self, run_id: str, state_json: str, **_options: Any) -> None:
+        raise _unavailable("create")
+
+    def get(self, run_id: str) -> RunRow:
+        raise _unavailable("get")
+
+    def lineage(self, run_id: str) -> list[RunRow]:
+        raise _unavailable("lineage")
+
+    def latest_round(self, run_id: str) -> RunRow:
+        raise _unavailable("latest_round")
+
+    def request_cancel(self, run_id: str, now_ms: int) -> RequestCancelOutcome:
+        return NotFound()
+
+    def request_cancel_lineage(self, run_id: str, now_ms: int) -> RequestCancelOutcome:
+        raise _unavailable("request_cancel_lineage")
+
+    def acknowledge_cancel(self, *_args: Any) -> bool:
+        return False
+
+    def claim(self, *_args: Any) -> ClaimOutcome:
+        return NotFound()
+
+    def claim_and_own(self, *_args: Any, **_kwargs: Any) -> ClaimAndOwnOutcome:
+        return NotFound()
+
+    def activate(self, *_args: Any) -> ActivateOutcome:
+        return ClaimLost()
+
+    def abandon_claim(self, *_args: Any) -> AbandonClaimOutcome:
+        return ClaimLost()
+
+    def recover_claim(self, *_args: Any) -> RecoverClaimOutcome:
+        return NotFound()
+
+    def heartbeat(self, *_args: Any) -> HeartbeatOutcome:
+        return NotFound()
+
+    def reconfirm(self, *_args: Any) -> HeartbeatOutcome:
+        return NotFound()
+
+    def transition_owned(self, *_args: Any, **_kwargs: Any) -> TransitionOutcome:
+        return NotFound()
+
+    def steal(self, *_args: Any) -> StealOutcome:
+        return NotFound()
+
+    def ownership_facts(self, run_id: str) -> list[OwnershipFact]:
+        return []
+
+    def revision(self) -> int:
+        return 0
+
+    def changes(self, after_revision: int) -> list[RunChange]:
+        return []
+
+    def state(self) -> StoreState:
+        return StoreState(rows=(), leases=(), facts=(), revision=0, changes=())
+
+    def check_invariants(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return "NoopRunStore()"

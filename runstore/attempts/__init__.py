@@ -1,0 +1,1 @@
+"""Durable step attempts fenced by the run's owner. (Built in a later change.)"""

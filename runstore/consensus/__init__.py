@@ -1,0 +1,46 @@
+"""Consensus strategies: who holds each run.
+
+``SqlConsensus`` (the default) keeps leases in the store's own file and
+transaction. ``LocalConsensus`` keeps them in memory, rolled back with the
+store's transaction and rebuilt from the rows when a store opens; it is for
+one process only. ``NoopConsensus`` grants nothing. The reference semantics
+live in ``runstore.model.ModelConsensus``.
+"""
+
+from ._types import Cleared as Cleared
+from ._types import Consensus as Consensus
+from ._types import ConsensusError as ConsensusError
+from ._types import ConsensusErrorCode as ConsensusErrorCode
+from ._types import FenceLostError as FenceLostError
+from ._types import Granted as Granted
+from ._types import GrantOutcome as GrantOutcome
+from ._types import Lease as Lease
+from ._types import Lost as Lost
+from ._types import Promoted as Promoted
+from ._types import PromoteOutcome as PromoteOutcome
+from ._types import RecoverOutcome as RecoverOutcome
+from ._types import Rejected as Rejected
+from ._types import RejectionReason as RejectionReason
+from ._types import Renewed as Renewed
+from ._types import RenewOutcome as RenewOutcome
+from ._types import Transaction as Transaction
+
+__all__ = [
+    "Cleared",
+    "Consensus",
+    "ConsensusError",
+    "ConsensusErrorCode",
+    "FenceLostError",
+    "GrantOutcome",
+    "Granted",
+    "Lease",
+    "Lost",
+    "PromoteOutcome",
+    "Promoted",
+    "RecoverOutcome",
+    "Rejected",
+    "RejectionReason",
+    "RenewOutcome",
+    "Renewed",
+    "Transaction",
+]

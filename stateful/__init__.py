@@ -1,0 +1,1 @@
+"""The conformance suite (``runstore.stateful``). (Built in a later change.)"""

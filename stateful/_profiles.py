@@ -1,0 +1,51 @@
+"""Hypothesis settings profiles: ``ci``, ``dev`` and ``deep``.
+
+``ci`` is derandomized and bounded, keeps no example database and prints the
+reproduction blob, so a CI run is repeatable. ``dev`` is the everyday
+randomized profile. ``deep`` is for long hunts. ``load_profile()`` registers
+all three and loads the one named by ``HYPOTHESIS_PROFILE`` (default ``ci``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+PROFILE_NAMES = ("ci", "dev", "deep")
+
+
+def register_profiles() -> None:
+    settings.register_profile(
+        "ci",
+        derandomize=True,
+        database=None,
+        print_blob=True,
+        max_examples=100,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    settings.register_profile(
+        "dev",
+        max_examples=200,
+        deadline=None,
+        print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    settings.register_profile(
+        "deep",
+        max_examples=5000,
+        deadline=None,
+        print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+
+
+def load_profile(name: str | None = None) -> str:
+    """Register the profiles and load ``name`` (or ``$HYPOTHESIS_PROFILE``, or ``ci``)."""
+    register_profiles()
+    chosen = name or os.environ.get("HYPOTHESIS_PROFILE") or "ci"
+    if chosen not in PROFILE_NAMES:
+        raise ValueError(f"unknown Hypothesis profile {chosen!r}; use one of {PROFILE_NAMES}")
+    settings.load_profile(chosen)
+    return chosen

@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runstore import ManualClock, RunStore
+from runstore.stateful._profiles import load_profile
+
+from ._stores import STORE_FACTORIES
+
+load_profile()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """The store clock, starting at 0; tests move it, never sleep."""
+    return ManualClock(0)
+
+
+@pytest.fixture(params=sorted(STORE_FACTORIES))
+def store(request: pytest.FixtureRequest, clock: ManualClock, tmp_path: Path) -> Iterator[RunStore]:
+    """Every store under test (the model and each adapter configuration)."""
+    opened = STORE_FACTORIES[request.param](clock, tmp_path)
+    try:
+        yield opened
+    finally:
+        opened.close()
