@@ -25,5 +25,7 @@ def store(request: pytest.FixtureRequest, clock: ManualClock, tmp_path: Path) ->
     opened = STORE_FACTORIES[request.param](clock, tmp_path)
     try:
         yield opened
+        # Whatever a test did, the store must still be internally consistent.
+        opened.check_invariants()
     finally:
         opened.close()

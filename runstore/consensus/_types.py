@@ -22,6 +22,11 @@ Required methods (each called with the store's open ``Transaction`` first):
 - ``lease``: the strategy's current view of one run, for comparison and
   invariants.
 
+Optional: ``on_open(tx)``. A store calls it once, inside a write transaction,
+when it opens a database, so a strategy that keeps its leases elsewhere
+(``LocalConsensus``) can rebuild them from the run rows, as the lease backfill
+migration does for ``SqlConsensus``.
+
 A strategy that keeps its state in the store's database uses
 ``tx.connection``; one that keeps it elsewhere registers the undo of each
 change with ``tx.on_rollback`` so a rolled-back operation leaves no trace.
