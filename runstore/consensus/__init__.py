@@ -7,6 +7,8 @@ one process only. ``NoopConsensus`` grants nothing. The reference semantics
 live in ``runstore.model.ModelConsensus``.
 """
 
+from ._local import LocalConsensus as LocalConsensus
+from ._noop import NoopConsensus as NoopConsensus
 from ._types import Cleared as Cleared
 from ._types import Consensus as Consensus
 from ._types import ConsensusError as ConsensusError
@@ -34,7 +36,9 @@ __all__ = [
     "GrantOutcome",
     "Granted",
     "Lease",
+    "LocalConsensus",
     "Lost",
+    "NoopConsensus",
     "PromoteOutcome",
     "Promoted",
     "RecoverOutcome",

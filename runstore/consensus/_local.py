@@ -1,0 +1,306 @@
+"""``LocalConsensus``: leases kept in this process's memory.
+
+The strategy holds one ``Lease`` per run in a dictionary. Each change it makes
+inside a store transaction registers its undo with ``tx.on_rollback``, so a
+rolled-back operation leaves the leases exactly as they were (the original
+in-memory strategy did not do this; we do). When a store opens a database it
+calls ``on_open``, which rebuilds every lease from the run rows, the same rule
+the lease backfill migration applies for ``SqlConsensus``.
+
+It is for one process only. Two processes sharing one database file would each
+hold their own view, and both could grant the same run. Use it for tests, for
+embedded single-process use, and as a template for strategies that keep their
+state outside the store's database.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+
+from .._constants import HEARTBEAT_STALE_AFTER_MS
+from .._values import Lease, LivenessEvidence, OwnerId
+from ._types import (
+    Cleared,
+    ConsensusError,
+    FenceLostError,
+    Granted,
+    GrantOutcome,
+    Lost,
+    Promoted,
+    PromoteOutcome,
+    RecoverOutcome,
+    Rejected,
+    Renewed,
+    RenewOutcome,
+    Transaction,
+)
+
+# The rows the lease backfill copies: a running owner, or a pending claim.
+_BACKFILL_QUERY = """
+SELECT run_id, status,
+       owner_host_id, owner_pid, owner_nonce, heartbeat_at_ms,
+       claim_host_id, claim_pid, claim_nonce, claimed_at_ms
+  FROM flows_runs
+ WHERE status = 'running' OR claim_host_id IS NOT NULL
+"""
+
+
+def _evidence_matches(
+    expected_owner: OwnerId, observer: OwnerId, now_ms: int, evidence: LivenessEvidence
+) -> bool:
+    """Whether ``evidence`` speaks about ``expected_owner``, was taken at
+    ``now_ms`` exactly, and fits the host relation between owner and observer."""
+    if evidence.expected_owner != expected_owner or evidence.checked_at_ms != now_ms:
+        return False
+    same_host = expected_owner.host_id == observer.host_id
+    if evidence.kind == "same-host-pid-dead":
+        return same_host
+    if evidence.kind == "cross-host-unreachable-stale":
+        return not same_host
+    # "lease-expired" is host-neutral: the staleness cutoff decides.
+    return evidence.kind == "lease-expired"
+
+
+def _owner_or_none(host_id: object, pid: object, nonce: object) -> OwnerId | None:
+    if host_id is None:
+        return None
+    if type(host_id) is not str or type(pid) is not int or type(nonce) is not str:
+        # The row constraints make this impossible; name the columns, not the values.
+        raise ConsensusError("persistence_failed", "a run row holds a partial identity")
+    return OwnerId(host_id, pid, nonce)
+
+
+class LocalConsensus:
+    """In-memory leases for a single process, rolled back with the store's
+    transaction and rebuilt from the rows when a store opens.
+
+    Never share one database between processes that each use a
+    ``LocalConsensus``: each would hold its own view and both could grant.
+    """
+
+    def __init__(self) -> None:
+        self._leases: dict[str, Lease] = {}
+        # A store may call in from a worker thread and its heartbeat thread.
+        self._lock = threading.Lock()
+
+    # -- bookkeeping ---------------------------------------------------------
+
+    def _put(self, tx: Transaction, run_id: str, lease: Lease | None) -> None:
+        """Replace the run's lease (``None`` prunes it) and register the undo.
+
+        Called with the lock held.
+        """
+        previous = self._leases.get(run_id)
+        if previous == lease:
+            return
+        if lease is None or (lease.owner is None and lease.claim is None):
+            self._leases.pop(run_id, None)
+        else:
+            self._leases[run_id] = lease
+
+        def undo() -> None:
+            with self._lock:
+                if previous is None:
+                    self._leases.pop(run_id, None)
+                else:
+                    self._leases[run_id] = previous
+
+        tx.on_rollback(undo)
+
+    def on_open(self, tx: Transaction) -> None:
+        """Forget every lease and rebuild them from the run rows in
+        ``tx.connection``: one lease per running run or run with a pending claim.
+
+        A running row's owner gets its heartbeat as both grant and heartbeat
+        time; other rows' owner times stay ``None``. Calling it again rebuilds
+        again; a rollback restores the leases held before.
+        """
+        connection: sqlite3.Connection = tx.connection
+        rebuilt: dict[str, Lease] = {}
+        for row in connection.execute(_BACKFILL_QUERY).fetchall():
+            (run_id, status, o_host, o_pid, o_nonce, heartbeat, c_host, c_pid, c_nonce, c_at) = row
+            owner_time = heartbeat if status == "running" else None
+            lease = Lease(
+                run_id=run_id,
+                owner=_owner_or_none(o_host, o_pid, o_nonce),
+                granted_at_ms=owner_time,
+                heartbeat_at_ms=owner_time,
+                claim=_owner_or_none(c_host, c_pid, c_nonce),
+                claimed_at_ms=c_at,
+            )
+            if lease.owner is not None or lease.claim is not None:
+                rebuilt[run_id] = lease
+        with self._lock:
+            previous = self._leases
+            self._leases = rebuilt
+
+            def undo() -> None:
+                with self._lock:
+                    self._leases = previous
+
+            tx.on_rollback(undo)
+
+    # -- the strategy --------------------------------------------------------
+
+    def claim(self, tx: Transaction, run_id: str, claimant: OwnerId, now_ms: int) -> GrantOutcome:
+        """Reserve an unowned, unclaimed run for ``claimant`` at ``now_ms``."""
+        with self._lock:
+            lease = self._leases.get(run_id)
+            if lease is not None and lease.claim is not None:
+                return Rejected("already_claimed")
+            if lease is not None and lease.owner is not None:
+                return Rejected("owner_held")
+            self._put(tx, run_id, Lease(run_id, None, None, None, claimant, now_ms))
+            return Granted(now_ms)
+
+    def steal(
+        self,
+        tx: Transaction,
+        run_id: str,
+        claimant: OwnerId,
+        now_ms: int,
+        evidence: LivenessEvidence,
+    ) -> GrantOutcome:
+        """Claim a run over its owner when the evidence matches and the owner's
+        heartbeat is more than ``HEARTBEAT_STALE_AFTER_MS`` old."""
+        with self._lock:
+            if not _evidence_matches(evidence.expected_owner, claimant, now_ms, evidence):
+                return Rejected("evidence_invalid")
+            lease = self._leases.get(run_id)
+            if lease is not None and lease.claim is not None:
+                return Rejected("already_claimed")
+            if lease is None or lease.owner is None or lease.owner != evidence.expected_owner:
+                return Rejected("evidence_invalid")
+            # An owner without a heartbeat (rebuilt from a non-running row)
+            # counts as live: there is nothing to prove it stale.
+            if lease.heartbeat_at_ms is None or (
+                lease.heartbeat_at_ms >= now_ms - HEARTBEAT_STALE_AFTER_MS
+            ):
+                return Rejected("owner_live")
+            self._put(
+                tx,
+                run_id,
+                Lease(
+                    run_id,
+                    lease.owner,
+                    lease.granted_at_ms,
+                    lease.heartbeat_at_ms,
+                    claimant,
+                    now_ms,
+                ),
+            )
+            return Granted(now_ms)
+
+    def activate(
+        self, tx: Transaction, run_id: str, owner: OwnerId, granted_at_ms: int, now_ms: int
+    ) -> PromoteOutcome:
+        """Turn the exact claim ``(owner, granted_at_ms)`` into ownership with
+        heartbeat ``now_ms``. The grant is spent: presenting it again is ``Lost``."""
+        with self._lock:
+            lease = self._leases.get(run_id)
+            if lease is None or lease.claim != owner or lease.claimed_at_ms != granted_at_ms:
+                return Lost()
+            self._put(tx, run_id, Lease(run_id, owner, granted_at_ms, now_ms, None, None))
+            return Promoted()
+
+    def _renew(
+        self, tx: Transaction, run_id: str, owner: OwnerId, now_ms: int, *, claim_ok: bool
+    ) -> RenewOutcome:
+        with self._lock:
+            lease = self._leases.get(run_id)
+            if lease is None or lease.owner != owner:
+                return Lost()
+            if not claim_ok and lease.claim is not None:
+                return Lost()
+            old = lease.heartbeat_at_ms
+            renewed = now_ms if old is None else max(old, now_ms)
+            self._put(
+                tx,
+                run_id,
+                Lease(
+                    run_id,
+                    lease.owner,
+                    lease.granted_at_ms,
+                    renewed,
+                    lease.claim,
+                    lease.claimed_at_ms,
+                ),
+            )
+            return Renewed(renewed)
+
+    def heartbeat(self, tx: Transaction, run_id: str, owner: OwnerId, now_ms: int) -> RenewOutcome:
+        """Renew the owner's lease to ``max(old, now_ms)``; a pending claim does
+        not matter, and a claim alone is not a lease."""
+        return self._renew(tx, run_id, owner, now_ms, claim_ok=True)
+
+    def reconfirm(self, tx: Transaction, run_id: str, owner: OwnerId, now_ms: int) -> RenewOutcome:
+        """Like ``heartbeat``, but ``Lost`` while any claim is pending."""
+        return self._renew(tx, run_id, owner, now_ms, claim_ok=False)
+
+    def recover(
+        self,
+        tx: Transaction,
+        run_id: str,
+        stale_claimant: OwnerId,
+        granted_at_ms: int,
+        observer: OwnerId,
+        now_ms: int,
+        evidence: LivenessEvidence,
+    ) -> RecoverOutcome:
+        """Clear the exact claim ``(stale_claimant, granted_at_ms)`` when the
+        evidence matches and the claim is more than ``HEARTBEAT_STALE_AFTER_MS`` old."""
+        with self._lock:
+            if not _evidence_matches(stale_claimant, observer, now_ms, evidence):
+                return Rejected("evidence_invalid")
+            lease = self._leases.get(run_id)
+            if (
+                lease is None
+                or lease.claim != stale_claimant
+                or lease.claimed_at_ms != granted_at_ms
+            ):
+                return Rejected("claim_changed")
+            if granted_at_ms >= now_ms - HEARTBEAT_STALE_AFTER_MS:
+                return Rejected("claim_fresh")
+            self._put(
+                tx,
+                run_id,
+                Lease(run_id, lease.owner, lease.granted_at_ms, lease.heartbeat_at_ms, None, None),
+            )
+            return Cleared()
+
+    def release_claim(
+        self, tx: Transaction, run_id: str, claimant: OwnerId, granted_at_ms: int
+    ) -> None:
+        """Drop exactly the claim ``(claimant, granted_at_ms)``; ownership is
+        never touched. If that claim is not there, silently do nothing."""
+        with self._lock:
+            lease = self._leases.get(run_id)
+            if lease is None or lease.claim != claimant or lease.claimed_at_ms != granted_at_ms:
+                return
+            self._put(
+                tx,
+                run_id,
+                Lease(run_id, lease.owner, lease.granted_at_ms, lease.heartbeat_at_ms, None, None),
+            )
+
+    def release_ownership(self, tx: Transaction, run_id: str, owner: OwnerId) -> None:
+        """If ``owner`` holds the run, drop its ownership and any pending claim
+        (whoever made it). Otherwise silently do nothing."""
+        with self._lock:
+            lease = self._leases.get(run_id)
+            if lease is None or lease.owner != owner:
+                return
+            self._put(tx, run_id, None)
+
+    def guard(self, tx: Transaction, run_id: str, owner: OwnerId) -> None:
+        """Raise ``FenceLostError`` unless ``owner`` holds the run."""
+        with self._lock:
+            lease = self._leases.get(run_id)
+            if lease is None or lease.owner != owner:
+                raise FenceLostError(run_id)
+
+    def lease(self, tx: Transaction, run_id: str) -> Lease | None:
+        """The run's current lease, or ``None`` when nobody owns or claims it."""
+        with self._lock:
+            return self._leases.get(run_id)
