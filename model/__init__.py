@@ -1,1 +1,20 @@
-"""The reference model (``runstore.model``). (Built in a later change.)"""
+"""The reference model of ``runstore`` (``runstore.model``).
+
+``ModelRunStore`` implements the whole ``RunStore`` protocol on immutable
+in-memory values, with no I/O and no wall clock: it is the oracle every store
+is compared with. ``ModelConsensus`` is the reference consensus strategy, with
+its leases in memory and undone with their transaction; ``ModelTransaction``
+and ``model_transaction()`` drive it without a database.
+"""
+
+from ._consensus import ModelConsensus as ModelConsensus
+from ._store import ModelRunStore as ModelRunStore
+from ._tx import ModelTransaction as ModelTransaction
+from ._tx import model_transaction as model_transaction
+
+__all__ = [
+    "ModelConsensus",
+    "ModelRunStore",
+    "ModelTransaction",
+    "model_transaction",
+]
