@@ -1,0 +1,165 @@
+"""The docs run: every ```python block of README.md and docs/**/*.md is executed.
+
+One test per page. A page's blocks run in order in one fresh namespace, so a
+later block may use what an earlier one built, as a reader would. Blocks fenced
+as anything else (```text, ```console, ```sql, ...) are prose and are skipped.
+Pages added later are picked up at collection time.
+
+Examples run on the real ``runstore.open``. While the SQLite adapter is still
+being built, ``RUNSTORE_DOCS_MODEL=1`` makes ``runstore.open`` return the
+reference model instead, so examples can be developed against it; nothing else
+is substituted.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+import runstore
+
+ROOT = Path(__file__).resolve().parent.parent
+FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\n]*)$")
+
+
+@attrs.frozen
+class Block:
+    """One fenced code block: its language word, first line number and source."""
+
+    language: str
+    line: int
+    source: str
+
+
+def fenced_blocks(text: str) -> Iterator[Block]:
+    """Every fenced block of a Markdown text, in order, with its indentation removed."""
+    lines = text.splitlines()
+    index = 0
+    while index < len(lines):
+        opening = FENCE.match(lines[index])
+        if opening is None:
+            index += 1
+            continue
+        indent = len(opening["indent"])
+        fence = opening["fence"]
+        words = opening["info"].split()
+        language = words[0].lower() if words else ""
+        body: list[str] = []
+        index += 1
+        start = index + 1  # 1-based number of the block's first line
+        while index < len(lines):
+            closing = FENCE.match(lines[index])
+            if (
+                closing is not None
+                and closing["fence"][0] == fence[0]
+                and len(closing["fence"]) >= len(fence)
+                and not closing["info"].strip()
+            ):
+                break
+            line = lines[index]
+            body.append(line[indent:] if line[:indent].strip() == "" else line.lstrip())
+            index += 1
+        index += 1  # past the closing fence (or the end of an unclosed block)
+        yield Block(language, start, "\n".join(body) + "\n")
+
+
+def python_blocks(text: str) -> list[Block]:
+    return [block for block in fenced_blocks(text) if block.language == "python"]
+
+
+def documentation_pages(root: Path = ROOT) -> list[Path]:
+    """README.md, then every Markdown page under docs/, at any depth, sorted."""
+    pages = sorted((root / "docs").rglob("*.md"))
+    readme = root / "README.md"
+    return ([readme] if readme.exists() else []) + pages
+
+
+def _model_open(path: object, *, clock: Any = None, **_options: Any) -> Any:
+    """Stand-in for ``runstore.open`` while the adapter is being built."""
+    from runstore.model import ModelRunStore
+
+    return ModelRunStore(clock=clock if clock is not None else runstore.SystemClock())
+
+
+def _close_stores(namespace: dict[str, Any]) -> None:
+    """Close any store a page left open, so an unfinished example cannot leak one."""
+    for value in list(namespace.values()):
+        if isinstance(value, runstore.RunStore):
+            value.close()
+
+
+PAGES = [
+    pytest.param(page, id=page.relative_to(ROOT).as_posix())
+    for page in documentation_pages()
+    if python_blocks(page.read_text(encoding="utf-8"))
+]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every python block of the page runs, in order, in one namespace."""
+    if os.environ.get("RUNSTORE_DOCS_MODEL") == "1":
+        monkeypatch.setattr(runstore, "open", _model_open)
+    monkeypatch.chdir(tmp_path)  # an example that writes a file writes it here
+    namespace: dict[str, Any] = {"__name__": "__docs__"}
+    relative = page.relative_to(ROOT).as_posix()
+    try:
+        for block in python_blocks(page.read_text(encoding="utf-8")):
+            # Pad so tracebacks point at the page's own line numbers.
+            code = compile("\n" * (block.line - 1) + block.source, relative, "exec")
+            exec(code, namespace)
+    finally:
+        _close_stores(namespace)
+
+
+def test_the_collector_finds_python_blocks_only() -> None:
+    """Only ```python blocks are examples; indented fences are dedented; other
+    fences, longer fences and unclosed ones are handled."""
+    text = "\n".join(
+        [
+            "# Title",
+            "```python",
+            "a = 1",
+            "```",
+            "```text",
+            "not python",
+            "```",
+            "- item",
+            "",
+            "  ```python",
+            "  b = a + 1",
+            "  ```",
+            "````markdown",
+            "```python",
+            "nested = True",
+            "```",
+            "````",
+            "~~~python title='x'",
+            "c = b",
+            "~~~",
+            "```console",
+            "$ runstore demo",
+            "```",
+            "```sql",
+            "SELECT 1;",
+            "```",
+        ]
+    )
+    blocks = python_blocks(text)
+    assert [b.source for b in blocks] == ["a = 1\n", "b = a + 1\n", "c = b\n"]
+    assert [b.line for b in blocks] == [3, 11, 19]
+
+
+def test_pages_are_found_at_any_depth(tmp_path: Path) -> None:
+    """New pages (docs/guides/..., deeper folders) are picked up without registration."""
+    for name in ["README.md", "docs/index.md", "docs/guides/a.md", "docs/x/y/z.md"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("```python\npass\n```\n", encoding="utf-8")
+    found = [p.relative_to(tmp_path).as_posix() for p in documentation_pages(tmp_path)]
+    assert found == ["README.md", "docs/guides/a.md", "docs/index.md", "docs/x/y/z.md"]
