@@ -1,0 +1,486 @@
+"""``AttemptStore``: durable step attempts in the run store's SQLite file.
+
+Every write is one statement pair inside the run store's write transaction
+(``BEGIN IMMEDIATE``, retried as a whole on a busy database, covered by the
+fault seam): a guarded ``INSERT``/``UPDATE ... RETURNING`` whose ``WHERE``
+carries the whole predicate, including the run fence as an ``EXISTS`` over
+``flows_runs``; only when it writes nothing does a classifying ``SELECT`` pick
+the loss, in the order upstream reports it. Reads are plain ``SELECT``s, and
+every row read is decoded again (``decode_failed`` names the column, never
+its content).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from .._boundary import canonical_json, is_identifier, is_timestamp
+from .._errors import RunStoreError
+from .._values import OwnerId
+from ..sqlite import SqliteRunStore
+from ._boundary import (
+    DEFAULT_IN_PROGRESS_STATES,
+    DEFAULT_MAX_CHECKPOINT_BYTES,
+    DEFAULT_PUT_MODE,
+    MAXIMUM_CHECKPOINT_BYTES,
+    Encoded,
+    admit_finish,
+    admit_get,
+    admit_heartbeat,
+    admit_options,
+    admit_patch,
+    admit_put,
+    invalid,
+    stored_json_complaint,
+)
+from ._errors import AttemptStoreError
+from ._outcomes import (
+    AttemptHeartbeatOutcome,
+    Conflict,
+    ExistingSame,
+    FenceLost,
+    Finished,
+    FinishOutcome,
+    Inserted,
+    NotFound,
+    Patched,
+    PatchOutcome,
+    PutOutcome,
+    RunNotFound,
+    StateChanged,
+    Updated,
+    Upserted,
+)
+from ._values import (
+    ABSENT,
+    Absent,
+    Attempt,
+    AttemptId,
+    AttemptOptions,
+    AttemptPatch,
+    FinishAttempt,
+    JsonValue,
+    PutMode,
+)
+
+T = TypeVar("T")
+
+# -- SQL -------------------------------------------------------------------------
+# Named parameters throughout; ``{in_progress}`` is filled once per store with
+# one placeholder per in-progress state (:s0, :s1, ...).
+
+_ID = "run_id = :run_id AND step_key_digest = :step_key_digest AND attempt = :attempt"
+
+#: The run fence: the run exists, is running, and the caller owns it.
+_FENCE = """EXISTS (
+    SELECT 1 FROM flows_runs AS r
+    WHERE r.run_id = :run_id AND r.status = 'running'
+      AND r.owner_host_id = :host_id AND r.owner_pid = :pid AND r.owner_nonce = :nonce
+)"""
+
+_COLUMNS = (
+    "run_id, step_key_digest, attempt, state, started_at_ms, finished_at_ms,"
+    " heartbeat_at_ms, checkpoint_json, error_json, outcome_json, meta_json"
+)
+
+# -- put --
+_PUT_INSERT = f"""
+INSERT INTO flows_attempts ({_COLUMNS})
+SELECT :run_id, :step_key_digest, :attempt, :state, :started_at_ms, :finished_at_ms,
+       :heartbeat_at_ms, :checkpoint_json, :error_json, :outcome_json, :meta_json
+WHERE {_FENCE}
+ON CONFLICT (run_id, step_key_digest, attempt) DO NOTHING
+RETURNING 1
+"""
+
+# -- put (upsert mode) --
+_PUT_UPSERT = f"""
+UPDATE flows_attempts
+SET state = :state, started_at_ms = :started_at_ms, finished_at_ms = :finished_at_ms,
+    heartbeat_at_ms = :heartbeat_at_ms, checkpoint_json = :checkpoint_json,
+    error_json = :error_json, outcome_json = :outcome_json, meta_json = :meta_json
+WHERE {_ID} AND state IN ({{in_progress}}) AND {_FENCE}
+RETURNING 1
+"""
+
+# -- put: why nothing was written --
+_PUT_CLASSIFY = f"""
+SELECT EXISTS (SELECT 1 FROM flows_runs WHERE run_id = :run_id), {_FENCE}
+"""
+
+# -- heartbeat --
+_HEARTBEAT = f"""
+UPDATE flows_attempts
+SET heartbeat_at_ms = MAX(COALESCE(heartbeat_at_ms, :now_ms), :now_ms),
+    checkpoint_json = COALESCE(:checkpoint_json, checkpoint_json)
+WHERE {_ID} AND state IN ({{in_progress}}) AND {_FENCE}
+RETURNING 1
+"""
+
+# -- finish --
+_FINISH = f"""
+UPDATE flows_attempts
+SET state = :state, finished_at_ms = :finished_at_ms,
+    error_json = COALESCE(:error_json, error_json),
+    outcome_json = COALESCE(:outcome_json, outcome_json),
+    meta_json = COALESCE(:meta_json, meta_json)
+WHERE {_ID} AND state IN ({{in_progress}}) AND {_FENCE}
+RETURNING 1
+"""
+
+# -- patch (no state predicate: settled attempts may be patched) --
+_PATCH = f"""
+UPDATE flows_attempts
+SET checkpoint_json = COALESCE(:checkpoint_json, checkpoint_json),
+    error_json = COALESCE(:error_json, error_json),
+    outcome_json = COALESCE(:outcome_json, outcome_json),
+    meta_json = COALESCE(:meta_json, meta_json)
+WHERE {_ID} AND {_FENCE}
+RETURNING 1
+"""
+
+# -- heartbeat / finish / patch: why nothing was written --
+_CLASSIFY = f"""
+SELECT EXISTS (SELECT 1 FROM flows_attempts WHERE {_ID}), {_FENCE}
+"""
+
+_SELECT_ONE = f"SELECT {_COLUMNS} FROM flows_attempts WHERE {_ID}"
+_SELECT_ALL = f"SELECT {_COLUMNS} FROM flows_attempts ORDER BY run_id, step_key_digest, attempt"
+_ORPHANS = """
+SELECT COUNT(*) FROM flows_attempts AS a
+WHERE NOT EXISTS (SELECT 1 FROM flows_runs AS r WHERE r.run_id = a.run_id)
+"""
+
+
+def _id_params(ident: AttemptId) -> dict[str, Any]:
+    return {
+        "run_id": ident.run_id,
+        "step_key_digest": ident.step_key_digest,
+        "attempt": ident.attempt,
+    }
+
+
+def _owner_params(owner: OwnerId) -> dict[str, Any]:
+    return {"host_id": owner.host_id, "pid": owner.pid, "nonce": owner.nonce}
+
+
+def _json_params(encoded: Encoded) -> dict[str, Any]:
+    return {
+        "checkpoint_json": encoded.checkpoint,
+        "error_json": encoded.error,
+        "outcome_json": encoded.outcome,
+        "meta_json": encoded.meta,
+    }
+
+
+class AttemptStore:
+    """Durable step attempts over a run store's database, fenced by the run's owner.
+
+    ``store`` is an open ``SqliteRunStore`` (``runstore.open(...)``); the
+    attempt store shares its connection, its transactions and its retry and
+    fault handling, and does not own it (closing the run store ends it).
+
+    Options, checked here (``AttemptStoreError`` ``invalid_attempt``, method
+    ``options``):
+
+    - ``in_progress_states``: the states heartbeat and finish act on and upsert
+      may replace; a non-empty tuple or list of at most 256 distinct durable
+      identifiers, default ``("running",)``;
+    - ``max_checkpoint_bytes``: the checkpoint cap in UTF-8 bytes of the
+      stored encoding, an ``int`` from 1 to 16 MiB, default 1 MiB;
+    - ``put_mode``: ``"insert"`` (an existing attempt is only compared) or
+      ``"upsert"`` (an existing in-progress attempt is replaced).
+
+    Every write (``put``, ``heartbeat``, ``finish``, ``patch``) runs in one
+    write transaction and requires the run fence: the run exists, is
+    ``running`` and is owned by exactly ``owner``. Lost races are outcome
+    values; misuse and failures raise ``AttemptStoreError``.
+    """
+
+    def __init__(
+        self,
+        store: SqliteRunStore,
+        *,
+        in_progress_states: tuple[str, ...] | list[str] = DEFAULT_IN_PROGRESS_STATES,
+        max_checkpoint_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES,
+        put_mode: PutMode = DEFAULT_PUT_MODE,
+    ) -> None:
+        self._options: AttemptOptions = admit_options(
+            in_progress_states, max_checkpoint_bytes, put_mode
+        )
+        if not isinstance(store, SqliteRunStore):
+            raise invalid("options", "store", "must be a SqliteRunStore") from None
+        self._store = store
+        states = self._options.in_progress_states
+        self._states = {f"s{index}": state for index, state in enumerate(states)}
+        marks = ", ".join(f":{name}" for name in self._states)
+        self._put_upsert = _PUT_UPSERT.format(in_progress=marks)
+        self._heartbeat = _HEARTBEAT.format(in_progress=marks)
+        self._finish = _FINISH.format(in_progress=marks)
+
+    @property
+    def options(self) -> AttemptOptions:
+        """The admitted options."""
+        return self._options
+
+    # -- plumbing ------------------------------------------------------------------
+
+    def _write(self, method: str, body: Callable[[sqlite3.Connection], T]) -> T:
+        try:
+            return self._store._write(method, lambda tx: body(tx.connection))
+        except RunStoreError as error:
+            raise _from_run_store(method, error) from None
+
+    def _read(self, method: str, body: Callable[[sqlite3.Connection], T]) -> T:
+        try:
+            return self._store._read(method, body)
+        except RunStoreError as error:
+            raise _from_run_store(method, error) from None
+
+    # -- operations ------------------------------------------------------------------
+
+    def put(self, attempt: Attempt, owner: OwnerId) -> PutOutcome:
+        """Insert the attempt if it is new and the caller holds the fence.
+
+        Otherwise, in upsert mode, replace it (every column) while it is in
+        progress and fenced (``Upserted``). Otherwise: ``RunNotFound`` when the
+        run does not exist, ``FenceLost`` when the caller does not own it, and
+        else ``ExistingSame`` or ``Conflict`` by strict comparison with the
+        stored attempt, which is left alone. Repeating a put answers
+        ``ExistingSame`` (insert mode) or ``Upserted`` (upsert, in progress).
+        """
+        record, who, encoded = admit_put(attempt, owner, self._options)
+        params = {
+            **_id_params(record.id),
+            **_owner_params(who),
+            **_json_params(encoded),
+            "state": record.state,
+            "started_at_ms": record.started_at_ms,
+            "finished_at_ms": record.finished_at_ms,
+            "heartbeat_at_ms": record.heartbeat_at_ms,
+        }
+        upsert = self._options.put_mode == "upsert"
+        upsert_params = {**params, **self._states}
+
+        def body(connection: sqlite3.Connection) -> PutOutcome:
+            if connection.execute(_PUT_INSERT, params).fetchall():
+                return Inserted()
+            if upsert and connection.execute(self._put_upsert, upsert_params).fetchall():
+                return Upserted()
+            run_exists, fenced = connection.execute(_PUT_CLASSIFY, params).fetchone()
+            if not run_exists:
+                return RunNotFound()
+            if not fenced:
+                return FenceLost()
+            row = connection.execute(_SELECT_ONE, params).fetchone()
+            if row is None:
+                raise AttemptStoreError("unknown", "put", "attempt disappeared during put")
+            return ExistingSame() if _decoded("put", row) == record else Conflict()
+
+        return self._write("put", body)
+
+    def get(self, attempt_id: AttemptId) -> Attempt | None:
+        """The attempt, or None when there is none. Not fenced."""
+        ident = admit_get(attempt_id)
+        params = _id_params(ident)
+
+        def body(connection: sqlite3.Connection) -> Attempt | None:
+            row = connection.execute(_SELECT_ONE, params).fetchone()
+            return None if row is None else _decoded("get", row)
+
+        return self._read("get", body)
+
+    def heartbeat(
+        self,
+        run_id: str,
+        step_key_digest: str,
+        attempt: int,
+        owner: OwnerId,
+        now_ms: int,
+        checkpoint: JsonValue | Absent = ABSENT,
+    ) -> AttemptHeartbeatOutcome:
+        """Advance an in-progress attempt's heartbeat to ``max(old, now_ms)``
+        and, when given, replace its checkpoint.
+
+        ``now_ms`` is the caller's reading: any timestamp, no skew rule. An
+        older reading still answers ``Updated`` without moving the stamp.
+        Otherwise: ``NotFound`` (no such attempt), ``FenceLost`` (run missing
+        or not owned by ``owner``), ``StateChanged`` (the attempt settled).
+        """
+        ident, who, now, _, text = admit_heartbeat(
+            run_id, step_key_digest, attempt, owner, now_ms, checkpoint, self._options
+        )
+        params = {
+            **_id_params(ident),
+            **_owner_params(who),
+            **self._states,
+            "now_ms": now,
+            "checkpoint_json": text,
+        }
+
+        def body(connection: sqlite3.Connection) -> AttemptHeartbeatOutcome:
+            if connection.execute(self._heartbeat, params).fetchall():
+                return Updated()
+            exists, fenced = connection.execute(_CLASSIFY, params).fetchone()
+            if not exists:
+                return NotFound()
+            if not fenced:
+                return FenceLost()
+            return StateChanged()
+
+        return self._write("heartbeat", body)
+
+    def finish(self, finish: FinishAttempt, owner: OwnerId) -> FinishOutcome:
+        """Settle an in-progress attempt: write its state and finish time, and
+        replace error, outcome and meta where given.
+
+        The state must not be an in-progress state (``invalid_attempt``).
+        Otherwise as ``heartbeat``: ``NotFound``, ``FenceLost``,
+        ``StateChanged`` (a second finish answers this).
+        """
+        request, who, encoded = admit_finish(finish, owner, self._options)
+        params = {
+            **_id_params(request.id),
+            **_owner_params(who),
+            **_json_params(encoded),
+            **self._states,
+            "state": request.state,
+            "finished_at_ms": request.finished_at_ms,
+        }
+
+        def body(connection: sqlite3.Connection) -> FinishOutcome:
+            if connection.execute(self._finish, params).fetchall():
+                return Finished()
+            exists, fenced = connection.execute(_CLASSIFY, params).fetchone()
+            if not exists:
+                return NotFound()
+            if not fenced:
+                return FenceLost()
+            return StateChanged()
+
+        return self._write("finish", body)
+
+    def patch(self, attempt_id: AttemptId, patch: AttemptPatch, owner: OwnerId) -> PatchOutcome:
+        """Replace the given fields of an attempt in any state, under the fence.
+
+        An empty patch writes nothing new and still answers ``Patched`` when
+        fenced. Otherwise ``NotFound`` (no such attempt), then ``FenceLost``.
+        """
+        ident, _, who, encoded = admit_patch(attempt_id, patch, owner, self._options)
+        params = {**_id_params(ident), **_owner_params(who), **_json_params(encoded)}
+
+        def body(connection: sqlite3.Connection) -> PatchOutcome:
+            if connection.execute(_PATCH, params).fetchall():
+                return Patched()
+            exists, _fenced = connection.execute(_CLASSIFY, params).fetchone()
+            if not exists:
+                return NotFound()
+            return FenceLost()
+
+        return self._write("patch", body)
+
+    # -- comparison ------------------------------------------------------------------
+
+    def state(self) -> tuple[Attempt, ...]:
+        """Every attempt, sorted by run id, step key digest and attempt number."""
+
+        def body(connection: sqlite3.Connection) -> tuple[Attempt, ...]:
+            return tuple(_decoded("state", row) for row in connection.execute(_SELECT_ALL))
+
+        return self._read("state", body)
+
+    def check_invariants(self) -> None:
+        """Raise ``AssertionError`` naming the first broken invariant: a row
+        that does not decode, a checkpoint over this store's cap, an attempt
+        whose run does not exist."""
+        try:
+            attempts = self.state()
+        except AttemptStoreError as error:
+            raise AssertionError(
+                f"attempt: a stored row does not decode ({error.message})"
+            ) from None
+        cap = self._options.max_checkpoint_bytes
+        for record in attempts:
+            if record.checkpoint is not ABSENT:
+                size = len(canonical_json(record.checkpoint).encode("utf-8"))
+                assert size <= cap, "attempt: checkpoint exceeds the cap"
+        orphans = self._read("check_invariants", lambda c: c.execute(_ORPHANS).fetchone()[0])
+        assert orphans == 0, "attempt: its run does not exist"
+
+    def __repr__(self) -> str:
+        return f"AttemptStore(put_mode={self._options.put_mode!r})"
+
+
+# -- decoding ----------------------------------------------------------------------
+
+
+def _corrupt(method: str, column: str, detail: str) -> AttemptStoreError:
+    return AttemptStoreError(
+        "decode_failed",
+        method,
+        f"could not decode flows_attempts row: {column} {detail}",
+        {"column": column, "detail": detail, "stage": "row"},
+    )
+
+
+def _decoded(method: str, row: tuple[object, ...]) -> Attempt:
+    """One ``flows_attempts`` row, checked as strictly as input is admitted."""
+    (run_id, step, number, state, started, finished, beat, checkpoint, error, outcome, meta) = row
+    for column, value in (("run_id", run_id), ("step_key_digest", step), ("state", state)):
+        if not is_identifier(value):
+            raise _corrupt(method, column, "is not durable text")
+    for column, value in (
+        ("attempt", number),
+        ("started_at_ms", started),
+        ("finished_at_ms", finished),
+        ("heartbeat_at_ms", beat),
+    ):
+        optional = column in ("finished_at_ms", "heartbeat_at_ms")
+        if not ((optional and value is None) or is_timestamp(value)):
+            raise _corrupt(method, column, "is not a non-negative safe integer")
+    if meta is None:
+        raise _corrupt(method, "meta_json", "is missing")
+    values: dict[str, JsonValue | Absent] = {}
+    for name, text, cap in (
+        ("checkpoint", checkpoint, MAXIMUM_CHECKPOINT_BYTES),
+        ("error", error, None),
+        ("outcome", outcome, None),
+        ("meta", meta, None),
+    ):
+        if text is None:
+            values[name] = ABSENT
+            continue
+        value, complaint = stored_json_complaint(text, cap=cap)
+        if complaint is not None:
+            raise _corrupt(method, f"{name}_json", complaint)
+        values[name] = value  # type: ignore[assignment]
+    return Attempt(
+        run_id,  # type: ignore[arg-type]
+        step,  # type: ignore[arg-type]
+        number,  # type: ignore[arg-type]
+        state,  # type: ignore[arg-type]
+        started,  # type: ignore[arg-type]
+        finished_at_ms=finished,  # type: ignore[arg-type]
+        heartbeat_at_ms=beat,  # type: ignore[arg-type]
+        checkpoint=values["checkpoint"],
+        error=values["error"],
+        outcome=values["outcome"],
+        meta=values["meta"],
+    )
+
+
+def _from_run_store(method: str, error: RunStoreError) -> AttemptStoreError:
+    """Translate a run-store failure: constraint and persistence_failed keep
+    their code, anything else is unknown. The cause keeps only codes."""
+    code = error.code
+    if code == "constraint" or code == "persistence_failed":
+        translated = AttemptStoreError(code, method, "database operation failed")
+    else:
+        translated = AttemptStoreError("unknown", method, "the run store failed")
+    translated.cause.update(category=translated.code, run_store_code=code)
+    database = error.cause.get("database_code") if isinstance(error.cause, dict) else None
+    if isinstance(database, str):
+        translated.cause["database_code"] = database
+    return translated
