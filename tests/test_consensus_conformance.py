@@ -87,8 +87,13 @@ class Harness:
         self.rolled_back = _RolledBack(self)
 
     def transact(self, body: Callable[[Transaction], T]) -> T:
-        with FakeTransaction() as tx:
+        tx = FakeTransaction()
+        try:
             answer = body(tx)
+        except BaseException:
+            tx.rollback()
+            raise
+        tx.commit()
         return answer
 
     def transact_and_roll_back(self, body: Callable[[Transaction], T]) -> T:
