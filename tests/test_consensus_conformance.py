@@ -156,8 +156,21 @@ class SqlHarness(Harness):
         self.store = store
 
     def transact(self, body: Callable[[Transaction], T]) -> T:
-        result: T = self.store._write("consensus_conformance", body)
-        return result
+        # The store classifies a strategy's ConsensusError as persistence_failed;
+        # here the strategy's own exception (guard's FenceLostError) is the answer.
+        raised: list[ConsensusError] = []
+
+        def guarded(tx: Transaction) -> T | None:
+            try:
+                return body(tx)
+            except ConsensusError as error:
+                raised.append(error)
+                return None
+
+        result = self.store._write("consensus_conformance", guarded)
+        if raised:
+            raise raised[0]
+        return result  # type: ignore[no-any-return]
 
     def transact_and_roll_back(self, body: Callable[[Transaction], T]) -> T:
         answers: list[T] = []
