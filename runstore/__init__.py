@@ -142,6 +142,7 @@ __all__ = [
     "TransitionGuard",
     "TransitionOutcome",
     "Transitioned",
+    "UnsupportedDatabaseError",
     "Updated",
     "open",
 ]
