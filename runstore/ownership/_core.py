@@ -1,0 +1,599 @@
+"""The heartbeat supervisor: one implementation behind ``supervise`` and ``asupervise``.
+
+The supervisor is a coroutine that races two loops, as the original does:
+
+- **pulses**: every ``HEARTBEAT_INTERVAL_MS`` it heartbeats with the clock's
+  reading. ``Updated`` re-arms the budget from the timestamp it sent; any other
+  answer means another owner holds the run, so it ends at once (no
+  ``on_lapse``); an error is tolerated, logged once per outage.
+- **deadline**: it sleeps until the last confirmed pulse plus
+  ``HEARTBEAT_WRITE_TOLERANCE_MS`` and re-reads the clock. It bounds a write
+  that never returns.
+
+When the budget is spent either loop runs the expiry procedure, serialized and
+re-checked so that two loops arriving together settle once: one ``reconfirm``
+bounded by one interval either renews the lease (then ``on_reconfirm`` runs,
+bounded by the renewed budget) or the lease lapses (``on_lapse`` once).
+
+Blocking store calls and plain-function callbacks run in daemon worker threads
+and are awaited with the clock as a bound, so the event loop never blocks and a
+stalled call never delays the supervisor. Time is read only through the
+injected ``Clock``. The faces in ``_faces`` decide how an ending interrupts the
+owned work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import queue
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, TypeVar
+
+import attrs
+
+from .._clock import Clock
+from .._constants import HEARTBEAT_INTERVAL_MS, HEARTBEAT_WRITE_TOLERANCE_MS
+from .._errors import RunStoreError
+from .._outcomes import Updated
+from .._protocol import RunStore
+from .._values import OwnerId
+
+logger = logging.getLogger("runstore.ownership")
+
+T = TypeVar("T")
+
+#: A supervisor callback: a plain function (run in a worker thread) or a
+#: coroutine function (awaited on the supervisor's event loop).
+Callback = Callable[..., object]
+
+EndReason = Literal["lapsed", "fence_lost", "released"]
+
+
+class LeaseLost(Exception):
+    """Raised from a supervised block when the owned work was interrupted.
+
+    ``reason`` is ``"lapsed"`` (heartbeat writes failed for the whole write
+    tolerance and the final ``reconfirm`` did not renew the lease) or
+    ``"fence_lost"`` (a heartbeat answered that this owner no longer holds
+    the run). ``unconfirmed_ms`` is how long the lease had gone unconfirmed at
+    a lapse; ``outcome`` is the store's answer when the fence was lost.
+
+    Inside a threaded block the same exception may arrive asynchronously, at
+    any point where the work thread runs Python code; let it propagate.
+    """
+
+    run_id: str | None
+    reason: EndReason | None
+    unconfirmed_ms: int | None
+    outcome: object
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        run_id: str | None = None,
+        reason: EndReason | None = None,
+        unconfirmed_ms: int | None = None,
+        outcome: object = None,
+    ) -> None:
+        if message is None:
+            # Built with no arguments: the interpreter raising an exception
+            # injected into a work thread. Adopt that thread's details.
+            template = _take_injected(threading.get_ident())
+            if template is not None:
+                message = template.args[0] if template.args else None
+                run_id, reason = template.run_id, template.reason
+                unconfirmed_ms, outcome = template.unconfirmed_ms, template.outcome
+        super().__init__(message or "the run's lease was lost")
+        self.run_id = run_id
+        self.reason = reason
+        self.unconfirmed_ms = unconfirmed_ms
+        self.outcome = outcome
+
+
+_injected_lock = threading.Lock()
+_injected: dict[int, LeaseLost] = {}
+
+
+def _remember_injected(thread_id: int, error: LeaseLost) -> None:
+    with _injected_lock:
+        _injected[thread_id] = error
+
+
+def _take_injected(thread_id: int) -> LeaseLost | None:
+    with _injected_lock:
+        return _injected.pop(thread_id, None)
+
+
+def _forget_injected(thread_id: int) -> None:
+    _take_injected(thread_id)
+
+
+@attrs.frozen
+class Ending:
+    """How a supervision ended on its own: the lease lapsed, the fence was lost,
+    or this owner released the run itself (a quiet end)."""
+
+    reason: EndReason
+    unconfirmed_ms: int | None = None
+    outcome: object = None
+
+    def error(self, run_id: str) -> LeaseLost:
+        if self.reason == "lapsed":
+            message = f"the lease of run {run_id!r} lapsed after {self.unconfirmed_ms} ms"
+        else:
+            message = f"run {run_id!r} is no longer owned by this owner ({self.outcome!r})"
+        return LeaseLost(
+            message,
+            run_id=run_id,
+            reason=self.reason,
+            unconfirmed_ms=self.unconfirmed_ms,
+            outcome=self.outcome,
+        )
+
+
+class Supervision:
+    """What a supervised block gets: the state of its lease.
+
+    ``lost`` is set when the work was interrupted; ``check()`` raises the
+    ``LeaseLost`` then, for work that prefers to look between steps.
+    ``cancel_requested`` is set once a pulse has seen cancellation intent (only
+    watched when ``on_cancel_requested`` was given). ``last_confirmed_ms`` is the
+    timestamp of the last write that renewed the lease (or the start).
+    """
+
+    def __init__(self, run_id: str, owner: OwnerId, start_ms: int) -> None:
+        self.run_id = run_id
+        self.owner = owner
+        self.lost = threading.Event()
+        self.cancel_requested = threading.Event()
+        self._last_confirmed_ms = start_ms
+        self._error: LeaseLost | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def last_confirmed_ms(self) -> int:
+        with self._lock:
+            return self._last_confirmed_ms
+
+    @property
+    def error(self) -> LeaseLost | None:
+        """The ``LeaseLost`` the block ends with, once the lease is lost."""
+        with self._lock:
+            return self._error
+
+    def check(self) -> None:
+        """Raise ``LeaseLost`` if the lease is lost; otherwise do nothing."""
+        error = self.error
+        if error is not None:
+            raise error
+
+    def _confirm(self, stamp_ms: int) -> None:
+        with self._lock:
+            self._last_confirmed_ms = max(self._last_confirmed_ms, stamp_ms)
+
+    def _lose(self, error: LeaseLost) -> None:
+        with self._lock:
+            if self._error is None:
+                self._error = error
+        self.lost.set()
+
+    def __repr__(self) -> str:
+        state = "lost" if self.lost.is_set() else "held"
+        return f"Supervision(run_id={self.run_id!r}, owner={self.owner!r}, {state})"
+
+
+class _TimedOut(Exception):
+    """A bounded call reached its clock deadline before it returned."""
+
+
+class _Workers:
+    """Daemon threads that run blocking calls for one event loop.
+
+    A call that never returns keeps its thread; the next call gets another one.
+    Daemon threads never hold up interpreter exit, which a stalled database
+    write would do to a ``ThreadPoolExecutor``.
+    """
+
+    _MAX_IDLE = 2
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._lock = threading.Lock()
+        self._idle: list[queue.SimpleQueue[Any]] = []
+        self._closed = False
+        self.in_flight = 0
+
+    def submit(self, fn: Callable[..., T], args: tuple[Any, ...]) -> asyncio.Future[T]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the supervisor's workers are closed")
+            inbox = self._idle.pop() if self._idle else None
+            self.in_flight += 1
+        if inbox is None:
+            inbox = queue.SimpleQueue()
+            threading.Thread(
+                target=self._serve, args=(inbox,), name=self._name, daemon=True
+            ).start()
+        inbox.put((fn, args, loop, future))
+        return future
+
+    def _serve(self, inbox: queue.SimpleQueue[Any]) -> None:
+        while True:
+            item = inbox.get()
+            if item is None:
+                return
+            fn, args, loop, future = item
+            try:
+                result = fn(*args)
+            except BaseException as error:
+                _deliver(loop, future, None, error)
+            else:
+                _deliver(loop, future, result, None)
+            finally:
+                del item, fn, args, future
+            with self._lock:
+                self.in_flight -= 1
+                if self._closed or len(self._idle) >= self._MAX_IDLE:
+                    return
+                self._idle.append(inbox)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for inbox in idle:
+            inbox.put(None)
+
+
+def _deliver(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[Any],
+    result: object,
+    error: BaseException | None,
+) -> None:
+    def settle() -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    # A closed loop means nobody waits for this answer any more.
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(settle)
+
+
+def _error_code(error: BaseException) -> str:
+    # Only the code or the type name: a driver message may quote run state.
+    if isinstance(error, RunStoreError):
+        return error.code
+    return type(error).__name__
+
+
+class Core:
+    """One supervision of one run by one owner. ``run()`` is the whole job."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        supervision: Supervision,
+        *,
+        clock: Clock,
+        on_reconfirm: Callback | None,
+        on_lapse: Callback | None,
+        on_cancel_requested: Callback | None,
+        interrupt: Callable[[LeaseLost], None],
+    ) -> None:
+        self._store = store
+        self._supervision = supervision
+        self._run_id = supervision.run_id
+        self._owner = supervision.owner
+        self._clock = clock
+        self._on_reconfirm = on_reconfirm
+        self._on_lapse = on_lapse
+        self._on_cancel_requested = on_cancel_requested
+        self._interrupt = interrupt
+        self._workers = _Workers("runstore-heartbeat")
+        self._state = threading.Lock()
+        self._ending: Ending | None = None
+        self._stopping = False
+        self._failing = False
+        self._cancel_seen = False
+        self._background: set[asyncio.Future[Any]] = set()
+        self._expiry = asyncio.Lock()
+        self._store_calls = 0
+
+    # --- control, from any thread ---------------------------------------------
+
+    @property
+    def ending(self) -> Ending | None:
+        with self._state:
+            return self._ending
+
+    def request_stop(self) -> bool:
+        """The owner is leaving. True: stop the supervisor (cancel its task);
+        False: it already settled and finishes on its own."""
+        with self._state:
+            if self._ending is not None:
+                return False
+            self._stopping = True
+            return True
+
+    def _settle(self, ending: Ending) -> Ending:
+        """Record the first ending; later arrivals get the recorded one."""
+        with self._state:
+            if self._ending is not None:
+                return self._ending
+            if self._stopping:
+                # The owner is leaving: its cancellation wins, without on_lapse.
+                raise asyncio.CancelledError
+            self._ending = ending
+            return ending
+
+    @property
+    def _last_confirmed(self) -> int:
+        return self._supervision.last_confirmed_ms
+
+    # --- the job ----------------------------------------------------------------
+
+    async def run(self) -> Ending:
+        """Supervise until the lease ends; cancel the task to stop supervising."""
+        pulses = asyncio.ensure_future(self._pulses())
+        deadline = asyncio.ensure_future(self._deadline())
+        try:
+            done, _ = await asyncio.wait((pulses, deadline), return_when=asyncio.FIRST_COMPLETED)
+            ending = next(iter(done)).result()
+        finally:
+            for task in (pulses, deadline, *self._background):
+                task.cancel()
+            await asyncio.gather(pulses, deadline, *self._background, return_exceptions=True)
+            self._workers.close()
+        if ending.reason != "released":
+            self._interrupt(ending.error(self._run_id))
+        return ending
+
+    async def _pulses(self) -> Ending:
+        while True:
+            await self._clock.asleep_until(self._clock.now_ms() + HEARTBEAT_INTERVAL_MS)
+            now = self._clock.now_ms()
+            if now - self._last_confirmed >= HEARTBEAT_WRITE_TOLERANCE_MS:
+                ending = await self._expire()
+            else:
+                ending = await self._pulse(now)
+            if ending is not None:
+                return ending
+
+    async def _deadline(self) -> Ending:
+        while True:
+            await self._clock.asleep_until(self._last_confirmed + HEARTBEAT_WRITE_TOLERANCE_MS)
+            if self._clock.now_ms() - self._last_confirmed >= HEARTBEAT_WRITE_TOLERANCE_MS:
+                ending = await self._expire()
+                if ending is not None:
+                    return ending
+
+    async def _pulse(self, now: int) -> Ending | None:
+        try:
+            outcome = await self._call_store(self._store.heartbeat, self._run_id, self._owner, now)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            if self.ending is None and not self._failing:
+                self._failing = True
+                code = _error_code(error)
+                logger.warning(
+                    "run heartbeat write failed (run_id=%s, code=%s)",
+                    self._run_id,
+                    code,
+                    extra={"run_id": self._run_id, "error_code": code},
+                )
+            return None
+        if isinstance(outcome, Updated):
+            # Re-arm from the timestamp sent, never from when the write returned.
+            self._supervision._confirm(now)
+            self._failing = False
+            if self._on_cancel_requested is not None and not self._cancel_seen:
+                await self._watch_cancel(now)
+            return None
+        return await self._fence_lost(outcome)
+
+    async def _fence_lost(self, outcome: object) -> Ending:
+        bound = self._last_confirmed + HEARTBEAT_WRITE_TOLERANCE_MS
+        if await self._released_by_owner(bound):
+            return self._settle(Ending("released", outcome=outcome))
+        ending = self._settle(Ending("fence_lost", outcome=outcome))
+        if ending.reason == "fence_lost" and ending.outcome is outcome:
+            logger.warning(
+                "run fence lost; interrupting owned work (run_id=%s, outcome=%s)",
+                self._run_id,
+                type(outcome).__name__,
+                extra={"run_id": self._run_id, "outcome": type(outcome).__name__},
+            )
+        return ending
+
+    async def _released_by_owner(self, bound: int) -> bool:
+        """Did this owner give the run up itself (a transition out of running)?
+
+        Then a heartbeat that finds the fence gone is the work's own doing and
+        the supervision ends quietly instead of interrupting it.
+        """
+        try:
+            facts = await self._call_store(self._store.ownership_facts, self._run_id, bound=bound)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            return False
+        for fact in reversed(facts):
+            if fact.owner == self._owner:
+                return fact.transition == "released" and fact.granted_at_ms is None
+        return False
+
+    async def _expire(self) -> Ending | None:
+        async with self._expiry:
+            settled = self.ending
+            if settled is not None:
+                return settled
+            stamp = self._clock.now_ms()
+            unconfirmed = stamp - self._last_confirmed
+            if unconfirmed < HEARTBEAT_WRITE_TOLERANCE_MS:
+                return None  # the other loop renewed the lease meanwhile
+            try:
+                outcome: object = await self._call_store(
+                    self._store.reconfirm,
+                    self._run_id,
+                    self._owner,
+                    stamp,
+                    bound=stamp + HEARTBEAT_INTERVAL_MS,
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                outcome = None
+            if isinstance(outcome, Updated):
+                # An answer that arrives when the renewed budget is already
+                # spent renews nothing (an exactly spent budget included).
+                if stamp + HEARTBEAT_WRITE_TOLERANCE_MS <= self._clock.now_ms():
+                    return await self._lapse(unconfirmed)
+                self._supervision._confirm(stamp)
+                if self._on_reconfirm is not None:
+                    receipt_ok = await self._invoke_bounded(
+                        self._on_reconfirm, unconfirmed, bound=stamp + HEARTBEAT_WRITE_TOLERANCE_MS
+                    )
+                    if not receipt_ok:
+                        return await self._lapse(unconfirmed)
+                return None
+            bound = self._clock.now_ms() + HEARTBEAT_INTERVAL_MS
+            if outcome is not None and await self._released_by_owner(bound):
+                return self._settle(Ending("released", outcome=outcome))
+            return await self._lapse(unconfirmed)
+
+    async def _lapse(self, unconfirmed: int) -> Ending:
+        ending = self._settle(Ending("lapsed", unconfirmed_ms=unconfirmed))
+        if ending.reason != "lapsed" or ending.unconfirmed_ms != unconfirmed:
+            return ending
+        logger.warning(
+            "run lease lapsed; interrupting owned work (run_id=%s, unconfirmed_ms=%s)",
+            self._run_id,
+            unconfirmed,
+            extra={"run_id": self._run_id, "unconfirmed_ms": unconfirmed},
+        )
+        self._interrupt_store()
+        if self._on_lapse is not None:
+            await self._invoke_bounded(self._on_lapse, unconfirmed, bound=None)
+        return ending
+
+    def _interrupt_store(self) -> None:
+        """Abort a store call that is still pending, if the store can."""
+        with self._state:
+            pending = self._store_calls
+        interrupt = getattr(self._store, "interrupt", None)
+        if pending and callable(interrupt):
+            try:
+                interrupt()
+            except Exception:
+                logger.debug("store interrupt failed", exc_info=True)
+
+    async def _watch_cancel(self, now: int) -> None:
+        # acknowledge_cancel is a constant-cost check (it never reads run
+        # state) that answers True only when intent is present and this owner
+        # still holds the run; the acknowledgement it records is exactly the
+        # fact that the owner observed the request.
+        bound = self._last_confirmed + HEARTBEAT_WRITE_TOLERANCE_MS
+        try:
+            seen = await self._call_store(
+                self._store.acknowledge_cancel, self._run_id, self._owner, now, bound=bound
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            return
+        if seen is not True or self._cancel_seen:
+            return
+        self._cancel_seen = True
+        self._supervision.cancel_requested.set()
+        callback = self._on_cancel_requested
+        if callback is not None:
+            # Fired in the background: a slow callback must not delay pulses.
+            task = asyncio.ensure_future(self._invoke_bounded(callback, bound=None))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    # --- calls and callbacks ---------------------------------------------------
+
+    async def _call_store(self, fn: Callable[..., T], *args: Any, bound: int | None = None) -> T:
+        """A store call, counted so that a lapse knows whether one is pending."""
+        return await self._call(self._counted, fn, *args, bound=bound)
+
+    def _counted(self, fn: Callable[..., T], *args: Any) -> T:
+        with self._state:
+            self._store_calls += 1
+        try:
+            return fn(*args)
+        finally:
+            with self._state:
+                self._store_calls -= 1
+
+    async def _call(self, fn: Callable[..., T], *args: Any, bound: int | None = None) -> T:
+        """Run a blocking call in a worker thread; with ``bound``, give up
+        (``_TimedOut``) when the clock reaches it first."""
+        future = self._workers.submit(fn, args)
+        try:
+            if bound is None:
+                return await future
+            return await self._await_bounded(future, bound)
+        finally:
+            if not future.done():
+                future.cancel()
+
+    async def _await_bounded(self, awaitable: Awaitable[T], bound: int) -> T:
+        work = asyncio.ensure_future(awaitable)
+        timer = asyncio.ensure_future(self._clock.asleep_until(bound))
+        try:
+            await asyncio.wait((work, timer), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+            if not work.done():
+                work.cancel()
+        # Let the cancelled timer leave the clock before anyone counts sleepers.
+        await asyncio.gather(timer, return_exceptions=True)
+        if work.done() and not work.cancelled():
+            return work.result()
+        raise _TimedOut
+
+    async def _invoke_bounded(self, callback: Callback, *args: Any, bound: int | None) -> bool:
+        """Run a callback to completion, or until ``bound``. True if it
+        finished in time without raising."""
+        try:
+            if inspect.iscoroutinefunction(callback):
+                awaitable: Awaitable[object] = callback(*args)
+            else:
+                awaitable = self._call_then_await(callback, *args)
+            if bound is None:
+                await awaitable
+            else:
+                await self._await_bounded(awaitable, bound)
+        except asyncio.CancelledError:
+            raise
+        except _TimedOut:
+            return False
+        except Exception:
+            logger.exception(
+                "run supervisor callback failed (run_id=%s)",
+                self._run_id,
+                extra={"run_id": self._run_id},
+            )
+            return False
+        return True
+
+    async def _call_then_await(self, callback: Callback, *args: Any) -> object:
+        result = await self._call(callback, *args)
+        if inspect.isawaitable(result):
+            return await result
+        return result

@@ -1,0 +1,336 @@
+"""The two faces of the supervisor: ``supervise`` (threads) and ``asupervise`` (asyncio).
+
+Both run the same ``Core``. They differ only in where it runs and how an
+ending reaches the owned work:
+
+- ``asupervise`` runs the core as a task on the caller's loop; a lost lease
+  cancels the block's task and the ``async with`` raises ``LeaseLost``.
+- ``supervise`` runs the core on a private event loop in a helper thread; the
+  block's work keeps the caller's thread. A lost lease sets
+  ``Supervision.lost``, raises ``LeaseLost`` asynchronously in the work thread
+  (unless ``interrupt_thread=False``) and, in every case, raises ``LeaseLost``
+  when the block exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import sys
+import threading
+from types import TracebackType
+from typing import Literal
+
+from .._boundary import admit_identifier, admit_owner
+from .._clock import Clock
+from .._protocol import RunStore
+from .._values import OwnerId
+from ._core import (
+    Callback,
+    Core,
+    Ending,
+    LeaseLost,
+    Supervision,
+    _forget_injected,
+    _remember_injected,
+)
+
+logger = logging.getLogger("runstore.ownership")
+
+# PyThreadState_SetAsyncExc(thread id, exception type or NULL): schedule (or,
+# with NULL, withdraw) an exception in another thread. CPython only; called
+# through our own prototypes so the shared ctypes.pythonapi stays untouched.
+_set_async_exc = None
+_clear_async_exc = None
+if sys.implementation.name == "cpython":  # pragma: no branch
+    _set_async_exc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
+        ("PyThreadState_SetAsyncExc", ctypes.pythonapi)
+    )
+    _clear_async_exc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p)(
+        ("PyThreadState_SetAsyncExc", ctypes.pythonapi)
+    )
+
+
+def _crashed(run_id: str) -> LeaseLost:
+    return LeaseLost(
+        f"the supervisor of run {run_id!r} failed; the lease is no longer kept",
+        run_id=run_id,
+        reason="lapsed",
+    )
+
+
+def _admit(run_id: object, owner: object, method: str) -> tuple[str, OwnerId]:
+    return admit_identifier(method, "run_id", run_id), admit_owner(method, "owner", owner)
+
+
+class ThreadSupervisor:
+    """The context manager ``supervise`` returns. Use it once."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        run_id: str,
+        owner: OwnerId,
+        *,
+        clock: Clock,
+        on_reconfirm: Callback | None,
+        on_lapse: Callback | None,
+        on_cancel_requested: Callback | None,
+        interrupt_thread: bool,
+    ) -> None:
+        self._store = store
+        self._run_id, self._owner = _admit(run_id, owner, "supervise")
+        self._clock = clock
+        self._callbacks = (on_reconfirm, on_lapse, on_cancel_requested)
+        self._interrupt_thread = interrupt_thread and _set_async_exc is not None
+        self._gate = threading.Lock()
+        self._block_done = False
+        self._injected = False
+        self._entered = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[Ending] | None = None
+
+    def __enter__(self) -> Supervision:
+        if self._entered:
+            raise RuntimeError("a supervisor is entered once")
+        self._entered = True
+        self._work_thread = threading.get_ident()
+        # The budget starts when supervision starts, read in the owner's thread.
+        self._supervision = Supervision(self._run_id, self._owner, self._clock.now_ms())
+        on_reconfirm, on_lapse, on_cancel_requested = self._callbacks
+        self._core = Core(
+            self._store,
+            self._supervision,
+            clock=self._clock,
+            on_reconfirm=on_reconfirm,
+            on_lapse=on_lapse,
+            on_cancel_requested=on_cancel_requested,
+            interrupt=self._interrupt,
+        )
+        ready = threading.Event()
+        self._thread = threading.Thread(
+            target=self._main, args=(ready,), name="runstore-supervise", daemon=True
+        )
+        self._thread.start()
+        ready.wait()
+        return self._supervision
+
+    def _main(self, ready: threading.Event) -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            self._task = loop.create_task(self._core.run())
+            self._loop = loop
+            ready.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                loop.run_until_complete(self._task)
+        except BaseException:
+            # A supervisor that died cannot keep the lease: stop the work.
+            logger.exception("run supervisor failed (run_id=%s)", self._run_id)
+            self._interrupt(_crashed(self._run_id))
+        finally:
+            ready.set()
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                loop.close()
+
+    def _interrupt(self, error: LeaseLost) -> None:
+        # Runs in the helper thread once the core has settled a loss.
+        self._supervision._lose(error)
+        with self._gate:
+            if self._block_done or not self._interrupt_thread or _set_async_exc is None:
+                return
+            _remember_injected(self._work_thread, error)
+            self._injected = True
+            _set_async_exc(self._work_thread, LeaseLost)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Literal[False]:
+        with self._gate:
+            self._block_done = True
+            if self._injected and _clear_async_exc is not None:
+                # Withdraw an injected exception not yet delivered: it must
+                # never surface after the block.
+                _clear_async_exc(self._work_thread, None)
+                _forget_injected(self._work_thread)
+        if self._core.request_stop():
+            loop, task = self._loop, self._task
+            if loop is not None and task is not None:
+                with contextlib.suppress(RuntimeError):  # the loop already closed
+                    loop.call_soon_threadsafe(task.cancel)
+        self._thread.join()
+        error = self._supervision.error
+        if error is None or isinstance(exc, LeaseLost):
+            return False
+        if exc is None:
+            raise error
+        raise error from exc
+
+
+class AsyncSupervisor:
+    """The async context manager ``asupervise`` returns. Use it once."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        run_id: str,
+        owner: OwnerId,
+        *,
+        clock: Clock,
+        on_reconfirm: Callback | None,
+        on_lapse: Callback | None,
+        on_cancel_requested: Callback | None,
+    ) -> None:
+        self._store = store
+        self._run_id, self._owner = _admit(run_id, owner, "asupervise")
+        self._clock = clock
+        self._callbacks = (on_reconfirm, on_lapse, on_cancel_requested)
+        self._block_done = False
+        self._cancelled_work = False
+        self._entered = False
+
+    async def __aenter__(self) -> Supervision:
+        if self._entered:
+            raise RuntimeError("a supervisor is entered once")
+        self._entered = True
+        work = asyncio.current_task()
+        if work is None:
+            raise RuntimeError("asupervise must be used inside an asyncio task")
+        self._work = work
+        self._supervision = Supervision(self._run_id, self._owner, self._clock.now_ms())
+        on_reconfirm, on_lapse, on_cancel_requested = self._callbacks
+        self._core = Core(
+            self._store,
+            self._supervision,
+            clock=self._clock,
+            on_reconfirm=on_reconfirm,
+            on_lapse=on_lapse,
+            on_cancel_requested=on_cancel_requested,
+            interrupt=self._interrupt,
+        )
+        self._task = asyncio.ensure_future(self._core.run())
+        self._task.add_done_callback(self._core_done)
+        return self._supervision
+
+    def _core_done(self, task: asyncio.Future[Ending]) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        # A supervisor that died cannot keep the lease: stop the work.
+        logger.error("run supervisor failed (run_id=%s)", self._run_id, exc_info=task.exception())
+        self._interrupt(_crashed(self._run_id))
+
+    def _interrupt(self, error: LeaseLost) -> None:
+        # Runs on the loop, in the core's task, once the core settled a loss.
+        self._supervision._lose(error)
+        if not self._block_done:
+            self._cancelled_work = True
+            self._work.cancel(msg="runstore: the run's lease was lost")
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Literal[False]:
+        self._block_done = True
+        if self._core.request_stop():
+            self._task.cancel()
+        # Wait for the core without letting its cancellation become ours.
+        await asyncio.wait((self._task,))
+        error = self._supervision.error
+        if self._cancelled_work:
+            if self._work.uncancel() > 0:
+                # Someone else cancelled the owner too: their cancellation wins.
+                return False
+        elif isinstance(exc, asyncio.CancelledError):
+            return False  # the owner was cancelled by someone else
+        if error is None or isinstance(exc, LeaseLost):
+            return False
+        if exc is None or isinstance(exc, asyncio.CancelledError):
+            raise error
+        raise error from exc
+
+
+def supervise(
+    store: RunStore,
+    run_id: str,
+    owner: OwnerId,
+    *,
+    clock: Clock,
+    on_reconfirm: Callback | None = None,
+    on_lapse: Callback | None = None,
+    on_cancel_requested: Callback | None = None,
+    interrupt_thread: bool = True,
+) -> ThreadSupervisor:
+    """Keep ``owner``'s lease on ``run_id`` alive while a ``with`` block works.
+
+    The block runs in the caller's thread; a helper thread heartbeats every
+    ``HEARTBEAT_INTERVAL_MS`` on ``clock`` (the store's clock). The work is
+    interrupted, and ``LeaseLost`` raised from the ``with`` statement, when a
+    heartbeat finds another owner (``reason="fence_lost"``) or when writes
+    failed for ``HEARTBEAT_WRITE_TOLERANCE_MS`` and the final ``reconfirm``
+    did not renew the lease (``reason="lapsed"``, after ``on_lapse``).
+    ``on_reconfirm(unconfirmed_ms)`` runs after a reconfirmation renewed the
+    lease and must return before the renewed budget ends, or the lease lapses.
+    ``on_cancel_requested()`` runs once, when a pulse finds cancellation intent
+    on the run (the supervisor then records the owner's acknowledgement).
+    Callbacks may be plain functions (run in a worker thread) or coroutine
+    functions (run on the helper's event loop).
+
+    Interruption: with ``interrupt_thread=True`` (the default, CPython only)
+    ``LeaseLost`` is raised asynchronously in the work thread the moment the
+    lease is lost, at the next point where that thread runs Python code; a
+    thread blocked in a C call (``time.sleep``, a socket read) sees it when the
+    call returns. With ``False`` nothing is injected: the work looks at
+    ``lease.lost`` or calls ``lease.check()`` between steps. Either way the
+    block's exit raises ``LeaseLost`` if the lease was lost while it ran, and
+    leaving the block (normally or with an exception) stops the supervisor
+    without ``on_lapse``. If the work settles or suspends the run itself, the
+    supervisor notices that its own owner released it and ends quietly.
+    """
+    return ThreadSupervisor(
+        store,
+        run_id,
+        owner,
+        clock=clock,
+        on_reconfirm=on_reconfirm,
+        on_lapse=on_lapse,
+        on_cancel_requested=on_cancel_requested,
+        interrupt_thread=interrupt_thread,
+    )
+
+
+def asupervise(
+    store: RunStore,
+    run_id: str,
+    owner: OwnerId,
+    *,
+    clock: Clock,
+    on_reconfirm: Callback | None = None,
+    on_lapse: Callback | None = None,
+    on_cancel_requested: Callback | None = None,
+) -> AsyncSupervisor:
+    """The asyncio face of ``supervise``: ``async with asupervise(...) as lease:``.
+
+    The supervisor runs as a task on the running loop; every store call runs in
+    a worker thread, so the loop never waits on the database. A lost lease
+    cancels the task running the block and the ``async with`` raises
+    ``LeaseLost`` (a cancellation from anyone else still propagates as
+    ``CancelledError``, without ``on_lapse``). Callbacks may be coroutine
+    functions (awaited on the loop) or plain functions (run in a worker thread).
+    """
+    return AsyncSupervisor(
+        store,
+        run_id,
+        owner,
+        clock=clock,
+        on_reconfirm=on_reconfirm,
+        on_lapse=on_lapse,
+        on_cancel_requested=on_cancel_requested,
+    )
