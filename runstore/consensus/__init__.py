@@ -9,6 +9,7 @@ live in ``runstore.model.ModelConsensus``.
 
 from ._local import LocalConsensus as LocalConsensus
 from ._noop import NoopConsensus as NoopConsensus
+from ._sql import SqlConsensus as SqlConsensus
 from ._types import Cleared as Cleared
 from ._types import Consensus as Consensus
 from ._types import ConsensusError as ConsensusError
@@ -46,5 +47,6 @@ __all__ = [
     "RejectionReason",
     "RenewOutcome",
     "Renewed",
+    "SqlConsensus",
     "Transaction",
 ]

@@ -1,0 +1,425 @@
+"""The schema, as an ordered chain of numbered, recorded migrations.
+
+The chain replays upstream's history first, so a database built by an earlier
+version of this package (or by the tests, which stop the chain part-way and
+insert rows) upgrades the way upstream's did:
+
+=====  ==================================  =========================================
+id     name                                what it does
+=====  ==================================  =========================================
+1001   ``run-store_initial``               ``flows_runs`` and ``flows_attempts``
+1002   ``run-store_lineage``               lineage columns, unique (lineage, round)
+1003   ``run-store_execution_revisions``   revision source, changes, triggers,
+                                           the cancellation acknowledgement column
+1004   ``run-store_waiting_request``       the engine's ``waiting_request`` column
+6      ``journal_consensus``               ``flows_consensus_leases`` + backfill
+2001   ``runstore_ownership_facts``        the companion fact table + baseline
+2002   ``runstore_run_state``              run state moves to ``flows_run_state``
+=====  ==================================  =========================================
+
+Each migration runs in its own ``BEGIN IMMEDIATE`` transaction that first
+re-reads ``flows_migrations``, so two processes opening a fresh file at once
+apply every step exactly once: the loser of the write lock finds the step
+recorded and skips it. A database recording a migration this version does not
+know is refused (its schema is newer), and so is a file that has tables but no
+bookkeeping table (it is not a runstore database).
+
+Ids 1001-1004 and 6 keep upstream's numbering (``run-store`` set at offset
+1000, the journal's consensus step at 6); our own steps use 2001 and up.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import Final
+
+import attrs
+
+from .._constants import MAX_SAFE_INTEGER
+
+_MAX = str(MAX_SAFE_INTEGER)
+
+
+def _int(column: str) -> str:
+    """CHECK text: an exact non-negative safe integer."""
+    return f"(typeof({column}) = 'integer' AND {column} BETWEEN 0 AND {_MAX})"
+
+
+def _opt_int(column: str) -> str:
+    return f"({column} IS NULL OR {_int(column)})"
+
+
+def _opt_text(column: str) -> str:
+    return f"({column} IS NULL OR (typeof({column}) = 'text' AND length({column}) > 0))"
+
+
+def _text(column: str) -> str:
+    return f"(typeof({column}) = 'text' AND length({column}) > 0)"
+
+
+_INITIAL: Final = f"""
+CREATE TABLE flows_runs (
+  run_id TEXT NOT NULL PRIMARY KEY CHECK ({_text("run_id")}),
+  status TEXT NOT NULL CHECK (
+    status IN ('pending', 'running', 'suspended', 'completed', 'failed', 'cancelled')
+  ),
+  created_at_ms INTEGER NOT NULL CHECK ({_int("created_at_ms")}),
+  started_at_ms INTEGER CHECK ({_opt_int("started_at_ms")}),
+  finished_at_ms INTEGER CHECK ({_opt_int("finished_at_ms")}),
+  owner_host_id TEXT,
+  owner_pid INTEGER,
+  owner_nonce TEXT,
+  heartbeat_at_ms INTEGER CHECK ({_opt_int("heartbeat_at_ms")}),
+  claim_host_id TEXT,
+  claim_pid INTEGER,
+  claim_nonce TEXT,
+  claimed_at_ms INTEGER CHECK ({_opt_int("claimed_at_ms")}),
+  parent_run_id TEXT REFERENCES flows_runs (run_id) CHECK ({_opt_text("parent_run_id")}),
+  cancel_requested_at_ms INTEGER CHECK ({_opt_int("cancel_requested_at_ms")}),
+  waiting_reason TEXT CHECK ({_opt_text("waiting_reason")}),
+  waiting_wake_at_ms INTEGER CHECK ({_opt_int("waiting_wake_at_ms")}),
+  waiting_token TEXT CHECK ({_opt_text("waiting_token")}),
+  state_json TEXT NOT NULL CHECK (typeof(state_json) = 'text' AND json_valid(state_json)),
+  CONSTRAINT flows_runs_ownership CHECK (
+    (status = 'running'
+      AND {_text("owner_host_id")} AND {_int("owner_pid")} AND {_text("owner_nonce")}
+      AND heartbeat_at_ms IS NOT NULL)
+    OR (status <> 'running'
+      AND owner_host_id IS NULL AND owner_pid IS NULL AND owner_nonce IS NULL
+      AND heartbeat_at_ms IS NULL)
+  ),
+  CONSTRAINT flows_runs_claim CHECK (
+    (claim_host_id IS NULL AND claim_pid IS NULL AND claim_nonce IS NULL
+      AND claimed_at_ms IS NULL)
+    OR ({_text("claim_host_id")} AND {_int("claim_pid")} AND {_text("claim_nonce")}
+      AND claimed_at_ms IS NOT NULL)
+  ),
+  CONSTRAINT flows_runs_waiting CHECK (
+    (waiting_reason IS NULL AND waiting_wake_at_ms IS NULL AND waiting_token IS NULL)
+    OR waiting_reason IS NOT NULL
+  )
+);
+
+CREATE INDEX flows_runs_parent_run_id_idx ON flows_runs (parent_run_id);
+CREATE INDEX flows_runs_cancel_requested_idx ON flows_runs (cancel_requested_at_ms)
+  WHERE cancel_requested_at_ms IS NOT NULL;
+CREATE INDEX flows_runs_waiting_reason_wake_at_idx
+  ON flows_runs (waiting_reason, waiting_wake_at_ms) WHERE waiting_reason IS NOT NULL;
+
+CREATE TABLE flows_attempts (
+  run_id TEXT NOT NULL REFERENCES flows_runs (run_id) CHECK ({_text("run_id")}),
+  step_key_digest TEXT NOT NULL CHECK ({_text("step_key_digest")}),
+  attempt INTEGER NOT NULL CHECK ({_int("attempt")}),
+  state TEXT NOT NULL CHECK ({_text("state")}),
+  started_at_ms INTEGER NOT NULL CHECK ({_int("started_at_ms")}),
+  finished_at_ms INTEGER CHECK ({_opt_int("finished_at_ms")}),
+  heartbeat_at_ms INTEGER CHECK ({_opt_int("heartbeat_at_ms")}),
+  checkpoint_json TEXT CHECK (checkpoint_json IS NULL OR json_valid(checkpoint_json)),
+  error_json TEXT CHECK (error_json IS NULL OR json_valid(error_json)),
+  outcome_json TEXT CHECK (outcome_json IS NULL OR json_valid(outcome_json)),
+  meta_json TEXT NOT NULL CHECK (json_valid(meta_json)),
+  PRIMARY KEY (run_id, step_key_digest, attempt)
+);
+"""
+
+_LINEAGE: Final = f"""
+ALTER TABLE flows_runs ADD COLUMN lineage_id TEXT CHECK ({_opt_text("lineage_id")});
+ALTER TABLE flows_runs ADD COLUMN round_ordinal INTEGER CHECK ({_opt_int("round_ordinal")});
+CREATE UNIQUE INDEX flows_runs_lineage_idx ON flows_runs (lineage_id, round_ordinal);
+"""
+
+
+def _revision_trigger(event: str, row: str, deleted: int) -> str:
+    # The source row is the database's identity and its counter. A missing
+    # source refuses the mutation instead of silently not counting it, and a
+    # counter at 2**53 - 1 makes the UPDATE break the CHECK, aborting the
+    # mutation that caused it (nothing wraps).
+    return f"""
+CREATE TRIGGER flows_runs_revision_{event} AFTER {event.upper()} ON flows_runs
+BEGIN
+  SELECT RAISE(ABORT, 'execution source identity is missing')
+    WHERE NOT EXISTS (SELECT 1 FROM flows_run_source WHERE singleton = 1);
+  UPDATE flows_run_source SET revision = revision + 1 WHERE singleton = 1;
+  INSERT INTO flows_run_changes (run_id, revision, deleted)
+    SELECT {row}.run_id, revision, {deleted} FROM flows_run_source WHERE singleton = 1
+    ON CONFLICT (run_id) DO UPDATE SET revision = excluded.revision, deleted = excluded.deleted;
+END;
+"""
+
+
+_EXECUTION_REVISIONS: Final = (
+    f"""
+CREATE TABLE flows_run_source (
+  singleton INTEGER NOT NULL PRIMARY KEY CHECK (singleton = 1),
+  source TEXT NOT NULL CHECK (
+    typeof(source) = 'text' AND length(source) = 32 AND source NOT GLOB '*[^0-9a-f]*'
+  ),
+  revision INTEGER NOT NULL CHECK ({_int("revision")})
+);
+INSERT INTO flows_run_source (singleton, source, revision)
+  VALUES (1, lower(hex(randomblob(16))), 0);
+
+CREATE TABLE flows_run_changes (
+  run_id TEXT NOT NULL PRIMARY KEY CHECK ({_text("run_id")}),
+  revision INTEGER NOT NULL UNIQUE CHECK (
+    typeof(revision) = 'integer' AND revision > 0 AND revision <= {_MAX}
+  ),
+  deleted INTEGER NOT NULL CHECK (deleted IN (0, 1))
+);
+
+ALTER TABLE flows_runs ADD COLUMN cancel_acknowledgement_json TEXT CHECK (
+  cancel_acknowledgement_json IS NULL OR json_valid(cancel_acknowledgement_json)
+);
+
+-- Existing runs get revisions 1..n in creation order, before any trigger exists.
+INSERT INTO flows_run_changes (run_id, revision, deleted)
+  SELECT run_id, ROW_NUMBER() OVER (ORDER BY created_at_ms, run_id), 0 FROM flows_runs;
+UPDATE flows_run_source SET revision = (SELECT count(*) FROM flows_runs) WHERE singleton = 1;
+"""
+    + _revision_trigger("insert", "NEW", 0)
+    + _revision_trigger("update", "NEW", 0)
+    + _revision_trigger("delete", "OLD", 1)
+    + """
+CREATE TRIGGER flows_runs_identity_immutable BEFORE UPDATE OF run_id ON flows_runs
+  WHEN NEW.run_id IS NOT OLD.run_id
+BEGIN
+  SELECT RAISE(ABORT, 'run identity is immutable');
+END;
+"""
+)
+
+_WAITING_REQUEST: Final = """
+ALTER TABLE flows_runs ADD COLUMN waiting_request TEXT CHECK (
+  waiting_request IS NULL OR json_valid(waiting_request)
+);
+"""
+
+_CONSENSUS: Final = f"""
+CREATE TABLE flows_consensus_leases (
+  run_id TEXT NOT NULL PRIMARY KEY CHECK ({_text("run_id")}),
+  owner_host_id TEXT,
+  owner_pid INTEGER CHECK ({_opt_int("owner_pid")}),
+  owner_nonce TEXT,
+  granted_at_ms INTEGER CHECK ({_opt_int("granted_at_ms")}),
+  heartbeat_at_ms INTEGER CHECK ({_opt_int("heartbeat_at_ms")}),
+  claim_host_id TEXT,
+  claim_pid INTEGER CHECK ({_opt_int("claim_pid")}),
+  claim_nonce TEXT,
+  claimed_at_ms INTEGER CHECK ({_opt_int("claimed_at_ms")})
+);
+
+-- Runs that are owned or claimed before the strategy existed get the lease the
+-- row implies, so their owners keep their fence across the upgrade.
+INSERT INTO flows_consensus_leases (
+  run_id, owner_host_id, owner_pid, owner_nonce, granted_at_ms, heartbeat_at_ms,
+  claim_host_id, claim_pid, claim_nonce, claimed_at_ms
+)
+SELECT
+  run_id, owner_host_id, owner_pid, owner_nonce,
+  CASE WHEN status = 'running' THEN heartbeat_at_ms END,
+  CASE WHEN status = 'running' THEN heartbeat_at_ms END,
+  claim_host_id, claim_pid, claim_nonce, claimed_at_ms
+FROM flows_runs
+WHERE status = 'running' OR claim_host_id IS NOT NULL
+ON CONFLICT (run_id) DO NOTHING;
+"""
+
+_OWNERSHIP_FACTS: Final = f"""
+CREATE TABLE flows_ownership_facts (
+  run_id TEXT NOT NULL REFERENCES flows_runs (run_id) ON DELETE CASCADE
+    CHECK ({_text("run_id")}),
+  position INTEGER NOT NULL CHECK (
+    typeof(position) = 'integer' AND position BETWEEN 1 AND {_MAX}
+  ),
+  transition TEXT NOT NULL CHECK (
+    transition IN ('claimed', 'activated', 'released', 'stolen', 'expired')
+  ),
+  owner_host_id TEXT NOT NULL CHECK ({_text("owner_host_id")}),
+  owner_pid INTEGER NOT NULL CHECK ({_int("owner_pid")}),
+  owner_nonce TEXT NOT NULL CHECK ({_text("owner_nonce")}),
+  granted_at_ms INTEGER CHECK ({_opt_int("granted_at_ms")}),
+  CHECK (granted_at_ms IS NOT NULL OR transition = 'released'),
+  PRIMARY KEY (run_id, position)
+) WITHOUT ROWID;
+
+-- A baseline for runs that are owned or claimed at upgrade time, so replaying
+-- a run's facts rebuilds its owner and claim from the first day: the owner's
+-- activation (granted at its heartbeat, as the lease backfill says), then the
+-- pending claim (a steal when the run is running).
+INSERT INTO flows_ownership_facts (
+  run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms
+)
+SELECT run_id, 1, 'activated', owner_host_id, owner_pid, owner_nonce, heartbeat_at_ms
+FROM flows_runs WHERE status = 'running';
+INSERT INTO flows_ownership_facts (
+  run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms
+)
+SELECT
+  run_id, CASE WHEN status = 'running' THEN 2 ELSE 1 END,
+  CASE WHEN status = 'running' THEN 'stolen' ELSE 'claimed' END,
+  claim_host_id, claim_pid, claim_nonce, claimed_at_ms
+FROM flows_runs WHERE claim_host_id IS NOT NULL;
+"""
+
+# SQLite rewrites a row's whole record on every UPDATE, so with run state in
+# flows_runs a heartbeat on a run holding megabytes of state rewrites those
+# megabytes. Keeping the state in its own table makes the hot row small and a
+# heartbeat's cost independent of the state's size. The secret scan's allowed
+# column is therefore flows_run_state.state_json. DROP COLUMN does not fire the
+# revision triggers, so the upgrade leaves the revision where it was.
+_RUN_STATE: Final = """
+CREATE TABLE flows_run_state (
+  run_id TEXT NOT NULL PRIMARY KEY REFERENCES flows_runs (run_id) ON DELETE CASCADE,
+  state_json TEXT NOT NULL CHECK (typeof(state_json) = 'text' AND json_valid(state_json))
+);
+INSERT INTO flows_run_state (run_id, state_json) SELECT run_id, state_json FROM flows_runs;
+ALTER TABLE flows_runs DROP COLUMN state_json;
+"""
+
+
+@attrs.frozen
+class Migration:
+    """One recorded schema step."""
+
+    id: int
+    name: str
+    sql: str
+
+
+MIGRATIONS: Final[tuple[Migration, ...]] = (
+    Migration(1001, "run-store_initial", _INITIAL),
+    Migration(1002, "run-store_lineage", _LINEAGE),
+    Migration(1003, "run-store_execution_revisions", _EXECUTION_REVISIONS),
+    Migration(1004, "run-store_waiting_request", _WAITING_REQUEST),
+    Migration(6, "journal_consensus", _CONSENSUS),
+    Migration(2001, "runstore_ownership_facts", _OWNERSHIP_FACTS),
+    Migration(2002, "runstore_run_state", _RUN_STATE),
+)
+
+_KNOWN: Final = {m.id: m.name for m in MIGRATIONS}
+
+_BOOKKEEPING: Final = """
+CREATE TABLE IF NOT EXISTS flows_migrations (
+  id INTEGER NOT NULL PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE
+)
+"""
+
+
+class SchemaRefused(Exception):
+    """Internal: the file's schema is not one this version may open."""
+
+    def __init__(self, reason: str, detail: dict[str, object]) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.detail = detail
+
+
+def _applied(connection: sqlite3.Connection) -> dict[int, str] | None:
+    """The recorded migrations, or None when there is no bookkeeping table."""
+    exists = sqlite3.Connection.execute(
+        connection,
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'flows_migrations'",
+    ).fetchone()
+    if exists is None:
+        return None
+    rows = sqlite3.Connection.execute(connection, "SELECT id, name FROM flows_migrations")
+    return {int(row[0]): str(row[1]) for row in rows}
+
+
+def check_applied(applied: dict[int, str] | None, connection: sqlite3.Connection) -> None:
+    """Refuse a file this version must not open."""
+    if applied is None:
+        foreign = sqlite3.Connection.execute(
+            connection,
+            "SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'",
+        ).fetchone()[0]
+        if foreign:
+            raise SchemaRefused(
+                "the file is not a runstore database", {"stage": "schema", "tables": foreign}
+            )
+        return
+    unknown = sorted(set(applied) - set(_KNOWN))
+    if unknown:
+        raise SchemaRefused(
+            "the database schema is newer than this version of runstore",
+            {"stage": "schema", "unknown_migrations": unknown},
+        )
+    renamed = sorted(i for i, name in applied.items() if _KNOWN[i] != name)
+    if renamed:
+        raise SchemaRefused(
+            "the file is not a runstore database",
+            {"stage": "schema", "foreign_migrations": renamed},
+        )
+
+
+def pending(connection: sqlite3.Connection) -> list[Migration]:
+    """The migrations the file still needs (after refusing a foreign file)."""
+    applied = _applied(connection)
+    check_applied(applied, connection)
+    done = applied or {}
+    return [m for m in MIGRATIONS if m.id not in done]
+
+
+def apply(
+    connection: sqlite3.Connection,
+    count: int | None = None,
+    *,
+    run: Callable[[Callable[[], None]], None] | None = None,
+) -> None:
+    """Bring the schema up to date (or up to the first ``count`` migrations).
+
+    ``connection`` must be in autocommit mode (``isolation_level=None``). Each
+    step runs in its own ``BEGIN IMMEDIATE`` transaction that re-checks what
+    is recorded. ``run`` wraps each step (the store passes its busy retry).
+    """
+    chain = MIGRATIONS if count is None else MIGRATIONS[:count]
+    for migration in chain:
+        step = _stepper(connection, migration)
+        if run is None:
+            step()
+        else:
+            run(step)
+
+
+def _stepper(connection: sqlite3.Connection, migration: Migration) -> Callable[[], None]:
+    def step() -> None:
+        execute = sqlite3.Connection.execute
+        execute(connection, "BEGIN IMMEDIATE")
+        try:
+            applied = _applied(connection)
+            check_applied(applied, connection)
+            if applied is None:
+                execute(connection, _BOOKKEEPING)
+            if applied is None or migration.id not in applied:
+                for statement in _statements(migration.sql):
+                    execute(connection, statement)
+                execute(
+                    connection,
+                    "INSERT INTO flows_migrations (id, name) VALUES (?, ?)",
+                    (migration.id, migration.name),
+                )
+        except BaseException:
+            if connection.in_transaction:
+                execute(connection, "ROLLBACK")
+            raise
+        execute(connection, "COMMIT")
+
+    return step
+
+
+def _statements(script: str) -> list[str]:
+    """Split a migration script into complete statements (triggers included)."""
+    statements: list[str] = []
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        if not buffer and (not line.strip() or line.lstrip().startswith("--")):
+            continue
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            statements.append(buffer.strip())
+            buffer = ""
+    if buffer.strip():
+        raise ValueError("a migration ends in an incomplete statement")
+    return statements

@@ -1,0 +1,339 @@
+"""Every SQL statement the store runs, named after the operation that runs it.
+
+The compare-and-swap predicates of each operation live here, in SQL: a
+``*_CLASSIFY`` query reads only metadata columns and answers whether the row
+admits the operation and, if not, which loss it is; the matching ``*_WRITE``
+repeats the predicate in its ``WHERE`` clause and reports with ``RETURNING``
+whether it wrote. No write path reads run state.
+
+Parameters are numbered (a number a statement skips is bound and ignored, so
+related statements share one parameter tuple). The snapshot fragment always
+takes ``?2``-``?6``
+(status, owner host, pid, nonce, heartbeat) and the staleness cutoff
+(``now_ms - HEARTBEAT_STALE_AFTER_MS``) is computed by the caller, so a
+heartbeat is stale exactly when it is ``< cutoff``.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+_TERMINAL: Final = "('completed', 'failed', 'cancelled')"
+
+#: The decoded columns of a run, state included (reads only).
+_RUN_COLUMNS: Final = """
+  r.run_id, r.status, r.created_at_ms, r.started_at_ms, r.finished_at_ms,
+  r.owner_host_id, r.owner_pid, r.owner_nonce, r.heartbeat_at_ms,
+  r.claim_host_id, r.claim_pid, r.claim_nonce, r.claimed_at_ms,
+  r.parent_run_id, r.cancel_requested_at_ms, r.lineage_id, r.round_ordinal,
+  s.state_json
+"""
+_FROM_RUNS: Final = "FROM flows_runs AS r LEFT JOIN flows_run_state AS s ON s.run_id = r.run_id"
+
+#: The lineage a run id belongs to: its lineage id, or its own id for a root.
+_ROOT: Final = "(SELECT COALESCE(lineage_id, run_id) FROM flows_runs WHERE run_id = ?1)"
+
+
+def _member(prefix: str) -> str:
+    """Rows of the lineage containing ``?1``: every round naming the lineage,
+    plus the root itself when its own lineage columns are empty or name it.
+    Fork ancestry (``parent_run_id``) never joins a lineage."""
+    p = prefix
+    return (
+        f"({p}lineage_id = {_ROOT} OR ({p}run_id = {_ROOT} "
+        f"AND ({p}lineage_id IS NULL OR {p}lineage_id = {_ROOT})))"
+    )
+
+
+#: The row still matches the caller's snapshot (``?2``-``?6``), NULL-safe.
+_SNAPSHOT: Final = (
+    "status = ?2 AND owner_host_id IS ?3 AND owner_pid IS ?4 AND owner_nonce IS ?5 "
+    "AND heartbeat_at_ms IS ?6"
+)
+_CLAIM_FREE: Final = (
+    "claim_host_id IS NULL AND claim_pid IS NULL AND claim_nonce IS NULL AND claimed_at_ms IS NULL"
+)
+
+
+def _claim_is(first: int) -> str:
+    """The row holds exactly the claim in ``?first`` .. ``?first+3``."""
+    a, b, c, d = first, first + 1, first + 2, first + 3
+    return (
+        f"claim_host_id IS ?{a} AND claim_pid IS ?{b} AND claim_nonce IS ?{c} "
+        f"AND claimed_at_ms IS ?{d}"
+    )
+
+
+def _loss(cutoff: int) -> str:
+    """Why a claim-like operation lost, in upstream's order (the row exists)."""
+    return (
+        "CASE WHEN claim_host_id IS NOT NULL THEN 'already_claimed' "
+        "WHEN status = 'running' AND heartbeat_at_ms IS NOT NULL "
+        f"AND heartbeat_at_ms >= ?{cutoff} THEN 'heartbeat_fresh' "
+        "ELSE 'snapshot_changed' END"
+    )
+
+
+def _owned_by(first: int) -> str:
+    a, b, c = first, first + 1, first + 2
+    return (
+        f"status = 'running' AND owner_host_id = ?{a} AND owner_pid = ?{b} AND owner_nonce = ?{c}"
+    )
+
+
+_CLEARED_CLAIM: Final = (
+    "claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL"
+)
+
+# -- create, get, lineage, latest_round ----------------------------------------
+
+CREATE_RUN: Final = """
+INSERT INTO flows_runs (run_id, status, created_at_ms, parent_run_id, lineage_id, round_ordinal)
+VALUES (?1, 'pending', ?2, ?3, ?4, ?5)
+"""
+CREATE_STATE: Final = "INSERT INTO flows_run_state (run_id, state_json) VALUES (?1, ?2)"
+
+GET: Final = f"SELECT {_RUN_COLUMNS} {_FROM_RUNS} WHERE r.run_id = ?1"
+
+LINEAGE: Final = (
+    f"SELECT {_RUN_COLUMNS} {_FROM_RUNS} WHERE {_member('r.')} "
+    "ORDER BY COALESCE(r.round_ordinal, 0), r.run_id"
+)
+
+LATEST_ROUND: Final = f"""
+SELECT {_RUN_COLUMNS} {_FROM_RUNS}
+WHERE r.run_id = COALESCE(
+  (SELECT run_id FROM flows_runs WHERE lineage_id = {_ROOT}
+   ORDER BY round_ordinal DESC LIMIT 1),
+  (SELECT run_id FROM flows_runs WHERE run_id = ?1)
+)
+"""
+
+RUN_EXISTS: Final = "SELECT 1 FROM flows_runs WHERE run_id = ?1"
+
+# -- cancellation ----------------------------------------------------------------
+
+REQUEST_CANCEL_WRITE: Final = f"""
+UPDATE flows_runs SET cancel_requested_at_ms = ?2
+WHERE run_id = ?1 AND cancel_requested_at_ms IS NULL AND status NOT IN {_TERMINAL}
+RETURNING cancel_requested_at_ms
+"""
+REQUEST_CANCEL_MISS: Final = (
+    "SELECT cancel_requested_at_ms, status FROM flows_runs WHERE run_id = ?1"
+)
+
+# One set-based UPDATE whatever the lineage's length; metadata columns only.
+REQUEST_CANCEL_LINEAGE_WRITE: Final = f"""
+UPDATE flows_runs SET cancel_requested_at_ms = ?2
+WHERE {_member("")} AND cancel_requested_at_ms IS NULL AND status NOT IN {_TERMINAL}
+RETURNING cancel_requested_at_ms
+"""
+REQUEST_CANCEL_LINEAGE_MISS: Final = (
+    f"SELECT cancel_requested_at_ms, status FROM flows_runs WHERE {_member('')} "
+    "ORDER BY COALESCE(round_ordinal, 0), run_id"
+)
+
+# The first acknowledgement is kept; a repeat still writes (and counts) the row.
+ACKNOWLEDGE_CANCEL_WRITE: Final = f"""
+UPDATE flows_runs
+SET cancel_acknowledgement_json = COALESCE(cancel_acknowledgement_json, ?5)
+WHERE run_id = ?1 AND {_owned_by(2)} AND cancel_requested_at_ms IS NOT NULL
+RETURNING 1
+"""
+
+# -- claim -------------------------------------------------------------------------
+
+_CLAIM_ADMITS: Final = f"status IN ('pending', 'suspended') AND {_SNAPSHOT} AND {_CLAIM_FREE}"
+
+CLAIM_CLASSIFY: Final = f"SELECT {_CLAIM_ADMITS}, {_loss(7)} FROM flows_runs WHERE run_id = ?1"
+CLAIM_WRITE: Final = f"""
+UPDATE flows_runs
+SET claim_host_id = ?8, claim_pid = ?9, claim_nonce = ?10, claimed_at_ms = ?11
+WHERE run_id = ?1 AND {_CLAIM_ADMITS}
+RETURNING 1
+"""
+
+# -- claim_and_own -------------------------------------------------------------------
+
+# Read-only, outside the write transaction: the loss, and whether the row still
+# matches the snapshot (an unchanged stale row asks for evidence).
+CLAIM_AND_OWN_PRECHECK: Final = f"SELECT {_loss(7)}, {_SNAPSHOT} FROM flows_runs WHERE run_id = ?1"
+_CLAIM_AND_OWN_ADMITS: Final = (
+    f"status IN ('pending', 'suspended', 'running') AND {_SNAPSHOT} AND {_CLAIM_FREE} "
+    "AND (status <> 'running' OR heartbeat_at_ms IS NULL OR heartbeat_at_ms < ?7)"
+)
+CLAIM_AND_OWN_CLASSIFY: Final = (
+    f"SELECT {_CLAIM_AND_OWN_ADMITS}, {_loss(7)} FROM flows_runs WHERE run_id = ?1"
+)
+CLAIM_AND_OWN_WRITE: Final = f"""
+UPDATE flows_runs
+SET status = 'running', started_at_ms = COALESCE(started_at_ms, ?11), finished_at_ms = NULL,
+    owner_host_id = ?8, owner_pid = ?9, owner_nonce = ?10, heartbeat_at_ms = ?11
+WHERE run_id = ?1 AND {_CLAIM_AND_OWN_ADMITS}
+RETURNING 1
+"""
+
+# -- steal -------------------------------------------------------------------------
+
+_STEAL_ADMITS: Final = (
+    f"{_SNAPSHOT} AND {_CLAIM_FREE} AND heartbeat_at_ms IS NOT NULL AND heartbeat_at_ms < ?7"
+)
+STEAL_CLASSIFY: Final = f"SELECT {_STEAL_ADMITS}, {_loss(7)} FROM flows_runs WHERE run_id = ?1"
+STEAL_WRITE: Final = f"""
+UPDATE flows_runs
+SET claim_host_id = ?8, claim_pid = ?9, claim_nonce = ?10, claimed_at_ms = ?11
+WHERE run_id = ?1 AND {_STEAL_ADMITS}
+RETURNING 1
+"""
+
+# -- activate, abandon_claim, recover_claim ------------------------------------------
+
+ACTIVATE_CLASSIFY: Final = f"SELECT {_claim_is(7)}, {_SNAPSHOT} FROM flows_runs WHERE run_id = ?1"
+ACTIVATE_WRITE: Final = f"""
+UPDATE flows_runs
+SET status = 'running', started_at_ms = COALESCE(started_at_ms, ?11), finished_at_ms = NULL,
+    owner_host_id = ?7, owner_pid = ?8, owner_nonce = ?9, heartbeat_at_ms = ?11,
+    {_CLEARED_CLAIM}
+WHERE run_id = ?1 AND {_SNAPSHOT} AND {_claim_is(7)}
+RETURNING 1
+"""
+
+# Clears exactly one claim; a foreign claim is never touched.
+CLEAR_CLAIM: Final = f"""
+UPDATE flows_runs SET {_CLEARED_CLAIM}
+WHERE run_id = ?1 AND {_claim_is(2)}
+RETURNING 1
+"""
+
+RECOVER_CLAIM_CLASSIFY: Final = (
+    f"SELECT {_claim_is(2)}, claimed_at_ms >= ?6 FROM flows_runs WHERE run_id = ?1"
+)
+
+# -- heartbeat, reconfirm --------------------------------------------------------------
+
+# The row mirrors the strategy's stamp and never moves backwards.
+RENEW_WRITE: Final = f"""
+UPDATE flows_runs SET heartbeat_at_ms = MAX(heartbeat_at_ms, ?5)
+WHERE run_id = ?1 AND {_owned_by(2)}
+RETURNING 1
+"""
+
+# -- transition_owned ---------------------------------------------------------------
+
+# ?5 is the guard requirement: 'absent', 'present' or NULL (no guard).
+_GUARD_BLOCKS: Final = (
+    "((?5 IS 'absent' AND cancel_requested_at_ms IS NOT NULL) "
+    "OR (?5 IS 'present' AND cancel_requested_at_ms IS NULL))"
+)
+TRANSITION_RUNNING_WRITE: Final = f"""
+UPDATE flows_runs SET status = 'running', finished_at_ms = NULL
+WHERE run_id = ?1 AND {_owned_by(2)} AND NOT {_GUARD_BLOCKS}
+RETURNING 1
+"""
+TRANSITION_SETTLE_WRITE: Final = f"""
+UPDATE flows_runs
+SET status = ?6, finished_at_ms = ?7,
+    owner_host_id = NULL, owner_pid = NULL, owner_nonce = NULL, heartbeat_at_ms = NULL,
+    {_CLEARED_CLAIM}
+WHERE run_id = ?1 AND {_owned_by(2)} AND NOT {_GUARD_BLOCKS}
+RETURNING 1
+"""
+TRANSITION_CLASSIFY: Final = (
+    f"SELECT {_owned_by(2)}, {_GUARD_BLOCKS} FROM flows_runs WHERE run_id = ?1"
+)
+STATE_WRITE: Final = """
+INSERT INTO flows_run_state (run_id, state_json) VALUES (?1, ?2)
+ON CONFLICT (run_id) DO UPDATE SET state_json = excluded.state_json
+"""
+
+# -- facts -----------------------------------------------------------------------------
+
+# Positions are dense per run: the next is one past the run's highest.
+FACT_APPEND: Final = """
+INSERT INTO flows_ownership_facts
+  (run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms)
+SELECT ?1, COALESCE(MAX(position), 0) + 1, ?2, ?3, ?4, ?5, ?6
+FROM flows_ownership_facts WHERE run_id = ?1
+"""
+# A grant and its activation, in one statement.
+FACT_APPEND_GRANT_ACTIVATED: Final = """
+INSERT INTO flows_ownership_facts
+  (run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms)
+SELECT ?1, last + 1, ?2, ?3, ?4, ?5, ?6 FROM
+  (SELECT COALESCE(MAX(position), 0) AS last FROM flows_ownership_facts WHERE run_id = ?1)
+UNION ALL
+SELECT ?1, last + 2, 'activated', ?3, ?4, ?5, ?6 FROM
+  (SELECT COALESCE(MAX(position), 0) AS last FROM flows_ownership_facts WHERE run_id = ?1)
+"""
+FACTS_OF_RUN: Final = """
+SELECT run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms
+FROM flows_ownership_facts WHERE run_id = ?1 ORDER BY position
+"""
+
+# -- revisions ----------------------------------------------------------------------
+
+REVISION: Final = "SELECT revision FROM flows_run_source WHERE singleton = 1"
+CHANGES: Final = (
+    "SELECT run_id, revision, deleted FROM flows_run_changes WHERE revision > ?1 ORDER BY revision"
+)
+
+# -- whole state and invariants (reads only) ----------------------------------------
+
+ALL_RUNS: Final = f"SELECT {_RUN_COLUMNS} {_FROM_RUNS} ORDER BY r.run_id"
+ALL_FACTS: Final = """
+SELECT run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms
+FROM flows_ownership_facts ORDER BY run_id, position
+"""
+ALL_ACKNOWLEDGEMENTS: Final = """
+SELECT run_id, cancel_acknowledgement_json FROM flows_runs
+WHERE cancel_acknowledgement_json IS NOT NULL ORDER BY run_id
+"""
+
+INVARIANT_QUERIES: Final[tuple[tuple[str, str], ...]] = (
+    (
+        "one revision source",
+        "SELECT count(*) <> 1 FROM flows_run_source",
+    ),
+    (
+        "the revision is the newest change",
+        """SELECT (SELECT revision FROM flows_run_source)
+                  <> (SELECT COALESCE(MAX(revision), 0) FROM flows_run_changes)""",
+    ),
+    (
+        "every run has a live change entry",
+        """SELECT r.run_id FROM flows_runs AS r
+           LEFT JOIN flows_run_changes AS c ON c.run_id = r.run_id
+           WHERE c.run_id IS NULL OR c.deleted <> 0 LIMIT 1""",
+    ),
+    (
+        "every live change entry has its run and every tombstone has none",
+        """SELECT c.run_id FROM flows_run_changes AS c
+           WHERE (c.deleted = 0) <> EXISTS (SELECT 1 FROM flows_runs WHERE run_id = c.run_id)
+           LIMIT 1""",
+    ),
+    (
+        "every run has its state",
+        """SELECT r.run_id FROM flows_runs AS r
+           WHERE NOT EXISTS (SELECT 1 FROM flows_run_state WHERE run_id = r.run_id) LIMIT 1""",
+    ),
+    (
+        "run state belongs to a run",
+        """SELECT s.run_id FROM flows_run_state AS s
+           WHERE NOT EXISTS (SELECT 1 FROM flows_runs WHERE run_id = s.run_id) LIMIT 1""",
+    ),
+    (
+        "fact positions are 1..n without gaps",
+        """SELECT run_id FROM flows_ownership_facts GROUP BY run_id
+           HAVING MIN(position) <> 1 OR MAX(position) <> count(*) LIMIT 1""",
+    ),
+    (
+        "facts belong to a run",
+        """SELECT f.run_id FROM flows_ownership_facts AS f
+           WHERE NOT EXISTS (SELECT 1 FROM flows_runs WHERE run_id = f.run_id) LIMIT 1""",
+    ),
+    (
+        "finished_at_ms is set exactly on terminal runs",
+        f"""SELECT run_id FROM flows_runs
+           WHERE (status IN {_TERMINAL}) <> (finished_at_ms IS NOT NULL) LIMIT 1""",
+    ),
+)

@@ -1,0 +1,334 @@
+"""The transaction manager: the one place that opens, retries and ends transactions.
+
+- Every write runs inside ``BEGIN IMMEDIATE``, so the write lock is taken
+  before the first read and "read the row, decide, write" is an atomic
+  compare-and-swap (a deferred transaction that upgrades to a write fails with
+  ``SQLITE_BUSY`` whatever the busy timeout).
+- A transient failure (``SQLITE_BUSY``/``SQLITE_LOCKED``, directly or as the
+  cause of a strategy's ``ConsensusError``) rolls the attempt back and replays
+  the whole body after a jittered back-off, within the store's
+  ``RetryPolicy``. SQLite's own busy handler is kept short because it is
+  unfair under contention: a waiter polling on a fixed schedule can lose the
+  lock to newcomers for its whole timeout.
+- A write begun inside another write on the same thread becomes a savepoint
+  and does not retry on its own; the outermost write retries.
+- Failures are classified once: a ``RunStoreError`` passes through;
+  ``sqlite3.IntegrityError`` becomes ``constraint``; every other database or
+  strategy failure becomes ``persistence_failed``. Causes are payload-free and
+  never carry the driver's message (it can quote bound values), and the
+  classified error is raised outside the ``except`` block so no exception
+  chain leads back to it.
+- ``Transaction`` is the object strategies receive (``runstore.consensus``):
+  ``connection``, ``on_commit`` and ``on_rollback``. Rollback callbacks run in
+  reverse registration order.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from .._errors import ConstraintError, PersistenceFailedError, RunStoreError
+from ..consensus._types import ConsensusError
+from ._faults import ArmedFault, FaultPlan, FaultyConsensus, RetryPolicy
+
+T = TypeVar("T")
+
+_TRANSIENT = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED (primary codes)
+_CODE_NAMES = {5: "busy", 6: "busy", 10: "io", 13: "io", 19: "constraint"}
+_begin = sqlite3.Connection.execute
+
+
+class Connection(sqlite3.Connection):
+    """The store's connection: ``execute`` lets the fault seam count statements.
+
+    ``statement_hook`` is None except during a write attempt that carries a
+    statement fault, so the ordinary cost is one attribute test.
+    """
+
+    statement_hook: Callable[[], None] | None = None
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        hook = self.statement_hook
+        if hook is not None:
+            hook()
+        return super().execute(sql, parameters)
+
+
+class Transaction:
+    """One open write transaction (or savepoint), as the store and strategies see it."""
+
+    __slots__ = ("_commit", "_connection", "_rollback", "consensus")
+
+    def __init__(self, connection: sqlite3.Connection, consensus: Any) -> None:
+        self._connection = connection
+        self._commit: list[Callable[[], None]] = []
+        self._rollback: list[Callable[[], None]] = []
+        #: The strategy as this attempt must call it (wrapped when a fault is armed).
+        self.consensus = consensus
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        return self._connection
+
+    def on_commit(self, fn: Callable[[], None]) -> None:
+        self._commit.append(fn)
+
+    def on_rollback(self, fn: Callable[[], None]) -> None:
+        self._rollback.append(fn)
+
+
+class RollbackAndReturn(Exception, Generic[T]):
+    """Raised by a body to roll the whole transaction back and answer ``value``.
+
+    Used where an operation changed the lease and then lost a later strategy
+    call: the loss is the answer, and none of the operation's changes stay.
+    """
+
+    def __init__(self, value: T) -> None:
+        super().__init__("rollback")
+        self.value = value
+
+
+#: What the manager classifies. Anything else (a defect, an AssertionError from
+#: an invariant check) is rolled back and propagates unchanged.
+_CLASSIFIED = (RunStoreError, sqlite3.Error, ConsensusError)
+
+
+def _sqlite_error(error: BaseException) -> sqlite3.Error | None:
+    """The database error behind ``error``, following causes up to 8 deep."""
+    current: BaseException | None = error
+    for _ in range(8):
+        if current is None:
+            return None
+        if isinstance(current, sqlite3.Error):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def is_transient(error: BaseException) -> bool:
+    if isinstance(error, RunStoreError):
+        return False
+    found = _sqlite_error(error)
+    code = getattr(found, "sqlite_errorcode", None)
+    return type(code) is int and (code & 0xFF) in _TRANSIENT
+
+
+def classify(method: str, error: BaseException) -> RunStoreError:
+    """The payload-free ``RunStoreError`` for a failed operation."""
+    if isinstance(error, RunStoreError):
+        return error
+    found = _sqlite_error(error)
+    code = getattr(found, "sqlite_errorcode", None)
+    name = getattr(found, "sqlite_errorname", None)
+    cause: dict[str, Any] = {
+        "error": type(found if found is not None else error).__name__,
+        "sqlite_error": name if type(name) is str else None,
+    }
+    if isinstance(error, ConsensusError):
+        cause["consensus_code"] = error.code
+    if isinstance(found, sqlite3.IntegrityError):
+        return ConstraintError(method, {"database_code": "constraint", **cause})
+    database_code = "unknown"
+    if type(code) is int:
+        database_code = _CODE_NAMES.get(code & 0xFF, "unknown")
+    return PersistenceFailedError(
+        method,
+        cause={"category": "persistence_failed", "database_code": database_code, **cause},
+    )
+
+
+def _run_callbacks(callbacks: list[Callable[[], None]]) -> None:
+    first: BaseException | None = None
+    for fn in callbacks:
+        try:
+            fn()
+        except BaseException as error:  # keep undoing; report the first failure
+            if first is None:
+                first = error
+    if first is not None:
+        raise first
+
+
+class TransactionManager:
+    """Serializes a store's use of its one connection and runs its transactions."""
+
+    def __init__(self, connection: Connection, consensus: Any, retry: RetryPolicy) -> None:
+        self.connection = connection
+        self.consensus = consensus
+        self.retry = retry
+        self.faults: FaultPlan | None = None
+        self.lock = threading.RLock()
+        self._active: Transaction | None = None
+        self._depth = 0
+        self._random = random.Random()
+
+    # -- writes ---------------------------------------------------------------
+
+    def write(self, method: str, body: Callable[[Transaction], T]) -> T:
+        """Run ``body`` in one write transaction; retry transient failures."""
+        with self.lock:
+            if self._active is not None:
+                return self._nested(method, body)
+            policy = self.retry
+            started = time.monotonic()
+            attempt = 0
+            while True:
+                attempt += 1
+                error: RunStoreError
+                try:
+                    return self._attempt(body)
+                except RollbackAndReturn as rolled_back:
+                    return rolled_back.value  # type: ignore[no-any-return]
+                except _CLASSIFIED as failure:
+                    if not is_transient(failure):
+                        error = classify(method, failure)
+                    else:
+                        delay = self._delay(policy, attempt)
+                        elapsed_ms = (time.monotonic() - started) * 1000
+                        if (
+                            attempt >= policy.max_attempts
+                            or elapsed_ms + delay * 1000 > policy.budget_ms
+                        ):
+                            error = classify(method, failure)
+                            error.cause["attempts"] = attempt
+                        else:
+                            time.sleep(delay)
+                            continue
+                # Raised here, outside the handler, so the chain ends at ``error``.
+                raise error
+
+    def _delay(self, policy: RetryPolicy, attempt: int) -> float:
+        ceiling = min(policy.max_delay_ms, policy.base_delay_ms * (2 ** min(attempt, 30)))
+        return self._random.uniform(0, ceiling) / 1000
+
+    def _attempt(self, body: Callable[[Transaction], T]) -> T:
+        connection = self.connection
+        armed: ArmedFault | None = None
+        if self.faults is not None:
+            armed = self.faults._take()
+        consensus = self.consensus
+        if armed is not None:
+            if armed.fault.point == "statement":
+                connection.statement_hook = armed.before_statement
+            elif armed.fault.point == "strategy":
+                consensus = FaultyConsensus(consensus, armed)
+        tx = Transaction(connection, consensus)
+        _begin(connection, "BEGIN IMMEDIATE")
+        self._active = tx
+        try:
+            result = body(tx)
+            if armed is not None:
+                armed.before_commit()
+            _begin(connection, "COMMIT")
+        except BaseException:
+            self._active = None
+            connection.statement_hook = None
+            if armed is not None:
+                armed.finish()
+            try:
+                if connection.in_transaction:
+                    _begin(connection, "ROLLBACK")
+            finally:
+                _run_callbacks(list(reversed(tx._rollback)))
+            raise
+        self._active = None
+        connection.statement_hook = None
+        if armed is not None:
+            armed.finish()
+        _run_callbacks(tx._commit)
+        return result
+
+    def _nested(self, method: str, body: Callable[[Transaction], T]) -> T:
+        outer = self._active
+        assert outer is not None
+        self._depth += 1
+        name = f"runstore_{self._depth}"
+        connection = self.connection
+        inner = Transaction(connection, outer.consensus)
+        _begin(connection, f"SAVEPOINT {name}")
+        self._active = inner
+        try:
+            result = body(inner)
+        except BaseException as failure:
+            try:
+                _begin(connection, f"ROLLBACK TO {name}")
+                _begin(connection, f"RELEASE {name}")
+            finally:
+                self._active = outer
+                self._depth -= 1
+                _run_callbacks(list(reversed(inner._rollback)))
+            if isinstance(failure, RollbackAndReturn):
+                return failure.value  # type: ignore[no-any-return]
+            # A transient failure must reach the outermost write, which retries.
+            if isinstance(failure, _CLASSIFIED) and not is_transient(failure):
+                error = classify(method, failure)
+            else:
+                raise
+        else:
+            _begin(connection, f"RELEASE {name}")
+            self._active = outer
+            self._depth -= 1
+            outer._commit.extend(inner._commit)
+            outer._rollback.extend(inner._rollback)
+            return result
+        raise error
+
+    # -- reads ----------------------------------------------------------------
+
+    def read(self, method: str, body: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``body`` on the connection outside any write transaction.
+
+        Inside a write on the same thread it sees that transaction's changes.
+        """
+        with self.lock:
+            if self._active is not None:
+                return body(self.connection)
+            policy = self.retry
+            started = time.monotonic()
+            attempt = 0
+            while True:
+                attempt += 1
+                error: RunStoreError
+                try:
+                    return body(self.connection)
+                except _CLASSIFIED as failure:
+                    delay = self._delay(policy, attempt)
+                    elapsed_ms = (time.monotonic() - started) * 1000
+                    if (
+                        is_transient(failure)
+                        and attempt < policy.max_attempts
+                        and elapsed_ms + delay * 1000 <= policy.budget_ms
+                    ):
+                        time.sleep(delay)
+                        continue
+                    error = classify(method, failure)
+                raise error
+
+    def snapshot(self, method: str, body: Callable[[Transaction], T]) -> T:
+        """Run a multi-statement read in one deferred transaction (one snapshot).
+
+        Takes no faults and changes nothing; used by ``state()`` and
+        ``check_invariants()``.
+        """
+
+        def run(connection: sqlite3.Connection) -> T:
+            if self._active is not None:
+                return body(self._active)
+            tx = Transaction(connection, self.consensus)
+            _begin(connection, "BEGIN")
+            self._active = tx
+            try:
+                return body(tx)
+            finally:
+                self._active = None
+                if connection.in_transaction:
+                    _begin(connection, "ROLLBACK")
+                _run_callbacks(list(reversed(tx._rollback)))
+
+        return self.read(method, run)
