@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import attrs
 import pytest
 
 import runstore
+from runstore import _errors, _outcomes
 
 ROOT = Path(__file__).resolve().parent.parent
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\n]*)$")
@@ -163,3 +165,59 @@ def test_pages_are_found_at_any_depth(tmp_path: Path) -> None:
         (tmp_path / name).write_text("```python\npass\n```\n", encoding="utf-8")
     found = [p.relative_to(tmp_path).as_posix() for p in documentation_pages(tmp_path)]
     assert found == ["README.md", "docs/guides/a.md", "docs/index.md", "docs/x/y/z.md"]
+
+
+OPERATION_OUTCOMES = {
+    "claim": runstore.ClaimOutcome,
+    "claim_and_own": runstore.ClaimAndOwnOutcome,
+    "steal": runstore.StealOutcome,
+    "activate": runstore.ActivateOutcome,
+    "abandon_claim": runstore.AbandonClaimOutcome,
+    "recover_claim": runstore.RecoverClaimOutcome,
+    "heartbeat": runstore.HeartbeatOutcome,
+    "reconfirm": runstore.HeartbeatOutcome,
+    "transition_owned": runstore.TransitionOutcome,
+    "request_cancel": runstore.RequestCancelOutcome,
+    "request_cancel_lineage": runstore.RequestCancelOutcome,
+}
+
+
+def _table_rows(text: str) -> list[list[str]]:
+    return [
+        [cell.strip() for cell in line.strip().strip("|").split("|")]
+        for line in text.splitlines()
+        if line.lstrip().startswith("|")
+    ]
+
+
+def test_troubleshooting_lists_every_outcome_of_every_operation() -> None:
+    """docs/troubleshooting.md has a row for each (operation, outcome) pair."""
+    rows = _table_rows((ROOT / "docs" / "troubleshooting.md").read_text(encoding="utf-8"))
+    missing = []
+    for operation, alias in OPERATION_OUTCOMES.items():
+        for outcome in typing.get_args(alias):
+            name = outcome.__name__
+            if not any(
+                len(row) > 1
+                and f"`{operation}`" in row[0]
+                and (f"`{name}`" in row[1] or f"`{name}(" in row[1])
+                for row in rows
+            ):
+                missing.append(f"{operation} -> {name}")
+    assert not missing, missing
+    documented = {
+        name
+        for name, value in vars(_outcomes).items()
+        if isinstance(value, type) and attrs.has(value) and value.__module__ == _outcomes.__name__
+    }
+    listed = {o.__name__ for alias in OPERATION_OUTCOMES.values() for o in typing.get_args(alias)}
+    assert documented == listed
+
+
+def test_troubleshooting_lists_every_error_code() -> None:
+    """docs/troubleshooting.md has a row for each error code and for opening errors."""
+    rows = _table_rows((ROOT / "docs" / "troubleshooting.md").read_text(encoding="utf-8"))
+    first_cells = {row[0] for row in rows}
+    for code in _errors.ERROR_CODES:
+        assert f"`{code}`" in first_cells, code
+    assert any("`UnsupportedDatabaseError`" in row[1] for row in rows if len(row) > 1)
