@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import weakref
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Protocol, TypeAlias
@@ -35,6 +36,7 @@ from runstore.attempts._boundary import (
     DEFAULT_IN_PROGRESS_STATES,
     DEFAULT_MAX_CHECKPOINT_BYTES,
     DEFAULT_PUT_MODE,
+    MAXIMUM_CHECKPOINT_BYTES,
     admit_finish,
     admit_get,
     admit_heartbeat,
@@ -92,11 +94,40 @@ class _RunReader(Protocol):
     def get(self, run_id: str) -> RunRow: ...
 
 
+class _Table:
+    """The attempts of one run store: what ``flows_attempts`` is to a database.
+
+    Shared by every ``ModelAttemptStore`` built over the same run store, as
+    every ``AttemptStore`` over one SQLite store shares one table.
+    """
+
+    def __init__(self) -> None:
+        self.attempts: Mapping[_Key, Attempt] = MappingProxyType({})
+        self.lock = threading.RLock()
+
+
+_TABLES: weakref.WeakKeyDictionary[object, _Table] = weakref.WeakKeyDictionary()
+_TABLES_LOCK = threading.Lock()
+
+
+def _table_of(run_store: object) -> _Table:
+    with _TABLES_LOCK:
+        try:
+            table = _TABLES.get(run_store)
+            if table is None:
+                table = _TABLES[run_store] = _Table()
+            return table
+        except TypeError:  # not weakly referenceable or not hashable: keep a private table
+            return _Table()
+
+
 class ModelAttemptStore:
     """The reference ``AttemptStore`` over a run store (normally a
     ``ModelRunStore``), with the same options and outcomes.
 
-    Options are admitted when the store is built (``AttemptStoreError``
+    Every model attempt store built over the same run store sees the same
+    attempts, as SQLite attempt stores over one database do. Options are
+    admitted when the store is built (``AttemptStoreError``
     ``invalid_attempt``, method ``options``).
     """
 
@@ -112,8 +143,7 @@ class ModelAttemptStore:
             in_progress_states, max_checkpoint_bytes, put_mode
         )
         self._runs = model_store
-        self._attempts: Mapping[_Key, Attempt] = MappingProxyType({})
-        self._lock = threading.RLock()
+        self._table = _table_of(model_store)
 
     @property
     def options(self) -> AttemptOptions:
@@ -149,10 +179,18 @@ class ModelAttemptStore:
     def _in_progress(self, record: Attempt) -> bool:
         return record.state in self._options.in_progress_states
 
+    @property
+    def _attempts(self) -> Mapping[_Key, Attempt]:
+        return self._table.attempts
+
+    @property
+    def _lock(self) -> threading.RLock:
+        return self._table.lock
+
     def _commit(self, key: _Key, record: Attempt) -> None:
-        following = dict(self._attempts)
+        following = dict(self._table.attempts)
         following[key] = record
-        self._attempts = MappingProxyType(following)
+        self._table.attempts = MappingProxyType(following)
 
     # -- operations ----------------------------------------------------------------
 
@@ -281,11 +319,14 @@ class ModelAttemptStore:
             attempts = self._attempts
         return tuple(_copied(attempts[key]) for key in sorted(attempts))
 
-    def check_invariants(self) -> None:
-        """Raise ``AssertionError`` naming the first broken invariant."""
+    def check_invariants(self, *, max_checkpoint_bytes: int = MAXIMUM_CHECKPOINT_BYTES) -> None:
+        """Raise ``AssertionError`` naming the first broken invariant: a
+        malformed record, a checkpoint over ``max_checkpoint_bytes`` (by default
+        the 16 MiB ceiling, since another store over the same run store may
+        have a larger cap than this one), an attempt whose run does not exist."""
         with self._lock:
             attempts = self._attempts
-        cap = self._options.max_checkpoint_bytes
+        cap = max_checkpoint_bytes
         for key, record in attempts.items():
             assert type(record) is Attempt, "attempt: a record is not an Attempt"
             assert key == _key(record.id), "attempt: stored under another id"

@@ -391,17 +391,19 @@ class AttemptStore:
 
         return self._read("state", body)
 
-    def check_invariants(self) -> None:
+    def check_invariants(self, *, max_checkpoint_bytes: int = MAXIMUM_CHECKPOINT_BYTES) -> None:
         """Raise ``AssertionError`` naming the first broken invariant: a row
-        that does not decode, a checkpoint over this store's cap, an attempt
-        whose run does not exist."""
+        that does not decode, a checkpoint over ``max_checkpoint_bytes`` (by
+        default the 16 MiB ceiling, since another store over the same database
+        may have a larger cap than this one), an attempt whose run does not
+        exist."""
         try:
             attempts = self.state()
         except AttemptStoreError as error:
             raise AssertionError(
                 f"attempt: a stored row does not decode ({error.message})"
             ) from None
-        cap = self._options.max_checkpoint_bytes
+        cap = max_checkpoint_bytes
         for record in attempts:
             if record.checkpoint is not ABSENT:
                 size = len(canonical_json(record.checkpoint).encode("utf-8"))
