@@ -1,0 +1,37 @@
+"""``Capabilities``: what a store under test can do, as data.
+
+The conformance machines switch rules and comparisons on these flags; every
+default describes a full store like ``runstore.open(...)``.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+
+@attrs.frozen
+class Capabilities:
+    """What the store under test supports. Defaults describe a full store.
+
+    - ``reopen``: the factory, called again with the same path after the store
+      was closed without ceremony, opens the same committed data. Switches on
+      the store-crash rule. Declare ``False`` for in-memory stores.
+    - ``whole_state``: the store has ``state()``. When ``False`` the store is
+      compared through its public reads (``get``, ``ownership_facts``,
+      ``revision``, ``changes``) and the raw-corruption rule is off.
+    - ``lease_introspection``: ``state()`` reports the strategy's leases (and,
+      for a strategy under test, ``lease()`` answers). When ``False`` leases
+      are left out of every comparison and the lease-agreement invariant is
+      not checked.
+    - ``fault_injection``: the store offers the SQLite adapter's fault seam
+      (``runstore.sqlite`` fault plans); switches on the fault rules.
+    """
+
+    reopen: bool = True
+    whole_state: bool = True
+    lease_introspection: bool = True
+    fault_injection: bool = False
+
+
+#: The default: a full store like ``runstore.open(...)``.
+FULL_STORE = Capabilities()

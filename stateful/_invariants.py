@@ -1,0 +1,624 @@
+"""The fence invariants, as pure functions over ``StoreState`` values.
+
+Two kinds of check, each failing with its own ``AssertionError`` subclass so a
+test can tell which one fired:
+
+- ``check_state(state)`` judges one state on its own: ownership fields agree
+  with the status, claim fields come in pairs, ``finished_at_ms`` marks
+  exactly the settled runs, lease and row agree, replaying each run's facts
+  rebuilds its owner and claim, and the change feed agrees with the revision.
+- ``check_transition(before, after, step)`` judges one step: a settled run
+  never changes again; only the owner of record gets a fenced write accepted;
+  a heartbeat never moves backwards under one owner; a run changes hands only
+  through its own grant, and a running run only when its heartbeat was
+  strictly older than ``now - 30000`` and the evidence matched; facts are only
+  appended; the revision moves exactly by the rows the step wrote; every run
+  keeps the state last written, byte for byte; a failed step leaves no trace.
+
+Neither function reads a store, a clock or Hypothesis: they are usable from
+any test, and from the regression files the fuzzer writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import attrs
+
+from runstore._constants import HEARTBEAT_STALE_AFTER_MS
+from runstore._outcomes import (
+    Abandoned,
+    Activated,
+    CancelRequested,
+    Claimed,
+    Recovered,
+    SnapshotChanged,
+    Transitioned,
+    Updated,
+)
+from runstore._values import (
+    TERMINAL_STATUSES,
+    Lease,
+    LivenessEvidence,
+    OwnerId,
+    OwnershipFact,
+    RunRow,
+    StoreState,
+)
+
+from ._steps import Step
+
+
+class InvariantViolation(AssertionError):
+    """Base of every fence invariant failure; the subclass names the invariant."""
+
+
+class RunningOwnershipViolation(InvariantViolation):
+    """A run is running without an owner and heartbeat, or has them while not running."""
+
+
+class ClaimFieldsViolation(InvariantViolation):
+    """A run's claimant and claim time are not both set or both empty."""
+
+
+class FinishedTerminalViolation(InvariantViolation):
+    """``finished_at_ms`` is set on a live run, or missing on a settled one."""
+
+
+class TerminalChangedViolation(InvariantViolation):
+    """A settled run changed."""
+
+
+class LeaseRowDisagreement(InvariantViolation):
+    """The strategy's lease and the run row disagree about owner, heartbeat or claim."""
+
+
+class UnfencedWriteAccepted(InvariantViolation):
+    """A fenced write (heartbeat, reconfirm, transition) took effect for someone
+    other than the owner of record, or a running run changed without one."""
+
+
+class HeartbeatRegressed(InvariantViolation):
+    """A heartbeat moved backwards while the owner stayed the same."""
+
+
+class StealWithoutStaleness(InvariantViolation):
+    """A different owner took (or claimed) a running run whose heartbeat was not
+    strictly older than ``now - 30000``, or without matching evidence."""
+
+
+class OwnerWithoutGrant(InvariantViolation):
+    """A run gained an owner without activating that owner's own claim."""
+
+
+class FactReplayMismatch(InvariantViolation):
+    """Replaying a run's facts does not rebuild its owner and claim, or the
+    fact stream was rewritten, has gaps, or grew on a run the step did not touch."""
+
+
+class RevisionMismatch(InvariantViolation):
+    """The revision or change feed moved differently from the rows written."""
+
+
+class StateNotPreserved(InvariantViolation):
+    """A run's state is not the text last written, or a run disappeared or
+    appeared without ``create``."""
+
+
+class FailedOperationVisible(InvariantViolation):
+    """An operation that raised left a trace in the state."""
+
+
+class CommittedStateLost(InvariantViolation):
+    """Reopening the store lost or changed committed rows, facts or revisions."""
+
+
+#: Every invariant exception, by class name.
+INVARIANTS: tuple[type[InvariantViolation], ...] = (
+    RunningOwnershipViolation,
+    ClaimFieldsViolation,
+    FinishedTerminalViolation,
+    TerminalChangedViolation,
+    LeaseRowDisagreement,
+    UnfencedWriteAccepted,
+    HeartbeatRegressed,
+    StealWithoutStaleness,
+    OwnerWithoutGrant,
+    FactReplayMismatch,
+    RevisionMismatch,
+    StateNotPreserved,
+    FailedOperationVisible,
+    CommittedStateLost,
+)
+
+_FENCED = frozenset({"heartbeat", "reconfirm", "transition_owned"})
+_ACCEPTED = (Updated, Transitioned)
+
+
+# --- helpers -----------------------------------------------------------------
+
+
+def _rows(state: StoreState) -> dict[str, RunRow]:
+    return {row.run_id: row for row in state.rows}
+
+
+def _leases(state: StoreState) -> dict[str, Lease]:
+    return {
+        lease.run_id: lease
+        for lease in state.leases
+        if lease.owner is not None or lease.claim is not None
+    }
+
+
+def _facts(state: StoreState) -> dict[str, list[OwnershipFact]]:
+    streams: dict[str, list[OwnershipFact]] = {}
+    for fact in state.facts:
+        streams.setdefault(fact.run_id, []).append(fact)
+    return streams
+
+
+def _changes(state: StoreState) -> dict[str, int]:
+    return {change.run_id: change.revision for change in state.changes}
+
+
+def is_stale(stamp: int, now_ms: int) -> bool:
+    """Whether ``stamp`` is strictly older than ``now_ms - 30000``."""
+    return stamp < now_ms - HEARTBEAT_STALE_AFTER_MS
+
+
+def evidence_fits(
+    expected_owner: OwnerId, observer: OwnerId, now_ms: int, evidence: object
+) -> bool:
+    """Whether ``evidence`` names ``expected_owner``, was taken at ``now_ms``
+    exactly, and fits the host relation between owner and observer."""
+    if not isinstance(evidence, LivenessEvidence):
+        return False
+    if evidence.expected_owner != expected_owner or evidence.checked_at_ms != now_ms:
+        return False
+    same_host = expected_owner.host_id == observer.host_id
+    if evidence.kind == "same-host-pid-dead":
+        return same_host
+    if evidence.kind == "cross-host-unreachable-stale":
+        return not same_host
+    return evidence.kind == "lease-expired"
+
+
+def replay_facts(
+    facts: Iterable[OwnershipFact],
+) -> tuple[OwnerId | None, OwnerId | None, int | None]:
+    """The owner, claimant and claim time that a run's facts rebuild, in order."""
+    owner: OwnerId | None = None
+    claim: OwnerId | None = None
+    claimed_at: int | None = None
+    for fact in facts:
+        if fact.transition in ("claimed", "stolen"):
+            claim, claimed_at = fact.owner, fact.granted_at_ms
+        elif fact.transition == "activated":
+            owner, claim, claimed_at = fact.owner, None, None
+        elif fact.transition == "released" and fact.granted_at_ms is None:
+            owner, claim, claimed_at = None, None, None
+        else:  # released(X, t) or expired(X, t): the claim goes
+            claim, claimed_at = None, None
+    return owner, claim, claimed_at
+
+
+# --- one state ---------------------------------------------------------------
+
+
+def check_state(state: StoreState, *, leases: bool = True) -> None:
+    """Raise the first broken single-state invariant. ``leases=False`` skips
+    the lease agreement (for stores that do not expose their leases)."""
+    rows = _rows(state)
+    for row in state.rows:
+        _check_row(row)
+    if leases:
+        _check_leases(rows, _leases(state))
+    _check_facts(rows, _facts(state))
+    _check_changes(state, rows)
+
+
+def _check_row(row: RunRow) -> None:
+    running = row.status == "running"
+    if running != (row.owner is not None) or (row.owner is None) != (row.heartbeat_at_ms is None):
+        raise RunningOwnershipViolation(
+            f"run {row.run_id!r}: status {row.status}, owner {row.owner!r}, "
+            f"heartbeat {row.heartbeat_at_ms!r}"
+        )
+    if (row.claim is None) != (row.claimed_at_ms is None):
+        raise ClaimFieldsViolation(
+            f"run {row.run_id!r}: claim {row.claim!r}, claimed_at_ms {row.claimed_at_ms!r}"
+        )
+    if (row.finished_at_ms is not None) != (row.status in TERMINAL_STATUSES):
+        raise FinishedTerminalViolation(
+            f"run {row.run_id!r}: status {row.status}, finished_at_ms {row.finished_at_ms!r}"
+        )
+
+
+def _check_leases(rows: Mapping[str, RunRow], leases: Mapping[str, Lease]) -> None:
+    for run_id, lease in leases.items():
+        if run_id not in rows:
+            raise LeaseRowDisagreement(f"lease for unknown run {run_id!r}: {lease!r}")
+    for run_id, row in rows.items():
+        lease = leases.get(run_id)
+        lease_owner = None if lease is None else lease.owner
+        lease_claim = None if lease is None else lease.claim
+        lease_claimed_at = None if lease is None else lease.claimed_at_ms
+        problems = []
+        if lease_owner != row.owner:
+            problems.append(f"owner {lease_owner!r} vs row {row.owner!r}")
+        elif (
+            lease is not None
+            and lease.owner is not None
+            and lease.heartbeat_at_ms != row.heartbeat_at_ms
+        ):
+            problems.append(f"heartbeat {lease.heartbeat_at_ms!r} vs row {row.heartbeat_at_ms!r}")
+        if lease_claim != row.claim or lease_claimed_at != row.claimed_at_ms:
+            problems.append(
+                f"claim {lease_claim!r}@{lease_claimed_at!r} vs row {row.claim!r}@"
+                f"{row.claimed_at_ms!r}"
+            )
+        if problems:
+            raise LeaseRowDisagreement(f"run {run_id!r}: " + "; ".join(problems))
+
+
+def _check_facts(rows: Mapping[str, RunRow], streams: Mapping[str, list[OwnershipFact]]) -> None:
+    for run_id, facts in streams.items():
+        if run_id not in rows:
+            raise FactReplayMismatch(f"facts recorded for unknown run {run_id!r}")
+        positions = [fact.position for fact in facts]
+        if positions != list(range(1, len(facts) + 1)):
+            raise FactReplayMismatch(f"run {run_id!r}: fact positions {positions}")
+    for run_id, row in rows.items():
+        owner, claim, claimed_at = replay_facts(streams.get(run_id, ()))
+        if (owner, claim, claimed_at) != (row.owner, row.claim, row.claimed_at_ms):
+            raise FactReplayMismatch(
+                f"run {run_id!r}: facts rebuild owner {owner!r}, claim {claim!r}@{claimed_at!r};"
+                f" row has owner {row.owner!r}, claim {row.claim!r}@{row.claimed_at_ms!r}"
+            )
+
+
+def _check_changes(state: StoreState, rows: Mapping[str, RunRow]) -> None:
+    revisions = [change.revision for change in state.changes]
+    if revisions != sorted(set(revisions)):
+        raise RevisionMismatch(f"change revisions not strictly ascending: {revisions}")
+    if revisions and revisions[-1] > state.revision:
+        raise RevisionMismatch(f"change at {revisions[-1]} above revision {state.revision}")
+    if len(rows) > state.revision:
+        raise RevisionMismatch(f"{len(rows)} rows but revision {state.revision}")
+    changed = _changes(state)
+    for run_id in rows:
+        if run_id not in changed:
+            raise RevisionMismatch(f"run {run_id!r} has no change entry")
+    for change in state.changes:
+        if not change.deleted and change.run_id not in rows:
+            raise RevisionMismatch(f"live change entry for missing run {change.run_id!r}")
+
+
+# --- one step ------------------------------------------------------------------
+
+
+def check_transition(
+    before: StoreState, after: StoreState, step: Step, *, leases: bool = True
+) -> None:
+    """Raise the first broken step invariant for ``before --step--> after``."""
+    rows_before, rows_after = _rows(before), _rows(after)
+    if step.method == "reopen":
+        _check_reopen(before, after)
+        return
+    if step.raised:
+        if (rows_before, before.facts, before.revision, before.changes) != (
+            rows_after,
+            after.facts,
+            after.revision,
+            after.changes,
+        ) or (leases and _leases(before) != _leases(after)):
+            raise FailedOperationVisible(f"{step.call.describe()} raised but changed the state")
+        return
+    _check_state_preserved(rows_before, rows_after, step)
+    _check_terminal(rows_before, rows_after, step)
+    _check_fenced(rows_before, rows_after, step)
+    _check_heartbeats(rows_before, rows_after, before, after, leases=leases)
+    _check_takeover(rows_before, rows_after, step)
+    _check_fact_growth(before, after, step)
+    _check_revision(before, after, rows_before, rows_after, step)
+
+
+def _check_reopen(before: StoreState, after: StoreState) -> None:
+    if (before.rows, before.facts, before.revision, before.changes, before.acknowledgements) != (
+        after.rows,
+        after.facts,
+        after.revision,
+        after.changes,
+        after.acknowledgements,
+    ):
+        raise CommittedStateLost("the reopened store differs from the one that crashed")
+
+
+def _step_run(step: Step) -> object:
+    return step.get("run_id")
+
+
+def _check_state_preserved(
+    rows_before: Mapping[str, RunRow], rows_after: Mapping[str, RunRow], step: Step
+) -> None:
+    for run_id in rows_before:
+        if run_id not in rows_after:
+            raise StateNotPreserved(f"run {run_id!r} disappeared")
+    for run_id, row in rows_after.items():
+        old = rows_before.get(run_id)
+        if old is None:
+            if step.method != "create" or _step_run(step) != run_id:
+                raise StateNotPreserved(f"run {run_id!r} appeared without create")
+            expected = step.get("state_json")
+        elif (
+            step.method == "transition_owned"
+            and isinstance(step.outcome, Transitioned)
+            and (_step_run(step) == run_id and step.get("state_json") is not None)
+        ):
+            expected = step.get("state_json")
+        elif (
+            step.method == "raw_write_state"
+            and step.outcome is True
+            and (_step_run(step) == run_id)
+        ):
+            expected = step.get("text")
+        else:
+            expected = old.state_json
+        if row.state_json != expected:
+            raise StateNotPreserved(
+                f"run {run_id!r}: state is not the text last written "
+                f"({len(row.state_json)} chars, expected {len(str(expected))})"
+            )
+
+
+def _check_terminal(
+    rows_before: Mapping[str, RunRow], rows_after: Mapping[str, RunRow], step: Step
+) -> None:
+    for run_id, old in rows_before.items():
+        if old.status not in TERMINAL_STATUSES:
+            continue
+        new = rows_after[run_id]
+        if step.method == "raw_write_state" and _step_run(step) == run_id:
+            new = attrs.evolve(new, state_json=old.state_json)
+        if new != old:
+            raise TerminalChangedViolation(f"settled run {run_id!r} changed: {old!r} -> {new!r}")
+
+
+def _caller(step: Step) -> object:
+    if step.method in ("heartbeat", "reconfirm", "transition_owned", "claim_and_own"):
+        return step.get("owner")
+    if step.method == "activate":
+        return step.get("claimant")
+    return None
+
+
+def _check_fenced(
+    rows_before: Mapping[str, RunRow], rows_after: Mapping[str, RunRow], step: Step
+) -> None:
+    if step.method in _FENCED:
+        run_id = _step_run(step)
+        caller = step.get("owner")
+        old = rows_before.get(run_id) if isinstance(run_id, str) else None
+        is_owner = old is not None and old.status == "running" and old.owner == caller
+        if not is_owner:
+            if isinstance(step.outcome, _ACCEPTED):
+                raise UnfencedWriteAccepted(
+                    f"{step.method} by {caller!r} answered {step.outcome!r} on run {run_id!r} "
+                    f"owned by {None if old is None else old.owner!r}"
+                )
+            if old is not None and rows_after.get(run_id) != old:
+                raise UnfencedWriteAccepted(
+                    f"{step.method} by non-owner {caller!r} changed run {run_id!r}"
+                )
+    # A running run's status, state or heartbeat changes only through a write
+    # its owner made (or through a takeover, judged separately).
+    for run_id, old in rows_before.items():
+        new = rows_after[run_id]
+        if old.status != "running" or old.owner is None or new.owner not in (None, old.owner):
+            continue
+        moved = (
+            new.status != old.status
+            or new.heartbeat_at_ms != old.heartbeat_at_ms
+            or (new.state_json != old.state_json and step.method != "raw_write_state")
+        )
+        if moved and (_step_run(step) != run_id or _caller(step) != old.owner):
+            raise UnfencedWriteAccepted(
+                f"running run {run_id!r} of {old.owner!r} changed through {step.call.describe()}"
+            )
+
+
+def _check_heartbeats(
+    rows_before: Mapping[str, RunRow],
+    rows_after: Mapping[str, RunRow],
+    before: StoreState,
+    after: StoreState,
+    *,
+    leases: bool,
+) -> None:
+    for run_id, old in rows_before.items():
+        new = rows_after[run_id]
+        if (
+            old.owner is not None
+            and new.owner == old.owner
+            and old.heartbeat_at_ms is not None
+            and new.heartbeat_at_ms is not None
+            and new.heartbeat_at_ms < old.heartbeat_at_ms
+        ):
+            raise HeartbeatRegressed(
+                f"run {run_id!r}: heartbeat {old.heartbeat_at_ms} -> {new.heartbeat_at_ms} "
+                f"under {old.owner!r}"
+            )
+    if not leases:
+        return
+    leases_after = _leases(after)
+    for run_id, old_lease in _leases(before).items():
+        new_lease = leases_after.get(run_id)
+        if (
+            new_lease is not None
+            and old_lease.owner is not None
+            and new_lease.owner == old_lease.owner
+            and new_lease.granted_at_ms == old_lease.granted_at_ms
+            and old_lease.heartbeat_at_ms is not None
+            and new_lease.heartbeat_at_ms is not None
+            and new_lease.heartbeat_at_ms < old_lease.heartbeat_at_ms
+        ):
+            raise HeartbeatRegressed(
+                f"lease of run {run_id!r}: heartbeat {old_lease.heartbeat_at_ms} -> "
+                f"{new_lease.heartbeat_at_ms} under {old_lease.owner!r}"
+            )
+
+
+def _check_takeover(
+    rows_before: Mapping[str, RunRow], rows_after: Mapping[str, RunRow], step: Step
+) -> None:
+    run_id = _step_run(step)
+    now = step.get("now_ms")
+    old_row = rows_before.get(run_id) if isinstance(run_id, str) else None
+    # A steal claim needs a stale owner and evidence about it.
+    if step.method == "steal" and isinstance(step.outcome, Claimed):
+        claimant = step.get("claimant")
+        if (
+            old_row is None
+            or old_row.status != "running"
+            or old_row.owner is None
+            or old_row.heartbeat_at_ms is None
+            or not is_stale(old_row.heartbeat_at_ms, now)
+            or not evidence_fits(old_row.owner, claimant, now, step.get("evidence"))
+        ):
+            raise StealWithoutStaleness(
+                f"steal of {run_id!r} by {claimant!r} at {now} granted over {old_row!r}"
+            )
+    if step.method == "claim_and_own" and isinstance(step.outcome, Activated):
+        owner = step.get("owner")
+        if old_row is not None and old_row.status == "running" and old_row.owner is not None:
+            stale = old_row.heartbeat_at_ms is not None and is_stale(old_row.heartbeat_at_ms, now)
+            fits = old_row.owner == owner or evidence_fits(
+                old_row.owner, owner, now, step.get("evidence")
+            )
+            if not (stale and fits):
+                raise StealWithoutStaleness(
+                    f"claim_and_own of {run_id!r} by {owner!r} at {now} over {old_row!r}"
+                )
+    for rid, new in rows_after.items():
+        old = rows_before.get(rid)
+        if new.owner is None or old is None or new.owner == old.owner:
+            continue
+        # The run gained a (different) owner: only its own grant may do that.
+        if step.method == "claim_and_own" and rid == run_id and step.get("owner") == new.owner:
+            continue
+        if step.method == "activate" and rid == run_id and step.get("claimant") == new.owner:
+            token = step.get("claimed_at_ms")
+            if old.claim != new.owner or old.claimed_at_ms != token:
+                raise OwnerWithoutGrant(
+                    f"run {rid!r} activated for {new.owner!r} with token {token} but the "
+                    f"row's claim was {old.claim!r}@{old.claimed_at_ms!r}"
+                )
+            if (
+                old.status == "running"
+                and old.owner is not None
+                and (old.heartbeat_at_ms is None or not is_stale(old.heartbeat_at_ms, token))
+            ):
+                raise StealWithoutStaleness(
+                    f"run {rid!r} taken from {old.owner!r} (heartbeat {old.heartbeat_at_ms}) "
+                    f"by a claim granted at {token}"
+                )
+            continue
+        raise OwnerWithoutGrant(
+            f"run {rid!r} changed owner {old.owner!r} -> {new.owner!r} through "
+            f"{step.call.describe()}"
+        )
+
+
+def _check_fact_growth(before: StoreState, after: StoreState, step: Step) -> None:
+    streams_before, streams_after = _facts(before), _facts(after)
+    for run_id, facts in streams_before.items():
+        if streams_after.get(run_id, [])[: len(facts)] != facts:
+            raise FactReplayMismatch(f"run {run_id!r}: recorded facts were rewritten")
+    for run_id, facts in streams_after.items():
+        grown = len(facts) > len(streams_before.get(run_id, []))
+        if grown and run_id != _step_run(step):
+            raise FactReplayMismatch(f"run {run_id!r} gained facts from {step.call.describe()}")
+
+
+def expected_writes(
+    rows_before: Mapping[str, RunRow], rows_after: Mapping[str, RunRow], step: Step
+) -> int:
+    """How many run rows ``step`` must have written (contract.md's revision table)."""
+    method, outcome = step.method, step.outcome
+    if step.raised:
+        return 0
+    if method == "create":
+        return 1
+    if method == "request_cancel_lineage":
+        if not isinstance(outcome, CancelRequested):
+            return 0
+        return sum(
+            1
+            for run_id, old in rows_before.items()
+            if old.cancel_requested_at_ms is None
+            and rows_after[run_id].cancel_requested_at_ms is not None
+        )
+    if method == "activate":
+        if isinstance(outcome, Activated | SnapshotChanged):
+            return 1
+        old = rows_before.get(step.get("run_id"))
+        # A losing activation clears the row's copy of a claim the strategy no
+        # longer holds; it writes only when that claim was there.
+        matched = (
+            old is not None
+            and old.claim == step.get("claimant")
+            and old.claimed_at_ms == step.get("claimed_at_ms")
+        )
+        return 1 if matched else 0
+    accepted: dict[str, tuple[type, ...]] = {
+        "request_cancel": (CancelRequested,),
+        "claim": (Claimed,),
+        "steal": (Claimed,),
+        "claim_and_own": (Activated,),
+        "abandon_claim": (Abandoned,),
+        "recover_claim": (Recovered,),
+        "heartbeat": (Updated,),
+        "reconfirm": (Updated,),
+        "transition_owned": (Transitioned,),
+    }
+    if method in accepted:
+        return 1 if isinstance(outcome, accepted[method]) else 0
+    if method in ("acknowledge_cancel", "raw_write_state"):
+        return 1 if outcome is True else 0
+    return 0
+
+
+def _check_revision(
+    before: StoreState,
+    after: StoreState,
+    rows_before: Mapping[str, RunRow],
+    rows_after: Mapping[str, RunRow],
+    step: Step,
+) -> None:
+    expected = expected_writes(rows_before, rows_after, step)
+    delta = after.revision - before.revision
+    if delta != expected:
+        raise RevisionMismatch(
+            f"{step.call.describe()} -> {step.outcome!r} moved the revision by {delta}, "
+            f"expected {expected}"
+        )
+    changes_before, changes_after = _changes(before), _changes(after)
+    written = {
+        run_id
+        for run_id, revision in changes_after.items()
+        if changes_before.get(run_id) != revision
+    }
+    if len(written) != expected:
+        raise RevisionMismatch(
+            f"{step.call.describe()} moved the change feed of {sorted(written)}, "
+            f"expected {expected} rows"
+        )
+    for run_id in written:
+        if not before.revision < changes_after[run_id] <= after.revision:
+            raise RevisionMismatch(
+                f"run {run_id!r} change at {changes_after[run_id]} outside "
+                f"({before.revision}, {after.revision}]"
+            )
+    for run_id, new in rows_after.items():
+        if run_id not in written and rows_before.get(run_id) != new:
+            raise RevisionMismatch(f"run {run_id!r} changed without a revision")

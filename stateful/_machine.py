@@ -1,0 +1,733 @@
+"""``RunStoreComparison``: the reference model and a store, side by side.
+
+Each rule builds one operation from abstract choices (see ``_domain``), applies
+it to ``ModelRunStore`` and to the store under test, and then checks, in this
+order: the fence invariants of the store's new state and of its step; the
+same for the model; that both answered the same (outcome values with ``==``,
+errors by code and method); and that both hold the same whole state. Both
+sides share one ``ManualClock``, moved only by rules.
+
+A concrete comparison is a subclass naming its ``store_factory`` and
+``capabilities``; ``comparison_for`` builds one.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+import attrs
+from hypothesis import note
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    initialize,
+    multiple,
+    precondition,
+    rule,
+)
+
+from runstore._clock import ManualClock
+from runstore._outcomes import Claimed
+from runstore._values import Lease, OwnerId, StoreState, TransitionGuard
+from runstore.model import ModelRunStore
+
+from . import _observe
+from ._capabilities import FULL_STORE, Capabilities
+from ._compare import (
+    OutcomeMismatch,
+    StateMismatch,
+    describe_difference,
+    public_state,
+    without_leases,
+)
+from ._domain import (
+    ACTORS,
+    ADVANCES,
+    CLAIMABLE_RUNS,
+    CLAIMANTS,
+    CLAIMED_RUNS,
+    CLAIMERS,
+    EDGE_DELTAS,
+    EVIDENCE,
+    EXPECTED,
+    GUARDS,
+    OFFSETS,
+    PROCESS_COUNT,
+    RECOVER_TIMES,
+    RENEW_TIMES,
+    RUN_IDS,
+    RUN_OPTIONS,
+    RUNNING_RUNS,
+    START_MS,
+    STATE_TEXTS,
+    TIMES,
+    TO_STATUSES,
+    TOKENS,
+    World,
+)
+from ._invariants import InvariantViolation, check_state, check_transition
+from ._malformed import MALFORMED_CASES, malformed_call
+from ._observe import ClockSet, Failure, LogEntry, Performed, Reopened
+from ._steps import Call, Step, call, perform
+
+StoreFactory = Callable[[ManualClock, Path], Any]
+
+#: Texts a raw edit behind the store's back may leave in ``state_json``: each
+#: is refused by admission, so reads of that run must fail with ``decode_failed``.
+CORRUPT_TEXTS = ('{"v":"\\ud800"}', "[" * 130 + "]" * 130, '{"n":1e400}', "NaN")
+
+RUN = st.sampled_from(RUN_IDS)
+CLAIMABLE = st.sampled_from(CLAIMABLE_RUNS)
+RUNNING = st.sampled_from(RUNNING_RUNS)
+CLAIMED = st.sampled_from(CLAIMED_RUNS)
+PROCESSES = st.sampled_from(tuple(range(PROCESS_COUNT)))
+
+#: Single-use grant tokens: ``(run_id, claimant, claimed_at_ms)``.
+Grant = tuple[str, OwnerId, int]
+
+
+class ReferenceInvariantViolation(AssertionError):
+    """The reference model broke an invariant: a bug in the model itself."""
+
+
+class RunStoreComparison(RuleBasedStateMachine):
+    """``ModelRunStore`` against ``store_factory``'s store, step by step."""
+
+    store_factory: ClassVar[StoreFactory | None] = None
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    target: ClassVar[str] = "store"
+    #: How to edit a row behind the store's back (``None``: the rule is off).
+    raw_writer: ClassVar[Callable[[Any, str, str], bool] | None] = None
+    #: How to arm one fault on the store (``None``: the fault rules are off).
+    fault_arm: ClassVar[Callable[[Any, Any], Any] | None] = None
+
+    grants = Bundle("grants")
+
+    def __init__(self) -> None:
+        super().__init__()
+        observer = _observe.current()
+        if observer is not None:
+            observer.example_started()
+        factory = type(self).store_factory
+        if factory is None:
+            raise TypeError(f"{type(self).__name__} has no store_factory")
+        self.clock = ManualClock(START_MS)
+        self.world = World(self.clock)
+        self.log: list[LogEntry] = []
+        self.tmp = Path(tempfile.mkdtemp(prefix="runstore-stateful-"))
+        self.path = self.tmp / "store.db"
+        self.model = ModelRunStore(clock=self.clock)
+        self.store: Any = factory(self.clock, self.path)
+        self.open = True
+        # (owner, model grant, store grant) per run, after a reopen rebuilt a lease.
+        self.aliases: dict[str, tuple[OwnerId, int | None, int | None]] = {}
+        self.model_state = self._model_view()
+        self.store_state = self._store_view()
+        self.world.observe(self.model_state)
+
+    def teardown(self) -> None:
+        try:
+            if self.open:
+                self.store.close()
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # -- views ---------------------------------------------------------------------
+
+    def _view(self, target: Any) -> StoreState:
+        caps = self.capabilities
+        state = target.state() if caps.whole_state else public_state(target, RUN_IDS)
+        if not caps.lease_introspection:
+            state = without_leases(state)
+        return state
+
+    def _model_view(self) -> StoreState:
+        caps = self.capabilities
+        if caps.whole_state:
+            state: StoreState = self.model.state()
+        else:
+            state = public_state(self.model, RUN_IDS)
+        return state if caps.lease_introspection else without_leases(state)
+
+    def _store_view(self) -> StoreState:
+        return self._view(self.store)
+
+    def _aliased(self, state: StoreState) -> StoreState:
+        """The model's state as the store may legitimately report it after a
+        reopen rebuilt leases (an owner's grant time read back as its heartbeat)."""
+        if not self.aliases or not state.leases:
+            return state
+        leases = []
+        for lease in state.leases:
+            alias = self.aliases.get(lease.run_id)
+            if alias is not None and (lease.owner, lease.granted_at_ms) == alias[:2]:
+                lease = attrs.evolve(lease, granted_at_ms=alias[2])
+            leases.append(lease)
+        return attrs.evolve(state, leases=tuple(leases))
+
+    # -- the differential step -----------------------------------------------------
+
+    def _do(self, op: Call) -> Any:
+        """Apply ``op`` to both sides and run every check."""
+        model_out = perform(self.model, op)
+        store_out = perform(self.store, op)
+        self.log.append(Performed(op, model_out))
+        self._settle(Step(op, model_out), Step(op, store_out))
+        return model_out
+
+    def _settle(self, model_step: Step, store_step: Step) -> None:
+        before_model, before_store = self.model_state, self.store_state
+        self.model_state = self._model_view()
+        self.store_state = self._store_view()
+        self.world.observe(self.model_state)
+        observer = _observe.current()
+        if observer is not None:
+            observer.step()
+        shown = f"{model_step.call.describe()} -> {model_step.outcome!r}"
+        if store_step.outcome != model_step.outcome:
+            shown += f"  [store: {store_step.outcome!r}]"
+        note(shown)
+        leases = self.capabilities.lease_introspection
+        try:
+            check_state(self.store_state, leases=leases)
+            check_transition(before_store, self.store_state, store_step, leases=leases)
+            try:
+                check_state(self.model_state, leases=leases)
+                check_transition(before_model, self.model_state, model_step, leases=leases)
+            except InvariantViolation as error:
+                raise ReferenceInvariantViolation(f"{type(error).__name__}: {error}") from None
+            if store_step.outcome != model_step.outcome:
+                raise OutcomeMismatch(
+                    f"{model_step.call.describe()}: reference answered "
+                    f"{model_step.outcome!r}, store answered {store_step.outcome!r}"
+                )
+            expected = self._aliased(self.model_state)
+            if expected != self.store_state:
+                note(f"reference state: {expected!r}")
+                note(f"store state: {self.store_state!r}")
+                raise StateMismatch(
+                    f"after {model_step.call.describe()}:\n"
+                    + describe_difference(expected, self.store_state)
+                )
+        except AssertionError as error:
+            if observer is not None:
+                observer.failed(self._failure(error))
+            raise
+
+    def _failure(self, error: AssertionError) -> Failure:
+        return Failure(
+            machine="store",
+            target=self.target,
+            log=tuple(self.log),
+            expected_state=self._aliased(self.model_state),
+            error=f"{type(error).__name__}: {error}",
+            check=type(error).__name__,
+        )
+
+    def _at(self, selector: str, run: str, who: OwnerId) -> int:
+        """Resolve a time selector; for a staleness edge, first move the store
+        clock forward so that ``who``'s own reading is that edge."""
+        now = self.world.time(selector, run, who)
+        if selector.startswith(("hb", "claim")):
+            self._set_clock(now - self.world.offset(who))
+        return now
+
+    def _set_clock(self, ms: int) -> None:
+        if ms > self.clock.now_ms():
+            self.clock.set(ms)
+            self.log.append(ClockSet(ms))
+            note(f"clock -> {ms}")
+
+    # -- setup -----------------------------------------------------------------------
+
+    @initialize(
+        offsets=st.tuples(*[st.sampled_from(OFFSETS)] * PROCESS_COUNT),
+        more=st.lists(st.sampled_from(("lin-2", "fork")), unique=True, max_size=2),
+    )
+    def setup(self, offsets: tuple[int, ...], more: list[str]) -> None:
+        """Give each process its clock offset and create the runs ``a``, ``b``,
+        ``lin`` and maybe the second round and the fork."""
+        self.world.offsets = offsets
+        note(f"owner clock offsets: {offsets}")
+        for run_id in ("a", "b", "lin", *more):
+            options = RUN_OPTIONS[run_id]
+            self._do(call("create", ("run_id", run_id), ("state_json", STATE_TEXTS[0]), **options))
+
+    # -- creation and reads ----------------------------------------------------------
+
+    @rule(
+        run=RUN,
+        variant=st.sampled_from(("plain", "round-2", "orphan", "self-parent")),
+        state=st.sampled_from(STATE_TEXTS),
+    )
+    def create(self, run: str, variant: str, state: str) -> None:
+        options: dict[str, Any] = dict(RUN_OPTIONS[run])
+        if variant == "round-2":
+            options = {"lineage_id": "lin", "round_ordinal": 2}
+        elif variant == "orphan":
+            options = {"parent_run_id": "nobody"}
+        elif variant == "self-parent":
+            options = {"parent_run_id": run}
+        self._do(call("create", ("run_id", run), ("state_json", state), **options))
+
+    @rule(
+        run=RUN,
+        what=st.sampled_from(("get", "lineage", "latest_round", "ownership_facts", "changes")),
+    )
+    def read(self, run: str, what: str) -> None:
+        if what == "changes":
+            revision = max(0, self.model_state.revision - 2)
+            self._do(call("changes", ("after_revision", revision)))
+        else:
+            self._do(call(what, ("run_id", run)))
+
+    # -- claims and ownership --------------------------------------------------------
+
+    @rule(
+        target=grants,
+        run=CLAIMABLE,
+        actor=st.sampled_from(CLAIMERS),
+        expected=st.sampled_from(EXPECTED),
+        at=st.sampled_from(TIMES),
+    )
+    def claim(self, run: str, actor: object, expected: str, at: str) -> Any:
+        run = self.world.run(run)
+        who = self.world.actor(actor, run)
+        now = self._at(at, run, who)
+        snapshot = self.world.expected(expected, run)
+        out = self._do(
+            call(
+                "claim",
+                ("run_id", run),
+                ("expected", snapshot),
+                ("claimant", who),
+                ("now_ms", now),
+            )
+        )
+        return _grant(run, who, out)
+
+    @rule(
+        run=st.sampled_from((*CLAIMABLE_RUNS, "running", "running")),
+        actor=st.sampled_from(CLAIMERS),
+        expected=st.sampled_from(EXPECTED),
+        at=st.sampled_from(TIMES),
+        evidence=st.sampled_from(EVIDENCE),
+    )
+    def claim_and_own(self, run: str, actor: object, expected: str, at: str, evidence: str) -> None:
+        run = self.world.run(run)
+        who = self.world.actor(actor, run)
+        now = self._at(at, run, who)
+        snapshot = self.world.expected(expected, run)
+        proof = self.world.evidence(evidence, _subject(snapshot, self.world, run), who, now)
+        self._do(
+            call(
+                "claim_and_own",
+                ("run_id", run),
+                ("expected", snapshot),
+                ("owner", who),
+                ("now_ms", now),
+                evidence=proof,
+            )
+        )
+
+    @rule(
+        target=grants,
+        run=RUNNING,
+        actor=st.sampled_from(CLAIMERS),
+        expected=st.sampled_from(EXPECTED),
+        at=st.sampled_from(TIMES),
+        evidence=st.sampled_from(EVIDENCE),
+    )
+    def steal(self, run: str, actor: object, expected: str, at: str, evidence: str) -> Any:
+        run = self.world.run(run)
+        who = self.world.actor(actor, run)
+        now = self._at(at, run, who)
+        snapshot = self.world.expected(expected, run)
+        proof = self.world.evidence(evidence, _subject(snapshot, self.world, run), who, now)
+        out = self._do(
+            call(
+                "steal",
+                ("run_id", run),
+                ("expected", snapshot),
+                ("claimant", who),
+                ("now_ms", now),
+                ("evidence", proof),
+            )
+        )
+        return _grant(run, who, out)
+
+    @rule(
+        run=CLAIMED,
+        actor=st.sampled_from(CLAIMANTS),
+        token=st.sampled_from(TOKENS),
+        expected=st.sampled_from(EXPECTED),
+    )
+    def activate(self, run: str, actor: object, token: str, expected: str) -> None:
+        run = self.world.run(run)
+        who = self.world.actor(actor, run)
+        self._do(
+            call(
+                "activate",
+                ("run_id", run),
+                ("claimant", who),
+                ("claimed_at_ms", self.world.token(token, run)),
+                ("expected", self.world.expected(expected, run)),
+            )
+        )
+
+    @rule(grant=consumes(grants), expected=st.sampled_from(("row", "stale", "as-row")))
+    def activate_grant(self, grant: Grant, expected: str) -> None:
+        run, who, token = grant
+        self._do(
+            call(
+                "activate",
+                ("run_id", run),
+                ("claimant", who),
+                ("claimed_at_ms", token),
+                ("expected", self.world.expected(expected, run)),
+            )
+        )
+
+    @rule(run=CLAIMED, actor=st.sampled_from(CLAIMANTS), token=st.sampled_from(TOKENS))
+    def abandon_claim(self, run: str, actor: object, token: str) -> None:
+        run = self.world.run(run)
+        who = self.world.actor(actor, run)
+        self._do(
+            call(
+                "abandon_claim",
+                ("run_id", run),
+                ("claimant", who),
+                ("claimed_at_ms", self.world.token(token, run)),
+            )
+        )
+
+    @rule(grant=consumes(grants))
+    def abandon_grant(self, grant: Grant) -> None:
+        run, who, token = grant
+        self._do(
+            call("abandon_claim", ("run_id", run), ("claimant", who), ("claimed_at_ms", token))
+        )
+
+    @rule(
+        run=CLAIMED,
+        stale=st.sampled_from(CLAIMANTS),
+        token=st.sampled_from(TOKENS),
+        observer=PROCESSES,
+        at=st.sampled_from(RECOVER_TIMES),
+        evidence=st.sampled_from(EVIDENCE),
+    )
+    def recover_claim(
+        self, run: str, stale: object, token: str, observer: int, at: str, evidence: str
+    ) -> None:
+        run = self.world.run(run)
+        claimant = self.world.actor(stale, run)
+        who = self.world.process(observer)
+        now = self._at(at, run, who)
+        proof = self.world.evidence(evidence, claimant, who, now)
+        self._do(
+            call(
+                "recover_claim",
+                ("run_id", run),
+                ("stale_claimant", claimant),
+                ("claimed_at_ms", self.world.token(token, run)),
+                ("observer", who),
+                ("now_ms", now),
+                ("evidence", proof),
+            )
+        )
+
+    @rule(
+        run=RUNNING,
+        actor=st.sampled_from(ACTORS),
+        at=st.sampled_from(RENEW_TIMES),
+        method=st.sampled_from(("heartbeat", "reconfirm")),
+    )
+    def renew(self, run: str, actor: object, at: str, method: str) -> None:
+        """``heartbeat`` or ``reconfirm``."""
+        run = self.world.run(run)
+        who = self.world.actor(actor, run)
+        now = self._at(at, run, who)
+        self._do(call(method, ("run_id", run), ("owner", who), ("now_ms", now)))
+
+    @rule(
+        run=RUNNING,
+        actor=st.sampled_from(ACTORS),
+        to_status=st.sampled_from(TO_STATUSES),
+        state=st.sampled_from((None, None, *STATE_TEXTS)),
+        guard=st.sampled_from(GUARDS),
+    )
+    def transition_owned(
+        self, run: str, actor: object, to_status: str, state: str | None, guard: str | None
+    ) -> None:
+        run = self.world.run(run)
+        who = self.world.actor(actor, run)
+        self._do(
+            call(
+                "transition_owned",
+                ("run_id", run),
+                ("owner", who),
+                ("to_status", to_status),
+                state_json=state,
+                guard=None if guard is None else TransitionGuard(guard),  # type: ignore[arg-type]
+            )
+        )
+
+    # -- cancellation ------------------------------------------------------------------
+
+    @rule(
+        run=RUN,
+        lineage=st.booleans(),
+        at=st.sampled_from((0, -1, 1, 50_000, -200_000)),
+    )
+    def request_cancel(self, run: str, lineage: bool, at: int) -> None:
+        """``request_cancel`` or ``request_cancel_lineage`` (no skew bound; a
+        negative time is refused)."""
+        method = "request_cancel_lineage" if lineage else "request_cancel"
+        self._do(call(method, ("run_id", run), ("now_ms", self.clock.now_ms() + at)))
+
+    @rule(run=RUNNING, actor=st.sampled_from(ACTORS), at=st.sampled_from((0, 1, -1)))
+    def acknowledge_cancel(self, run: str, actor: object, at: int) -> None:
+        run = self.world.run(run)
+        who = self.world.actor(actor, run)
+        self._do(
+            call(
+                "acknowledge_cancel",
+                ("run_id", run),
+                ("owner", who),
+                ("now_ms", self.clock.now_ms() + at),
+            )
+        )
+
+    # -- composite rules for rare races ----------------------------------------------
+
+    @rule(run=CLAIMABLE, actor=PROCESSES)
+    def claim_and_activate(self, run: str, actor: int) -> None:
+        """A claim with the current snapshot, then its activation."""
+        run = self.world.run(run)
+        who = self.world.process(actor)
+        snapshot = self.world.expected("row", run)
+        out = self._do(
+            call(
+                "claim",
+                ("run_id", run),
+                ("expected", snapshot),
+                ("claimant", who),
+                ("now_ms", self.clock.now_ms()),
+            )
+        )
+        if isinstance(out, Claimed):
+            self._do(
+                call(
+                    "activate",
+                    ("run_id", run),
+                    ("claimant", who),
+                    ("claimed_at_ms", out.claimed_at_ms),
+                    ("expected", snapshot),
+                )
+            )
+
+    @rule(
+        run=RUNNING,
+        thief=PROCESSES,
+        evidence=st.sampled_from(("fit", "lease-expired", "fit-1")),
+        owner_heartbeats=st.booleans(),
+        edge=st.sampled_from(EDGE_DELTAS),
+    )
+    def takeover(
+        self, run: str, thief: int, evidence: str, owner_heartbeats: bool, edge: int
+    ) -> None:
+        """Move the clock to the staleness edge of a running run, steal it with
+        evidence, let the old owner maybe heartbeat, then activate."""
+        run = self.world.run(run)
+        row = self.world.row(run)
+        if row is None or row.owner is None or row.heartbeat_at_ms is None:
+            return
+        self._set_clock(row.heartbeat_at_ms + 30_000 + edge)
+        now = self.clock.now_ms()
+        who = self.world.process(thief)
+        snapshot = row.snapshot
+        proof = self.world.evidence(evidence, row.owner, who, now)
+        out = self._do(
+            call(
+                "steal",
+                ("run_id", run),
+                ("expected", snapshot),
+                ("claimant", who),
+                ("now_ms", now),
+                ("evidence", proof),
+            )
+        )
+        if not isinstance(out, Claimed):
+            return
+        if owner_heartbeats:
+            self._do(call("heartbeat", ("run_id", run), ("owner", row.owner), ("now_ms", now)))
+        self._do(
+            call(
+                "activate",
+                ("run_id", run),
+                ("claimant", who),
+                ("claimed_at_ms", out.claimed_at_ms),
+                ("expected", snapshot),
+            )
+        )
+
+    @rule(
+        run=CLAIMABLE,
+        claimant=PROCESSES,
+        observer=PROCESSES,
+        edge=st.sampled_from(EDGE_DELTAS),
+    )
+    def recover_dead_claim(self, run: str, claimant: int, observer: int, edge: int) -> None:
+        """A process claims a run and crashes before activating; later another
+        process clears the stale claim at the staleness edge (or one either side)."""
+        run = self.world.run(run)
+        who = self.world.process(claimant)
+        out = self._do(
+            call(
+                "claim",
+                ("run_id", run),
+                ("expected", self.world.expected("row", run)),
+                ("claimant", who),
+                ("now_ms", self.clock.now_ms()),
+            )
+        )
+        if not isinstance(out, Claimed):
+            return
+        self.world.restart(claimant)
+        witness = self.world.process(observer)
+        self._set_clock(out.claimed_at_ms + 30_000 + edge)
+        now = self.clock.now_ms()
+        self._do(
+            call(
+                "recover_claim",
+                ("run_id", run),
+                ("stale_claimant", who),
+                ("claimed_at_ms", out.claimed_at_ms),
+                ("observer", witness),
+                ("now_ms", now),
+                ("evidence", self.world.evidence("fit", who, witness, now)),
+            )
+        )
+
+    # -- time, crashes, corruption, malformed input ------------------------------------
+
+    @rule(ms=st.sampled_from(ADVANCES))
+    def advance(self, ms: int) -> None:
+        self._set_clock(self.clock.now_ms() + ms)
+
+    @rule(
+        run=st.sampled_from(("running", "claimed", *RUN_IDS)),
+        edge=st.sampled_from(("hb", "claim")),
+        delta=st.sampled_from(EDGE_DELTAS),
+    )
+    def advance_to_edge(self, run: str, edge: str, delta: int) -> None:
+        """Land the store clock exactly on a heartbeat or claim's staleness
+        edge (``stamp + 30000``), or one either side."""
+        run = self.world.run(run)
+        row = self.world.row(run)
+        stamp = None
+        if row is not None:
+            stamp = row.heartbeat_at_ms if edge == "hb" else row.claimed_at_ms
+        if stamp is not None:
+            self._set_clock(stamp + 30_000 + delta)
+
+    @rule(process=PROCESSES)
+    def restart_process(self, process: int) -> None:
+        """The process crashes (it stops heartbeating) and starts again with a
+        new nonce: its old identity is now a ghost."""
+        note(f"process {process} restarts as {self.world.restart(process)!r}")
+
+    @precondition(lambda self: self.capabilities.reopen)
+    @rule()
+    def crash_store(self) -> None:
+        """Close the store without ceremony and open it again on the same path."""
+        factory = type(self).store_factory
+        assert factory is not None
+        self.store.close()
+        self.open = False
+        self.store = factory(self.clock, self.path)
+        self.open = True
+        self.log.append(Reopened())
+        self._learn_aliases()
+        op = Call("reopen")
+        self._settle(Step(op, None), Step(op, None))
+
+    def _learn_aliases(self) -> None:
+        """Accept an owner's grant time that a reopen rebuilt from the row's
+        heartbeat (the lease backfill rule); anything else must match."""
+        reopened = {lease.run_id: lease for lease in self._store_view().leases}
+        rows = {row.run_id: row for row in self.model_state.rows}
+        for lease in self.model_state.leases:
+            other: Lease | None = reopened.get(lease.run_id)
+            row = rows.get(lease.run_id)
+            if (
+                other is not None
+                and row is not None
+                and lease.owner is not None
+                and other.owner == lease.owner
+                and other.granted_at_ms != lease.granted_at_ms
+                and other.granted_at_ms == row.heartbeat_at_ms
+            ):
+                self.aliases[lease.run_id] = (lease.owner, lease.granted_at_ms, other.granted_at_ms)
+
+    @precondition(lambda self: self.raw_writer is not None and self.capabilities.whole_state)
+    @rule(run=RUN, text=st.sampled_from(CORRUPT_TEXTS))
+    def corrupt_row(self, run: str, text: str) -> None:
+        """Edit a row's state behind the store's back (mirrored in the model);
+        reads of that run must then fail with ``decode_failed``."""
+        writer = type(self).raw_writer
+        assert writer is not None
+        op = call("raw_write_state", ("run_id", run), ("text", text))
+        model_out = self.model.raw_write_state(run, text)
+        store_out = writer(self.store, run, text)
+        self.log.append(Performed(op, model_out))
+        self._settle(Step(op, model_out), Step(op, store_out))
+        self._do(call("get", ("run_id", run)))
+
+    @rule(case=st.sampled_from(MALFORMED_CASES))
+    def malformed(self, case: str) -> None:
+        """An operation with one inadmissible argument: both sides refuse it
+        with ``invalid_run`` and change nothing."""
+        self._do(malformed_call(case, self.world))
+
+
+def _grant(run: str, who: OwnerId, out: object) -> Any:
+    if isinstance(out, Claimed):
+        return (run, who, out.claimed_at_ms)
+    return multiple()
+
+
+def _subject(snapshot: object, world: World, run: str) -> OwnerId | None:
+    """Whom evidence should speak about: the expected snapshot's owner, else
+    the run's owner."""
+    owner = getattr(snapshot, "owner", None)
+    if isinstance(owner, OwnerId):
+        return owner
+    row = world.row(run)
+    return None if row is None else row.owner
+
+
+def comparison_for(
+    store_factory: StoreFactory,
+    capabilities: Capabilities = FULL_STORE,
+    *,
+    name: str = "store",
+    raw_writer: Callable[[Any, str, str], bool] | None = None,
+    fault_arm: Callable[[Any, Any], Any] | None = None,
+) -> type[RunStoreComparison]:
+    """A ``RunStoreComparison`` subclass for one store factory."""
+    namespace: dict[str, Any] = {
+        "store_factory": staticmethod(store_factory),
+        "capabilities": capabilities,
+        "target": name,
+        "raw_writer": None if raw_writer is None else staticmethod(raw_writer),
+        "fault_arm": None if fault_arm is None else staticmethod(fault_arm),
+    }
+    safe = "".join(ch if ch.isalnum() else "_" for ch in name)
+    return type(f"RunStoreComparison_{safe}", (RunStoreComparison,), namespace)

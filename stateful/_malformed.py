@@ -1,0 +1,182 @@
+"""Malformed input: each case is one operation with one inadmissible argument.
+
+Every store must refuse these with ``invalid_run`` (``constraint`` for the
+companion-prefix and ``changes`` cases is not expected: admission refuses them
+too) and change nothing. The arguments around the bad one are admissible, so
+a store that checks its arguments in a different order, or not at all, answers
+differently from the reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+from runstore._values import LivenessEvidence, OwnerId, RunSnapshot, TransitionGuard
+
+from ._domain import World
+from ._steps import Call, call
+
+_PENDING = RunSnapshot("pending", None, None)
+
+
+def _owner(world: World) -> OwnerId:
+    return world.process(0)
+
+
+def _now(world: World) -> int:
+    return world.clock.now_ms()
+
+
+_CASES: dict[str, Callable[[World], Call]] = {
+    "get-empty-id": lambda w: call("get", ("run_id", "")),
+    "get-nul-id": lambda w: call("get", ("run_id", "a\x00")),
+    "get-surrogate-id": lambda w: call("get", ("run_id", "\ud800")),
+    "get-int-id": lambda w: call("get", ("run_id", 5)),
+    "lineage-too-long-id": lambda w: call("lineage", ("run_id", "x" * 1025)),
+    "latest-round-astral-too-long": lambda w: call("latest_round", ("run_id", "\U0001d11e" * 513)),
+    "facts-str-subclass-id": lambda w: call("ownership_facts", ("run_id", _Text("a"))),
+    "create-bad-json": lambda w: call("create", ("run_id", "zz"), ("state_json", "not-json")),
+    "create-nan": lambda w: call("create", ("run_id", "zz"), ("state_json", "NaN")),
+    "create-overflow": lambda w: call("create", ("run_id", "zz"), ("state_json", "[1e400]")),
+    "create-empty-state": lambda w: call("create", ("run_id", "zz"), ("state_json", "")),
+    "create-surrogate-state": lambda w: call(
+        "create", ("run_id", "zz"), ("state_json", '{"v":"\\ud800"}')
+    ),
+    "create-too-deep": lambda w: call(
+        "create", ("run_id", "zz"), ("state_json", "[" * 130 + "]" * 130)
+    ),
+    "create-companion-id": lambda w: call(
+        "create", ("run_id", "flows.companion/zz"), ("state_json", "{}")
+    ),
+    "create-round-without-lineage": lambda w: call(
+        "create", ("run_id", "zz"), ("state_json", "{}"), round_ordinal=1
+    ),
+    "create-negative-round": lambda w: call(
+        "create", ("run_id", "zz"), ("state_json", "{}"), lineage_id="lin", round_ordinal=-1
+    ),
+    "claim-bool-now": lambda w: call(
+        "claim", ("run_id", "a"), ("expected", _PENDING), ("claimant", _owner(w)), ("now_ms", True)
+    ),
+    "claim-float-now": lambda w: call(
+        "claim", ("run_id", "a"), ("expected", _PENDING), ("claimant", _owner(w)), ("now_ms", 1.5)
+    ),
+    "claim-negative-now": lambda w: call(
+        "claim", ("run_id", "a"), ("expected", _PENDING), ("claimant", _owner(w)), ("now_ms", -1)
+    ),
+    "claim-unsafe-now": lambda w: call(
+        "claim",
+        ("run_id", "a"),
+        ("expected", _PENDING),
+        ("claimant", _owner(w)),
+        ("now_ms", 2**53),
+    ),
+    "claim-pending-with-owner": lambda w: call(
+        "claim",
+        ("run_id", "a"),
+        ("expected", RunSnapshot("pending", _owner(w), 5)),
+        ("claimant", _owner(w)),
+        ("now_ms", _now(w)),
+    ),
+    "claim-unknown-status": lambda w: call(
+        "claim",
+        ("run_id", "a"),
+        ("expected", RunSnapshot("paused", None, None)),  # type: ignore[arg-type]
+        ("claimant", _owner(w)),
+        ("now_ms", _now(w)),
+    ),
+    "claim-dict-snapshot": lambda w: call(
+        "claim",
+        ("run_id", "a"),
+        ("expected", {"status": "pending", "owner": None, "heartbeat_at_ms": None}),
+        ("claimant", _owner(w)),
+        ("now_ms", _now(w)),
+    ),
+    "heartbeat-empty-host": lambda w: call(
+        "heartbeat", ("run_id", "a"), ("owner", OwnerId("", 1, "n0")), ("now_ms", _now(w))
+    ),
+    "heartbeat-bool-pid": lambda w: call(
+        "heartbeat", ("run_id", "a"), ("owner", OwnerId("h1", True, "n0")), ("now_ms", _now(w))
+    ),
+    "reconfirm-tuple-owner": lambda w: call(
+        "reconfirm", ("run_id", "a"), ("owner", ("h1", 1, "n0")), ("now_ms", _now(w))
+    ),
+    "steal-unknown-kind": lambda w: call(
+        "steal",
+        ("run_id", "a"),
+        ("expected", _PENDING),
+        ("claimant", _owner(w)),
+        ("now_ms", _now(w)),
+        ("evidence", LivenessEvidence(_owner(w), _now(w), "pid-gone")),  # type: ignore[arg-type]
+    ),
+    "steal-no-evidence": lambda w: call(
+        "steal",
+        ("run_id", "a"),
+        ("expected", _PENDING),
+        ("claimant", _owner(w)),
+        ("now_ms", _now(w)),
+        ("evidence", None),
+    ),
+    "claim-and-own-bad-evidence": lambda w: call(
+        "claim_and_own",
+        ("run_id", "a"),
+        ("expected", _PENDING),
+        ("owner", _owner(w)),
+        ("now_ms", _now(w)),
+        evidence=LivenessEvidence(_owner(w), -1, "lease-expired"),
+    ),
+    "recover-negative-token": lambda w: call(
+        "recover_claim",
+        ("run_id", "a"),
+        ("stale_claimant", _owner(w)),
+        ("claimed_at_ms", -5),
+        ("observer", w.process(1)),
+        ("now_ms", _now(w)),
+        ("evidence", LivenessEvidence(_owner(w), _now(w), "lease-expired")),
+    ),
+    "activate-string-snapshot": lambda w: call(
+        "activate",
+        ("run_id", "a"),
+        ("claimant", _owner(w)),
+        ("claimed_at_ms", _now(w)),
+        ("expected", "running"),
+    ),
+    "abandon-float-token": lambda w: call(
+        "abandon_claim", ("run_id", "a"), ("claimant", _owner(w)), ("claimed_at_ms", 1.0)
+    ),
+    "transition-to-pending": lambda w: call(
+        "transition_owned", ("run_id", "a"), ("owner", _owner(w)), ("to_status", "pending")
+    ),
+    "transition-bad-state": lambda w: call(
+        "transition_owned",
+        ("run_id", "a"),
+        ("owner", _owner(w)),
+        ("to_status", "running"),
+        state_json="{",
+    ),
+    "transition-bad-guard": lambda w: call(
+        "transition_owned",
+        ("run_id", "a"),
+        ("owner", _owner(w)),
+        ("to_status", "completed"),
+        guard=TransitionGuard("maybe"),  # type: ignore[arg-type]
+    ),
+    "request-cancel-negative": lambda w: call("request_cancel", ("run_id", "a"), ("now_ms", -1)),
+    "acknowledge-bad-owner": lambda w: call(
+        "acknowledge_cancel", ("run_id", "a"), ("owner", None), ("now_ms", _now(w))
+    ),
+    "changes-negative": lambda w: call("changes", ("after_revision", -1)),
+}
+
+MALFORMED_CASES: Final = tuple(_CASES)
+
+
+class _Text(str):
+    """A ``str`` subclass: admission wants exactly ``str``."""
+
+    __slots__ = ()
+
+
+def malformed_call(case: str, world: World) -> Call:
+    """The call for ``case``, built against the current world."""
+    return _CASES[case](world)

@@ -1,0 +1,136 @@
+"""Watching machines run: counts, deadlines and the program of a failing example.
+
+Every machine records what it did as a list of log entries (clock moves,
+calls with the reference model's answer, reopens, faults). When an
+``Observer`` is installed with ``observing(...)``, machines report each
+example and step to it, and hand it their log when a check fails, so the
+fuzzer can print progress, stop at a deadline and write a regression file.
+Without an observer the machines only keep their own log.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import attrs
+
+from runstore._values import StoreState
+
+from ._steps import Call
+
+
+@attrs.frozen
+class ClockSet:
+    """The shared store clock moved to ``ms``."""
+
+    ms: int
+
+
+@attrs.frozen
+class Performed:
+    """``call`` was made; the reference answered ``expected``."""
+
+    call: Call
+    expected: Any
+
+
+@attrs.frozen
+class Reopened:
+    """The store was closed without ceremony and opened again on the same path."""
+
+
+@attrs.frozen
+class Faulted:
+    """``call`` was made with the fault ``plan`` armed; the reference answered
+    ``expected`` (a non-transient fault changes nothing and raises)."""
+
+    plan: Any
+    call: Call
+    expected: Any
+
+
+LogEntry = ClockSet | Performed | Reopened | Faulted
+
+
+@attrs.frozen
+class Failure:
+    """One failing example as a machine saw it."""
+
+    machine: str
+    target: str
+    log: tuple[LogEntry, ...]
+    expected_state: StoreState | None
+    error: str
+    check: str
+    setup: tuple[str, ...] = ()
+
+
+class CampaignOver(BaseException):
+    """Raised (as a ``BaseException``, so Hypothesis lets it through) when an
+    observer's deadline has passed; ends the running campaign at once."""
+
+
+@attrs.define
+class Observer:
+    """Counts examples, steps and failures; keeps the shortest failing program."""
+
+    deadline: float | None = None
+    progress: Callable[[Observer], None] | None = None
+    progress_every_s: float = 5.0
+    examples: int = 0
+    steps: int = 0
+    failures: int = 0
+    first_failure_example: int | None = None
+    failure: Failure | None = None
+    last_failure: Failure | None = None
+    started: float = attrs.field(factory=time.monotonic)
+    _last_progress: float = attrs.field(factory=time.monotonic)
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def example_started(self) -> None:
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise CampaignOver
+        self.examples += 1
+        self._tick()
+
+    def step(self) -> None:
+        self.steps += 1
+
+    def failed(self, failure: Failure) -> None:
+        self.failures += 1
+        if self.first_failure_example is None:
+            self.first_failure_example = self.examples
+        self.last_failure = failure
+        if self.failure is None or len(failure.log) <= len(self.failure.log):
+            self.failure = failure
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        if self.progress is not None and now - self._last_progress >= self.progress_every_s:
+            self._last_progress = now
+            self.progress(self)
+
+
+_current: Observer | None = None
+
+
+def current() -> Observer | None:
+    """The installed observer, if any."""
+    return _current
+
+
+@contextmanager
+def observing(observer: Observer) -> Iterator[Observer]:
+    """Install ``observer`` for the duration of the block."""
+    global _current
+    previous, _current = _current, observer
+    try:
+        yield observer
+    finally:
+        _current = previous

@@ -1,0 +1,122 @@
+"""Operations as data: one call to a store, and what it answered.
+
+The differential machines describe every operation they perform as a ``Call``
+(an operation name and its arguments, by name, in the operation's order) and
+apply it to each side with ``perform``, which returns the outcome value or a
+``Raised`` describing the ``RunStoreError``. Two sides agree on a step when the
+results compare equal with ``==``. The invariants read the same ``Step``
+values, and the fuzzer renders them back into plain API calls.
+
+This module needs neither Hypothesis nor pytest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from runstore._errors import RunStoreError
+
+
+@attrs.frozen
+class Raised:
+    """An operation raised ``RunStoreError``: its ``code`` and ``method``.
+
+    ``field`` (the admission field, when the error names one) is carried for
+    the reader but left out of comparisons: the contract pins codes and method
+    names, not the contents of ``cause``.
+    """
+
+    code: str
+    method: str
+    field: str | None = attrs.field(default=None, eq=False)
+
+
+@attrs.frozen
+class Crashed:
+    """An operation raised something other than ``RunStoreError``: a defect."""
+
+    exception: str
+    message: str = attrs.field(default="", eq=False)
+
+
+@attrs.frozen
+class Call:
+    """One operation: ``method`` with ``arguments`` as ``(name, value)`` pairs.
+
+    Keyword-only arguments are listed in ``keywords``; the rest are passed
+    positionally in order.
+    """
+
+    method: str
+    arguments: tuple[tuple[str, Any], ...] = ()
+    keywords: frozenset[str] = frozenset()
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The argument called ``name``, or ``default``."""
+        for key, value in self.arguments:
+            if key == name:
+                return value
+        return default
+
+    @property
+    def run_id(self) -> Any:
+        return self.get("run_id")
+
+    def describe(self) -> str:
+        """A compact one-line rendering for notes."""
+        parts = [f"{k}={v!r}" for k, v in self.arguments]
+        return f"{self.method}({', '.join(parts)})"
+
+
+def call(method: str, /, *positional: tuple[str, Any], **keywords: Any) -> Call:
+    """Build a ``Call`` from ``(name, value)`` pairs and keyword arguments.
+
+    Keyword arguments whose value is ``None`` are left out, so the operation
+    sees its own default.
+    """
+    kept = {k: v for k, v in keywords.items() if v is not None}
+    return Call(method, (*positional, *kept.items()), frozenset(kept))
+
+
+@attrs.frozen
+class Step:
+    """A performed call and its result, as the invariants see it."""
+
+    call: Call
+    outcome: Any
+
+    @property
+    def method(self) -> str:
+        return self.call.method
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.call.get(name, default)
+
+    @property
+    def raised(self) -> bool:
+        return isinstance(self.outcome, Raised | Crashed)
+
+
+def _field_of(error: RunStoreError) -> str | None:
+    cause: Mapping[str, Any] = error.cause if isinstance(error.cause, Mapping) else {}
+    field = cause.get("field")
+    return field if isinstance(field, str) else None
+
+
+def perform(target: object, op: Call) -> Any:
+    """Apply ``op`` to ``target`` and return the outcome or a ``Raised``/``Crashed``.
+
+    Only ``Exception`` is caught: ``KeyboardInterrupt`` and friends propagate.
+    """
+    method = getattr(target, op.method)
+    args = [v for k, v in op.arguments if k not in op.keywords]
+    kwargs = {k: v for k, v in op.arguments if k in op.keywords}
+    try:
+        return method(*args, **kwargs)
+    except RunStoreError as error:
+        return Raised(str(error.code), str(error.method), _field_of(error))
+    except Exception as error:
+        return Crashed(type(error).__name__, str(error)[:200])
