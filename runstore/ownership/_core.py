@@ -405,8 +405,8 @@ class Core:
         return await self._fence_lost(outcome)
 
     async def _fence_lost(self, outcome: object) -> Ending:
-        bound = self._last_confirmed + HEARTBEAT_WRITE_TOLERANCE_MS
-        if await self._released_by_owner(bound):
+        # Unbounded like the heartbeat itself: the deadline loop bounds the lease.
+        if await self._released_by_owner(bound=None):
             return self._settle(Ending("released", outcome=outcome))
         ending = self._settle(Ending("fence_lost", outcome=outcome))
         if ending.reason == "fence_lost" and ending.outcome is outcome:
@@ -418,7 +418,7 @@ class Core:
             )
         return ending
 
-    async def _released_by_owner(self, bound: int) -> bool:
+    async def _released_by_owner(self, *, bound: int | None) -> bool:
         """Did this owner give the run up itself (a transition out of running)?
 
         Then a heartbeat that finds the fence gone is the work's own doing and
@@ -470,7 +470,7 @@ class Core:
                         return await self._lapse(unconfirmed)
                 return None
             bound = self._clock.now_ms() + HEARTBEAT_INTERVAL_MS
-            if outcome is not None and await self._released_by_owner(bound):
+            if outcome is not None and await self._released_by_owner(bound=bound):
                 return self._settle(Ending("released", outcome=outcome))
             return await self._lapse(unconfirmed)
 
@@ -505,10 +505,10 @@ class Core:
         # state) that answers True only when intent is present and this owner
         # still holds the run; the acknowledgement it records is exactly the
         # fact that the owner observed the request.
-        bound = self._last_confirmed + HEARTBEAT_WRITE_TOLERANCE_MS
+        # Unbounded like the heartbeat itself: the deadline loop bounds the lease.
         try:
             seen = await self._call_store(
-                self._store.acknowledge_cancel, self._run_id, self._owner, now, bound=bound
+                self._store.acknowledge_cancel, self._run_id, self._owner, now
             )
         except asyncio.CancelledError:
             raise
