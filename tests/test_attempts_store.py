@@ -422,3 +422,17 @@ def test_upsert_can_settle_an_attempt_in_one_put(env: Env) -> None:
     assert attempts.put(done, OWNER) == Upserted()
     assert attempts.put(running(1), OWNER) == Conflict()
     assert attempts.get(ident(1)) == done
+
+
+def test_attempt_writes_never_touch_the_run_row(env: Env) -> None:
+    """Attempt writes change no run row, so the execution revision stays put."""
+    env.own()
+    revision = env.runs.revision()
+    row = env.runs.get(RUN)
+    env.attempts.put(running(1), OWNER)
+    env.attempts.put(running(2), OWNER)
+    env.attempts.heartbeat(RUN, STEP, 1, OWNER, 8, "cp")
+    env.attempts.patch(ident(1), AttemptPatch(error="e"), OWNER)
+    env.attempts.finish(FinishAttempt(RUN, STEP, 1, "done", 9), OWNER)
+    assert env.runs.revision() == revision
+    assert env.runs.get(RUN) == row
