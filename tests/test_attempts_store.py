@@ -8,6 +8,9 @@ settled attempts, custom in-progress states, patch semantics.
 
 from __future__ import annotations
 
+import pytest
+
+import runstore
 from runstore import OwnerId
 from runstore.attempts import (
     ABSENT,
@@ -436,3 +439,27 @@ def test_attempt_writes_never_touch_the_run_row(env: Env) -> None:
     env.attempts.finish(FinishAttempt(RUN, STEP, 1, "done", 9), OWNER)
     assert env.runs.revision() == revision
     assert env.runs.get(RUN) == row
+
+
+def test_attempt_writes_do_not_read_run_state(env: Env) -> None:
+    """A run whose stored state was corrupted behind the store's back still
+    fences attempt writes by its owner (attempt writes never read run state)."""
+    env.own()
+    env.attempts.put(running(1), OWNER)
+    corrupt = "[" * 130 + "]" * 130  # valid JSON text, deeper than admission allows
+    hook = getattr(env.runs, "raw_write_state", None)
+    if callable(hook):
+        assert hook(RUN, corrupt)
+    else:
+        # Raw SQL behind the adapter's back (the state lives in its side table).
+        env.runs._connection.execute(  # type: ignore[attr-defined]
+            "UPDATE flows_run_state SET state_json = ? WHERE run_id = ?", (corrupt, RUN)
+        )
+    with pytest.raises(runstore.RunStoreError):
+        env.runs.get(RUN)
+    assert env.attempts.heartbeat(RUN, STEP, 1, OWNER, 5) == Updated()
+    assert env.attempts.heartbeat(RUN, STEP, 1, RIVAL, 6) == FenceLost()
+    assert env.attempts.put(running(2), OWNER) == Inserted()
+    assert env.attempts.finish(FinishAttempt(RUN, STEP, 1, "done", 7), OWNER) == Finished()
+    assert env.attempts.patch(ident(1), AttemptPatch(), OWNER) == Patched()
+    env.runs.transition_owned(RUN, OWNER, "running", "{}")  # heal it for the invariant check

@@ -161,3 +161,17 @@ def test_attempt_store_error_survives_pickling() -> None:
         error.message,
         error.cause,
     )
+
+
+def test_error_codes_are_upstreams_five() -> None:
+    """The codes are stable: invalid_attempt, constraint, decode_failed,
+    persistence_failed, unknown."""
+    from runstore.attempts._errors import ATTEMPT_ERROR_CODES
+
+    assert sorted(ATTEMPT_ERROR_CODES) == [
+        "constraint",
+        "decode_failed",
+        "invalid_attempt",
+        "persistence_failed",
+        "unknown",
+    ]
