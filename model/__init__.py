@@ -7,12 +7,14 @@ its leases in memory and undone with their transaction; ``ModelTransaction``
 and ``model_transaction()`` drive it without a database.
 """
 
+from ._attempts import ModelAttemptStore as ModelAttemptStore
 from ._consensus import ModelConsensus as ModelConsensus
 from ._store import ModelRunStore as ModelRunStore
 from ._tx import ModelTransaction as ModelTransaction
 from ._tx import model_transaction as model_transaction
 
 __all__ = [
+    "ModelAttemptStore",
     "ModelConsensus",
     "ModelRunStore",
     "ModelTransaction",
