@@ -35,8 +35,7 @@ from runstore.attempts import (
     AttemptStore,
     FinishAttempt,
 )
-from runstore.model import ModelRunStore
-from runstore.model._attempts import ModelAttemptStore
+from runstore.model import ModelAttemptStore, ModelRunStore
 
 OWNER = OwnerId("host-a", 100, "nonce-a")
 RIVAL = OwnerId("host-b", 200, "nonce-b")
