@@ -583,12 +583,15 @@ class Core:
             raise
         except _TimedOut:
             return False
-        except Exception:
-            logger.exception(
-                "run supervisor callback failed (run_id=%s)",
+        except Exception as error:
+            # The type only: the callback's own message may quote run state.
+            logger.warning(
+                "run supervisor callback failed (run_id=%s, error=%s)",
                 self._run_id,
-                extra={"run_id": self._run_id},
+                type(error).__name__,
+                extra={"run_id": self._run_id, "error_type": type(error).__name__},
             )
+            logger.debug("callback failure", exc_info=True)
             return False
         return True
 
