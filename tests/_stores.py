@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import runstore
 from runstore import ManualClock, RunStore
+from runstore.consensus import LocalConsensus, SqlConsensus
 from runstore.model import ModelRunStore
 
 StoreFactory = Callable[[ManualClock, Path], RunStore]
@@ -20,6 +22,26 @@ def _model(clock: ManualClock, _tmp: Path) -> RunStore:
     return ModelRunStore(clock=clock)
 
 
+def _sqlite_memory_sql(clock: ManualClock, _tmp: Path) -> RunStore:
+    return runstore.open(":memory:", clock=clock, consensus=SqlConsensus())
+
+
+def _sqlite_file_sql(clock: ManualClock, tmp: Path) -> RunStore:
+    return runstore.open(tmp / "runs.db", clock=clock, consensus=SqlConsensus())
+
+
+def _sqlite_memory_local(clock: ManualClock, _tmp: Path) -> RunStore:
+    return runstore.open(":memory:", clock=clock, consensus=LocalConsensus())
+
+
+def _sqlite_file_local(clock: ManualClock, tmp: Path) -> RunStore:
+    return runstore.open(tmp / "runs.db", clock=clock, consensus=LocalConsensus())
+
+
 STORE_FACTORIES: dict[str, StoreFactory] = {
     "model": _model,
+    "sqlite-memory-sql": _sqlite_memory_sql,
+    "sqlite-file-sql": _sqlite_file_sql,
+    "sqlite-memory-local": _sqlite_memory_local,
+    "sqlite-file-local": _sqlite_file_local,
 }

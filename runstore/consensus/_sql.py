@@ -90,7 +90,7 @@ _RELEASE_CLAIM: Final = f"""
 UPDATE flows_consensus_leases
 SET claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL
 WHERE run_id = ?1 AND {_CLAIM_IS}
-RETURNING owner_host_id IS NULL
+RETURNING owner_host_id
 """
 # Dropping ownership also drops any pending claim, which empties the lease.
 _RELEASE_OWNERSHIP: Final = f"DELETE FROM flows_consensus_leases WHERE run_id = ?1 AND {_OWNER_IS}"
@@ -292,7 +292,9 @@ class SqlConsensus:
                 _RELEASE_CLAIM,
                 (run_id, claimant.host_id, claimant.pid, claimant.nonce, granted_at_ms),
             ).fetchone()
-            if released is not None and released[0]:
+            # (Tested in Python: SQLite 3.40 answers ``x IS NULL`` wrongly
+            # inside RETURNING.)
+            if released is not None and released[0] is None:
                 execute(_PRUNE, (run_id,))
 
         self._run(run)

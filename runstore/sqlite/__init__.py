@@ -1,14 +1,16 @@
-"""The SQLite adapter: ``runstore.open(path)``. (Placeholder until the adapter lands.)"""
+"""The SQLite adapter: ``runstore.open(path)`` and the store it returns.
 
-from __future__ import annotations
+``open`` creates (mode 0600) or migrates the file, refuses files it must not
+use, and returns a ``SqliteRunStore`` arbitrated by ``SqlConsensus`` unless
+another strategy is given. ``Fault``, ``FaultPlan`` and ``RetryPolicy`` are
+the test seam of the transaction manager (see ``runstore.sqlite._faults``).
+"""
 
-import os
-from typing import Any
+from ._faults import Fault as Fault
+from ._faults import FaultPlan as FaultPlan
+from ._faults import RetryPolicy as RetryPolicy
+from ._open import MINIMUM_SQLITE as MINIMUM_SQLITE
+from ._open import open as open
+from ._store import SqliteRunStore as SqliteRunStore
 
-
-class SqliteRunStore:
-    """The SQLite-backed run store."""
-
-
-def open(path: str | os.PathLike[str], **_options: Any) -> SqliteRunStore:
-    raise NotImplementedError("the SQLite adapter is not built yet")
+__all__ = ["MINIMUM_SQLITE", "Fault", "FaultPlan", "RetryPolicy", "SqliteRunStore", "open"]
