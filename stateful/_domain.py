@@ -136,6 +136,7 @@ class World:
     snapshots: dict[str, list[RunSnapshot]] = attrs.field(factory=dict)
     grants: dict[str, list[tuple[OwnerId, int]]] = attrs.field(factory=dict)
     rows: Mapping[str, RunRow] = attrs.field(factory=dict)
+    run_ids: tuple[str, ...] = RUN_IDS
 
     # -- processes -------------------------------------------------------------
 
@@ -193,11 +194,11 @@ class World:
         test = tests.get(selector)
         if test is None:
             return selector
-        for run_id in RUN_IDS:
+        for run_id in self.run_ids:
             row = self.rows.get(run_id)
             if row is not None and test(row):
                 return run_id
-        return "a"
+        return self.run_ids[0]
 
     # -- selectors -----------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import attrs
@@ -134,3 +134,12 @@ def observing(observer: Observer) -> Iterator[Observer]:
         yield observer
     finally:
         _current = previous
+
+
+def say(text: str) -> None:
+    """``hypothesis.note(text)`` inside a test; nothing outside one."""
+    from hypothesis import note
+    from hypothesis.errors import InvalidArgument
+
+    with suppress(InvalidArgument):
+        note(text)
