@@ -77,6 +77,18 @@ def test_on_open_rebuilds_running_owners_and_pending_claims() -> None:
         assert lease(local, run_id) is None
 
 
+def test_leases_lists_every_lease_by_run_id() -> None:
+    """leases() reports the same leases as lease(), sorted by run id."""
+    local = LocalConsensus()
+    rebuilt(local)
+    with FakeTransaction() as tx:
+        assert local.leases(tx) == [
+            Lease("claimed", None, None, None, C, 700),
+            Lease("owned", A, 500, 500, None, None),
+            Lease("stolen", A, 600, 600, B, 31_000),
+        ]
+
+
 def test_rebuilt_leases_behave_like_granted_ones() -> None:
     """After on_open owners renew and fence, claimants activate, stale owners are stolen."""
     local = LocalConsensus()

@@ -304,3 +304,8 @@ class LocalConsensus:
         """The run's current lease, or ``None`` when nobody owns or claims it."""
         with self._lock:
             return self._leases.get(run_id)
+
+    def leases(self, tx: Transaction) -> list[Lease]:
+        """Every lease, by run id (``state()`` uses it when a strategy has it)."""
+        with self._lock:
+            return [self._leases[run_id] for run_id in sorted(self._leases)]
