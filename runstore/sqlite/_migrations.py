@@ -17,10 +17,11 @@ id     name                                what it does
 2002   ``runstore_run_state``              run state moves to ``flows_run_state``
 =====  ==================================  =========================================
 
-Each migration runs in its own ``BEGIN IMMEDIATE`` transaction that first
-re-reads ``flows_migrations``, so two processes opening a fresh file at once
-apply every step exactly once: the loser of the write lock finds the step
-recorded and skips it. A database recording a migration this version does not
+The pending migrations run, in order, inside one ``BEGIN IMMEDIATE``
+transaction that first re-reads ``flows_migrations``, so two processes
+opening a fresh file at once apply every step exactly once (the loser of the
+write lock finds the steps recorded and skips them), and an upgrade that fails
+part-way leaves the file as it was. A database recording a migration this version does not
 know is refused (its schema is newer), and so is a file that has tables but no
 bookkeeping table (it is not a runstore database).
 
@@ -370,20 +371,21 @@ def apply(
 ) -> None:
     """Bring the schema up to date (or up to the first ``count`` migrations).
 
-    ``connection`` must be in autocommit mode (``isolation_level=None``). Each
-    step runs in its own ``BEGIN IMMEDIATE`` transaction that re-checks what
-    is recorded. ``run`` wraps each step (the store passes its busy retry).
+    ``connection`` must be in autocommit mode (``isolation_level=None``). The
+    pending steps run in order inside one ``BEGIN IMMEDIATE`` transaction
+    that first re-reads what is recorded, so an upgrade is all or nothing and
+    a process that lost the race to the write lock finds the work done.
+    ``run`` wraps the transaction (the store passes its busy retry).
     """
     chain = MIGRATIONS if count is None else MIGRATIONS[:count]
-    for migration in chain:
-        step = _stepper(connection, migration)
-        if run is None:
-            step()
-        else:
-            run(step)
+    step = _stepper(connection, chain)
+    if run is None:
+        step()
+    else:
+        run(step)
 
 
-def _stepper(connection: sqlite3.Connection, migration: Migration) -> Callable[[], None]:
+def _stepper(connection: sqlite3.Connection, chain: tuple[Migration, ...]) -> Callable[[], None]:
     def step() -> None:
         execute = sqlite3.Connection.execute
         execute(connection, "BEGIN IMMEDIATE")
@@ -392,7 +394,10 @@ def _stepper(connection: sqlite3.Connection, migration: Migration) -> Callable[[
             check_applied(applied, connection)
             if applied is None:
                 execute(connection, _BOOKKEEPING)
-            if applied is None or migration.id not in applied:
+                applied = {}
+            for migration in chain:
+                if migration.id in applied:
+                    continue
                 for statement in _statements(migration.sql):
                     execute(connection, statement)
                 execute(

@@ -17,6 +17,7 @@ import contextlib
 import os
 import sqlite3
 import stat
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Final, Literal, TypeVar
@@ -93,6 +94,8 @@ def open(
     store: SqliteRunStore | None = None
     try:
         _configure(connection, memory=memory, durability=durability)
+        if memory:
+            _copy_memory_template(connection)
         _migrate(connection)
         store = SqliteRunStore(connection, clock=clock, consensus=consensus, path=text)
         on_open = getattr(consensus, "on_open", None)
@@ -207,6 +210,28 @@ def _configure(connection: Connection, *, memory: bool, durability: str) -> None
         failure = _open_failure(error)
     if failure is not None:
         raise failure
+
+
+_template_lock: Final = threading.Lock()
+_templates: list[sqlite3.Connection] = []
+
+
+def _copy_memory_template(connection: Connection) -> None:
+    """Start a private in-memory database from a migrated copy.
+
+    Tests open thousands of ``:memory:`` stores; copying the pages of one
+    database migrated per process is much cheaper than replaying the chain
+    every time. The copy gets its own source identity.
+    """
+    with _template_lock:
+        if not _templates:
+            template = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            _migrations.apply(template)
+            _templates.append(template)
+        _templates[0].backup(connection)
+    sqlite3.Connection.execute(
+        connection, "UPDATE flows_run_source SET source = lower(hex(randomblob(16)))"
+    )
 
 
 def _migrate(connection: Connection) -> None:
