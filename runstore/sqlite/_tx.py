@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from .._errors import ConstraintError, PersistenceFailedError, RunStoreError
+from .._errors import ConstraintError, DecodeFailedError, PersistenceFailedError, RunStoreError
 from ..consensus._types import ConsensusError
 from ._faults import ArmedFault, FaultPlan, FaultyConsensus, RetryPolicy
 
@@ -41,6 +41,7 @@ T = TypeVar("T")
 _TRANSIENT = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED (primary codes)
 _CODE_NAMES = {5: "busy", 6: "busy", 10: "io", 13: "io", 19: "constraint"}
 _begin = sqlite3.Connection.execute
+_UNDECODABLE = "Could not decode to UTF-8"
 
 
 class Connection(sqlite3.Connection):
@@ -134,6 +135,12 @@ def classify(method: str, error: BaseException) -> RunStoreError:
         cause["consensus_code"] = error.code
     if isinstance(found, sqlite3.IntegrityError):
         return ConstraintError(method, {"database_code": "constraint", **cause})
+    if isinstance(found, sqlite3.OperationalError) and str(found).startswith(_UNDECODABLE):
+        # Stored text that is not UTF-8 (written behind the store's back). The
+        # driver's message quotes the text, so only the stage is reported.
+        return DecodeFailedError(
+            method, "could not decode stored text", {"stage": "text-encoding", **cause}
+        )
     database_code = "unknown"
     if type(code) is int:
         database_code = _CODE_NAMES.get(code & 0xFF, "unknown")
@@ -141,6 +148,10 @@ def classify(method: str, error: BaseException) -> RunStoreError:
         method,
         cause={"category": "persistence_failed", "database_code": database_code, **cause},
     )
+
+
+def _lenient_text(data: bytes) -> str:
+    return data.decode("utf-8", "surrogateescape")
 
 
 def _run_callbacks(callbacks: list[Callable[[], None]]) -> None:
@@ -321,12 +332,16 @@ class TransactionManager:
             if self._active is not None:
                 return body(self._active)
             tx = Transaction(connection, self.consensus)
+            # Text that is not UTF-8 comes back with its bad bytes as lone
+            # surrogates, which no decoder admits: described, not refused.
+            connection.text_factory = _lenient_text
             _begin(connection, "BEGIN")
             self._active = tx
             try:
                 return body(tx)
             finally:
                 self._active = None
+                connection.text_factory = str
                 if connection.in_transaction:
                     _begin(connection, "ROLLBACK")
                 _run_callbacks(list(reversed(tx._rollback)))
