@@ -1,11 +1,112 @@
-"""The ``runstore`` command line."""
+"""The ``runstore`` command line.
+
+Subcommands:
+
+- ``runstore fuzz [--target NAME | --consensus MODULE:FACTORY | --store MODULE:FACTORY]
+  [--minutes N | --examples N] [--seed N] [--db DIR] [--out DIR]``: a randomized
+  conformance campaign; on a failure it writes a regression test file and exits 1.
+- ``runstore replay FILE``: run a regression file under pytest.
+- ``runstore demo ...``: the ownership demonstration (``runstore._demo``).
+
+``fuzz`` and ``replay`` need the ``conformance`` extra (Hypothesis and pytest);
+without it they say so and exit 2.
+"""
 
 from __future__ import annotations
 
+import argparse
 import sys
+from pathlib import Path
+
+_EXTRA_MISSING = (
+    "runstore {command}: this command needs the conformance extra "
+    "(Hypothesis and pytest); install it with: pip install 'runstore[conformance]'\n"
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="runstore", description="Durable runs under fenced ownership."
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    fuzz = commands.add_parser(
+        "fuzz",
+        help="fuzz a store or consensus strategy against the reference model",
+        description="Run the conformance machines in randomized batches until the time or "
+        "example budget is spent. On a failure, write a pytest regression file and exit 1.",
+    )
+    which = fuzz.add_mutually_exclusive_group()
+    which.add_argument(
+        "--target",
+        metavar="NAME",
+        help="a built-in target (sqlite-sql, sqlite-local, sqlite-file-sql, sqlite-file-local,"
+        " model) or MODULE:FACTORY; default: every built-in SQLite target in turn",
+    )
+    which.add_argument(
+        "--consensus", metavar="MODULE:FACTORY", help="a Consensus strategy factory to test"
+    )
+    which.add_argument(
+        "--store", metavar="MODULE:FACTORY", help="a store factory (clock, path) -> store"
+    )
+    budget = fuzz.add_mutually_exclusive_group()
+    budget.add_argument("--minutes", type=float, help="time budget, shrinking included (default 1)")
+    budget.add_argument("--examples", type=int, help="example budget per target")
+    fuzz.add_argument("--seed", type=int, help="make the campaign reproducible")
+    fuzz.add_argument(
+        "--db",
+        default=".runstore-fuzz/db",
+        metavar="DIR",
+        help="Hypothesis example database, one folder per target (default %(default)s)",
+    )
+    fuzz.add_argument(
+        "--out",
+        default=".runstore-fuzz/out",
+        metavar="DIR",
+        help="where regression files go (default %(default)s)",
+    )
+
+    replay = commands.add_parser(
+        "replay", help="run a regression file written by fuzz under pytest"
+    )
+    replay.add_argument("file", type=Path)
+
+    commands.add_parser("demo", help="the ownership demonstration", add_help=False)
+    return parser
+
+
+def _missing_extra(error: ImportError) -> bool:
+    return (error.name or "").split(".")[0] in ("hypothesis", "pytest", "_pytest")
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    print("runstore: no commands yet", args, file=sys.stderr)
-    return 2
+    """Run the command line; returns the exit status."""
+    args_list = sys.argv[1:] if argv is None else list(argv)
+    if args_list[:1] == ["demo"]:
+        import importlib
+
+        demo = importlib.import_module("runstore._demo")  # the ownership demonstration
+        return int(demo.main(args_list[1:]) or 0)
+    parser = _parser()
+    args = parser.parse_args(args_list)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        from runstore.stateful import _fuzz
+    except ImportError as error:
+        if not _missing_extra(error):
+            raise
+        sys.stderr.write(_EXTRA_MISSING.format(command=args.command))
+        return 2
+    if args.command == "replay":
+        return _fuzz.replay(args.file)
+    try:
+        return _fuzz.main_fuzz(args)
+    except ValueError as error:
+        sys.stderr.write(f"runstore fuzz: {error}\n")
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

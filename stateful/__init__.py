@@ -1,1 +1,103 @@
-"""The conformance suite (``runstore.stateful``). (Built in a later change.)"""
+"""The conformance suite (``runstore.stateful``).
+
+Hypothesis state machines that drive the reference model and a store (or a
+consensus strategy) side by side through interleaved multi-owner claims,
+steals, skewed clocks, crashes and faults, check after every step that both
+answered alike and hold the same state, check the fence invariants on both,
+and shrink any disagreement to a minimal program.
+
+For a third party, one call::
+
+    from runstore.stateful import Capabilities, run_conformance
+
+    run_conformance(store_factory=my_factory, capabilities=Capabilities(reopen=False))
+
+``run_conformance`` runs the machines; ``RunStoreComparison`` and
+``ConsensusComparison`` (via ``comparison_for`` / ``consensus_comparison_for``)
+are the machines themselves; ``check_state`` and ``check_transition`` are the
+fence invariants as pure functions, each failure its own ``AssertionError``
+subclass. Profiles ``ci`` (the default), ``dev`` and ``deep`` are chosen by
+``HYPOTHESIS_PROFILE`` (``load_profile``). ``runstore fuzz`` and ``runstore
+replay`` (also ``python -m runstore.stateful``) run randomized campaigns and
+replay their regression files.
+
+Needs the ``conformance`` extra (Hypothesis and pytest).
+"""
+
+# isort: off
+from . import _requires as _requires  # first: a clear message without the extra
+# isort: on
+
+from ._capabilities import Capabilities as Capabilities
+from ._compare import DifferentialMismatch as DifferentialMismatch
+from ._compare import LeaseMismatch as LeaseMismatch
+from ._compare import OutcomeMismatch as OutcomeMismatch
+from ._compare import RollbackLeak as RollbackLeak
+from ._compare import StateMismatch as StateMismatch
+from ._conformance import conformance_machines as conformance_machines
+from ._conformance import run_conformance as run_conformance
+from ._consensus_machine import ConsensusComparison as ConsensusComparison
+from ._consensus_machine import consensus_comparison_for as consensus_comparison_for
+from ._invariants import INVARIANTS as INVARIANTS
+from ._invariants import ClaimFieldsViolation as ClaimFieldsViolation
+from ._invariants import CommittedStateLost as CommittedStateLost
+from ._invariants import FactReplayMismatch as FactReplayMismatch
+from ._invariants import FailedOperationVisible as FailedOperationVisible
+from ._invariants import FinishedTerminalViolation as FinishedTerminalViolation
+from ._invariants import HeartbeatRegressed as HeartbeatRegressed
+from ._invariants import InvariantViolation as InvariantViolation
+from ._invariants import LeaseRowDisagreement as LeaseRowDisagreement
+from ._invariants import OwnerWithoutGrant as OwnerWithoutGrant
+from ._invariants import RevisionMismatch as RevisionMismatch
+from ._invariants import RunningOwnershipViolation as RunningOwnershipViolation
+from ._invariants import StateNotPreserved as StateNotPreserved
+from ._invariants import StealWithoutStaleness as StealWithoutStaleness
+from ._invariants import TerminalChangedViolation as TerminalChangedViolation
+from ._invariants import UnfencedWriteAccepted as UnfencedWriteAccepted
+from ._invariants import check_state as check_state
+from ._invariants import check_transition as check_transition
+from ._machine import ReferenceInvariantViolation as ReferenceInvariantViolation
+from ._machine import RunStoreComparison as RunStoreComparison
+from ._machine import comparison_for as comparison_for
+from ._profiles import load_profile as load_profile
+from ._steps import Call as Call
+from ._steps import Raised as Raised
+from ._steps import Step as Step
+
+__all__ = [
+    "INVARIANTS",
+    "Call",
+    "Capabilities",
+    "ClaimFieldsViolation",
+    "CommittedStateLost",
+    "ConsensusComparison",
+    "DifferentialMismatch",
+    "FactReplayMismatch",
+    "FailedOperationVisible",
+    "FinishedTerminalViolation",
+    "HeartbeatRegressed",
+    "InvariantViolation",
+    "LeaseMismatch",
+    "LeaseRowDisagreement",
+    "OutcomeMismatch",
+    "OwnerWithoutGrant",
+    "Raised",
+    "ReferenceInvariantViolation",
+    "RevisionMismatch",
+    "RollbackLeak",
+    "RunStoreComparison",
+    "RunningOwnershipViolation",
+    "StateMismatch",
+    "StateNotPreserved",
+    "Step",
+    "StealWithoutStaleness",
+    "TerminalChangedViolation",
+    "UnfencedWriteAccepted",
+    "check_state",
+    "check_transition",
+    "comparison_for",
+    "conformance_machines",
+    "consensus_comparison_for",
+    "load_profile",
+    "run_conformance",
+]

@@ -108,6 +108,10 @@ def _lease_row(lease: Lease) -> RunRow:
     )
 
 
+#: What happens between a steal and its activation.
+MEANWHILE = ("nothing", "heartbeat", "reconfirm", "release_ownership", "release_claim")
+TAKEOVER_EDGES = (1, 1, 0, -1)
+
 RUNS = st.sampled_from(CONSENSUS_RUNS)
 FREE = st.sampled_from(("claimable", "claimable", *CONSENSUS_RUNS))
 OWNED = st.sampled_from(("running", "running", *CONSENSUS_RUNS))
@@ -416,31 +420,52 @@ class ConsensusComparison(RuleBasedStateMachine):
         run=OWNED,
         thief=PROCESSES,
         evidence=st.sampled_from(("fit", "lease-expired")),
-        edge=st.sampled_from(EDGE_DELTAS),
+        edge=st.sampled_from(TAKEOVER_EDGES),
+        meanwhile=st.sampled_from(MEANWHILE),
     )
-    def takeover(self, run: str, thief: int, evidence: str, edge: int) -> None:
-        """At an owner's staleness edge (or one either side), steal and activate."""
+    def takeover(self, run: str, thief: int, evidence: str, edge: int, meanwhile: str) -> None:
+        """At an owner's staleness edge (or one either side), steal; meanwhile
+        the owner may heartbeat, reconfirm or let go, or the thief may give up;
+        then activate."""
         run = self.world.run(run)
         row = self.world.row(run)
+        if row is None or row.owner is None:
+            # Nobody owns it yet: let another process take it first.
+            self.own(run, (thief + 1) % PROCESS_COUNT, "none")
+            row = self.world.row(run)
         if row is None or row.owner is None or row.heartbeat_at_ms is None:
             return
         self._set_clock(row.heartbeat_at_ms + 30_000 + edge)
         now = self.clock.now_ms()
         who = self.world.process(thief)
-        proof = self.world.evidence(evidence, row.owner, who, now)
+        owner = row.owner
+        proof = self.world.evidence(evidence, owner, who, now)
         steal = call(
             "steal", ("run_id", run), ("claimant", who), ("now_ms", now), ("evidence", proof)
         )
+        self._transact([steal])
+        if meanwhile in ("heartbeat", "reconfirm"):
+            self._transact([call(meanwhile, ("run_id", run), ("owner", owner), ("now_ms", now))])
+        elif meanwhile == "release_ownership":
+            self._transact([call(meanwhile, ("run_id", run), ("owner", owner))])
+        elif meanwhile == "release_claim":
+            self._transact(
+                [call(meanwhile, ("run_id", run), ("claimant", who), ("granted_at_ms", now))]
+            )
         promote = call(
             "activate", ("run_id", run), ("owner", who), ("granted_at_ms", now), ("now_ms", now)
         )
-        self._transact([steal])
         self._transact([promote])
 
-    @rule(run=FREE, process=PROCESSES, heartbeat=st.booleans())
-    def own(self, run: str, process: int, heartbeat: bool) -> None:
+    @rule(
+        run=FREE,
+        process=PROCESSES,
+        heartbeat=st.sampled_from(("none", "once", "late")),
+    )
+    def own(self, run: str, process: int, heartbeat: str) -> None:
         """A process claims a free run and activates its grant (each in its own
-        transaction), then maybe heartbeats."""
+        transaction), then maybe heartbeats, maybe with an older pulse
+        arriving after a newer one."""
         run = self.world.run(run)
         who = self.world.process(process)
         now = self.world.reading(who)
@@ -458,10 +483,12 @@ class ConsensusComparison(RuleBasedStateMachine):
             ("now_ms", now),
         )
         self._transact([activate])
-        if heartbeat:
-            self._transact(
-                [call("heartbeat", ("run_id", run), ("owner", who), ("now_ms", now + 1))]
-            )
+        if heartbeat != "none":
+            renew = call("heartbeat", ("run_id", run), ("owner", who), ("now_ms", now + 1000))
+            self._transact([renew])
+        if heartbeat == "late":
+            late = call("heartbeat", ("run_id", run), ("owner", who), ("now_ms", now + 1))
+            self._transact([late])
 
     @rule(
         run=FREE,

@@ -33,7 +33,7 @@ from hypothesis.stateful import (
 
 from runstore._clock import ManualClock
 from runstore._outcomes import Claimed
-from runstore._values import Lease, OwnerId, StoreState, TransitionGuard
+from runstore._values import Lease, OwnerId, RunRow, StoreState, TransitionGuard
 from runstore.model import ModelRunStore
 
 from . import _observe
@@ -89,6 +89,9 @@ StoreFactory = Callable[[ManualClock, Path], Any]
 #: Texts a raw edit behind the store's back may leave in ``state_json``: each
 #: is refused by admission, so reads of that run must fail with ``decode_failed``.
 CORRUPT_TEXTS = ('{"v":"\\ud800"}', "[" * 130 + "]" * 130, '{"n":1e400}')
+
+#: What happens between a steal and its activation.
+INTERLEAVINGS = ("nothing", "heartbeat", "reconfirm", "suspended", "completed", "abandon")
 
 RUN = st.sampled_from(RUN_IDS)
 CLAIMABLE = st.sampled_from(CLAIMABLE_RUNS)
@@ -252,6 +255,23 @@ class RunStoreComparison(RuleBasedStateMachine):
         if selector.startswith(("hb", "claim")):
             self._set_clock(now - self.world.offset(who))
         return now
+
+    def _owned(self, run: str, process: int) -> RunRow | None:
+        """The run's row, after ``process`` took ownership of it if it was
+        pending or suspended and unclaimed (so a scenario can start anywhere)."""
+        row = self.world.row(run)
+        if row is not None and row.status in ("pending", "suspended") and row.claim is None:
+            self._do(
+                call(
+                    "claim_and_own",
+                    ("run_id", run),
+                    ("expected", row.snapshot),
+                    ("owner", self.world.process(process)),
+                    ("now_ms", self.clock.now_ms()),
+                )
+            )
+            row = self.world.row(run)
+        return row
 
     def _set_clock(self, ms: int) -> None:
         if ms > self.clock.now_ms():
@@ -519,6 +539,44 @@ class RunStoreComparison(RuleBasedStateMachine):
             )
         )
 
+    @rule(
+        run=RUNNING,
+        acknowledgements=st.sampled_from((1, 2, 0)),
+        guard=st.sampled_from(("present", "absent", None)),
+        to_status=st.sampled_from(("cancelled", "completed", "suspended")),
+    )
+    def cancellation(
+        self, run: str, acknowledgements: int, guard: str | None, to_status: str
+    ) -> None:
+        """Someone asks to cancel a running run; its owner acknowledges (maybe
+        twice: the first acknowledgement is kept, the repeat still writes) and
+        settles it under a guard."""
+        run = self.world.run(run)
+        row = self._owned(run, 0)
+        owner = self.world.actor("owner", run)
+        now = self.clock.now_ms()
+        self._do(call("request_cancel", ("run_id", run), ("now_ms", now)))
+        for tick in range(acknowledgements):
+            self._do(
+                call(
+                    "acknowledge_cancel",
+                    ("run_id", run),
+                    ("owner", owner),
+                    ("now_ms", now + tick),
+                )
+            )
+        if row is None or row.owner is None:
+            return
+        self._do(
+            call(
+                "transition_owned",
+                ("run_id", run),
+                ("owner", owner),
+                ("to_status", to_status),
+                guard=None if guard is None else TransitionGuard(guard),  # type: ignore[arg-type]
+            )
+        )
+
     # -- composite rules for rare races ----------------------------------------------
 
     @rule(run=CLAIMABLE, actor=PROCESSES)
@@ -550,17 +608,16 @@ class RunStoreComparison(RuleBasedStateMachine):
     @rule(
         run=RUNNING,
         thief=PROCESSES,
-        evidence=st.sampled_from(("fit", "lease-expired", "fit-1")),
-        owner_heartbeats=st.booleans(),
-        edge=st.sampled_from(EDGE_DELTAS),
+        evidence=st.sampled_from(("fit", "lease-expired", "fit", "fit-1")),
+        meanwhile=st.sampled_from(INTERLEAVINGS),
+        edge=st.sampled_from((1, 1, 0, -1)),
     )
-    def takeover(
-        self, run: str, thief: int, evidence: str, owner_heartbeats: bool, edge: int
-    ) -> None:
-        """Move the clock to the staleness edge of a running run, steal it with
-        evidence, let the old owner maybe heartbeat, then activate."""
+    def takeover(self, run: str, thief: int, evidence: str, meanwhile: str, edge: int) -> None:
+        """Move the clock to the staleness edge of a running run (or one either
+        side), steal it with evidence; meanwhile the old owner may heartbeat,
+        reconfirm, suspend or settle, or the thief may give up; then activate."""
         run = self.world.run(run)
-        row = self.world.row(run)
+        row = self._owned(run, (thief + 1) % PROCESS_COUNT)
         if row is None or row.owner is None or row.heartbeat_at_ms is None:
             return
         self._set_clock(row.heartbeat_at_ms + 30_000 + edge)
@@ -580,8 +637,30 @@ class RunStoreComparison(RuleBasedStateMachine):
         )
         if not isinstance(out, Claimed):
             return
-        if owner_heartbeats:
-            self._do(call("heartbeat", ("run_id", run), ("owner", row.owner), ("now_ms", now)))
+        owner = row.owner
+        if meanwhile in ("heartbeat", "reconfirm"):
+            self._do(call(meanwhile, ("run_id", run), ("owner", owner), ("now_ms", now)))
+        elif meanwhile in ("suspended", "completed"):
+            self._do(
+                call(
+                    "transition_owned",
+                    ("run_id", run),
+                    ("owner", owner),
+                    ("to_status", meanwhile),
+                    state_json='{"settled":"meanwhile"}',
+                )
+            )
+        elif meanwhile == "abandon":
+            self._do(
+                call(
+                    "abandon_claim",
+                    ("run_id", run),
+                    ("claimant", who),
+                    ("claimed_at_ms", out.claimed_at_ms),
+                )
+            )
+            # The old owner is still the owner (contract.md, Decided here 2b).
+            self._do(call("heartbeat", ("run_id", run), ("owner", owner), ("now_ms", now)))
         self._do(
             call(
                 "activate",
@@ -590,6 +669,32 @@ class RunStoreComparison(RuleBasedStateMachine):
                 ("claimed_at_ms", out.claimed_at_ms),
                 ("expected", snapshot),
             )
+        )
+        if meanwhile in ("suspended", "completed"):
+            # A claim left on a released run would make it unclaimable.
+            self._do(
+                call(
+                    "claim",
+                    ("run_id", run),
+                    ("expected", self.world.expected("row", run)),
+                    ("claimant", self.world.process((thief + 1) % PROCESS_COUNT)),
+                    ("now_ms", now),
+                )
+            )
+
+    @rule(run=RUNNING, gap=st.sampled_from((1, 1000, 15_000)))
+    def delayed_pulse(self, run: str, gap: int) -> None:
+        """The owner heartbeats, then an older pulse (sent ``gap`` ms earlier)
+        arrives late: it is ``Updated`` but never moves the stamp back."""
+        run = self.world.run(run)
+        row = self.world.row(run)
+        if row is None or row.owner is None:
+            return
+        owner = row.owner
+        now = self.world.reading(owner)
+        self._do(call("heartbeat", ("run_id", run), ("owner", owner), ("now_ms", now)))
+        self._do(
+            call("heartbeat", ("run_id", run), ("owner", owner), ("now_ms", max(0, now - gap)))
         )
 
     @rule(

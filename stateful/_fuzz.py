@@ -1,0 +1,254 @@
+"""Fuzzing campaigns: ``runstore fuzz`` and ``runstore replay``.
+
+A campaign runs the conformance machines against one or more targets in
+randomized batches until its time (shrinking included) or its example budget
+is spent, printing a progress line (examples, steps, elapsed, failures) every
+few seconds. Hypothesis keeps its example database in a directory per target,
+so a failure found once is replayed first the next time. On a failure the
+shrunk program is written as a self-contained pytest file (see
+``_regression``), ready for ``tests/regressions/``.
+
+Targets: the built-in ones (``sqlite-sql``, ``sqlite-local``,
+``sqlite-file-sql``, ``sqlite-file-local``, ``model``), a strategy factory
+``--consensus MODULE:FACTORY`` (run alone and inside the SQLite adapter), or a
+store factory ``--store MODULE:FACTORY``. ``--target MODULE:FACTORY`` tells the
+two apart by the factory's signature (no parameters: a strategy).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from hypothesis import HealthCheck, Phase, seed, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test
+
+from ._consensus_machine import consensus_comparison_for
+from ._machine import comparison_for
+from ._observe import CampaignOver, Failure, Observer, observing
+from ._regression import write_regression
+from ._targets import (
+    BUILTIN_TARGETS,
+    Target,
+    consensus_target,
+    load_factory,
+    raw_writer_for,
+    store_target,
+)
+
+#: The targets a campaign without ``--target`` rotates through.
+DEFAULT_TARGETS = ("sqlite-sql", "sqlite-local", "sqlite-file-sql", "sqlite-file-local")
+BATCH_EXAMPLES = 20
+#: Share of a time budget reserved for shrinking a failure found late.
+SHRINK_RESERVE = 0.3
+
+
+def resolve_target(name: str) -> Target:
+    """A built-in target by name, or ``MODULE:FACTORY`` (kind by signature)."""
+    if name in BUILTIN_TARGETS:
+        return BUILTIN_TARGETS[name]
+    if ":" not in name:
+        known = ", ".join(sorted(BUILTIN_TARGETS))
+        raise ValueError(f"unknown target {name!r}; use one of {known} or MODULE:FACTORY")
+    factory = load_factory(name)
+    try:
+        parameters = len(inspect.signature(factory).parameters)
+    except (TypeError, ValueError):
+        parameters = 0
+    return consensus_target(name) if parameters == 0 else store_target(name)
+
+
+def machines_for(target: Target) -> list[type[RuleBasedStateMachine]]:
+    """The machines that put ``target`` under test, in rotation order."""
+    machines: list[type[RuleBasedStateMachine]] = []
+    if target.store_factory is not None:
+        machines.append(
+            comparison_for(
+                target.store_factory,
+                target.capabilities,
+                name=target.name,
+                raw_writer=raw_writer_for(target.store_factory),
+            )
+        )
+    if target.consensus_factory is not None:
+        machines.append(
+            consensus_comparison_for(
+                target.consensus_factory, target.capabilities, name=target.name
+            )
+        )
+    return machines
+
+
+def _database_key(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+
+
+def _settings(database: DirectoryBasedExampleDatabase, examples: int) -> settings:
+    return settings(
+        max_examples=examples,
+        database=database,
+        derandomize=False,
+        deadline=None,
+        print_blob=True,
+        report_multiple_bugs=False,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
+    )
+
+
+class _Progress:
+    def __init__(self, stream: TextIO, label: str) -> None:
+        self.stream = stream
+        self.label = label
+
+    def __call__(self, observer: Observer) -> None:
+        self.stream.write(
+            f"fuzz {self.label}: {observer.examples} examples, {observer.steps} steps, "
+            f"{observer.elapsed:.0f}s elapsed, {observer.failures} failures\n"
+        )
+        self.stream.flush()
+
+
+def fuzz_target(
+    target: Target,
+    *,
+    seconds: float | None,
+    examples: int | None,
+    seed_value: int | None,
+    db_dir: Path,
+    out_dir: Path,
+    stream: TextIO,
+) -> Path | None:
+    """Run one campaign; return the regression file written, if any failed."""
+    machines = machines_for(target)
+    if not machines:
+        raise ValueError(f"target {target.name!r} has nothing to put under test")
+    database = DirectoryBasedExampleDatabase(str(db_dir / _database_key(target.name)))
+    started = time.monotonic()
+    deadline = None if seconds is None else started + seconds
+    stop_generating = None if seconds is None else started + seconds * (1 - SHRINK_RESERVE)
+    progress = _Progress(stream, target.name)
+    observer = Observer(deadline=deadline, progress=progress)
+    error: BaseException | None = None
+    batch = 0
+    with observing(observer):
+        while True:
+            if examples is not None and observer.examples >= examples:
+                break
+            if stop_generating is not None and time.monotonic() >= stop_generating:
+                break
+            machine = machines[batch % len(machines)]
+            size = BATCH_EXAMPLES
+            if examples is not None:
+                size = max(1, min(size, examples - observer.examples))
+            test = get_state_machine_test(machine, settings=_settings(database, size))
+            if seed_value is not None:
+                test = seed(seed_value * 100_003 + batch)(test)
+            batch += 1
+            try:
+                test()
+            except CampaignOver:
+                break
+            except Exception as failure:
+                error = failure
+                break
+    progress(observer)
+    found: Failure | None = observer.last_failure if error is not None else observer.failure
+    if found is None:
+        if error is not None:
+            # A failure the machines did not record (a defect in the harness or
+            # an exception escaping the store): report it as it is.
+            stream.write(f"fuzz {target.name}: FAILED ({type(error).__name__}: {error})\n")
+            raise error
+        stream.write(f"fuzz {target.name}: clean\n")
+        return None
+    if error is not None:
+        notes = getattr(error, "__notes__", [])
+        stream.write("\n".join(str(n) for n in notes) + "\n")
+    stream.write(f"fuzz {target.name}: FAILED {found.error.splitlines()[0]}\n")
+    caps = target.capabilities
+    path = write_regression(
+        found,
+        out_dir,
+        spec=target.spec,
+        kind="consensus" if target.kind == "consensus" else "store",
+        whole_state=caps.whole_state,
+        leases=caps.lease_introspection,
+        faults=caps.fault_injection,
+        seed=seed_value,
+    )
+    stream.write(f"fuzz {target.name}: regression written to {path}\n")
+    return path
+
+
+def run_campaign(
+    targets: Sequence[Target],
+    *,
+    minutes: float | None = None,
+    examples: int | None = None,
+    seed_value: int | None = None,
+    db_dir: Path = Path(".runstore-fuzz/db"),
+    out_dir: Path = Path(".runstore-fuzz/out"),
+    stream: TextIO = sys.stdout,
+) -> int:
+    """Fuzz each target in turn, sharing the time budget (one minute when
+    neither budget is given); 0 when all ran clean, 1 when any failed (a
+    regression file was written for each)."""
+    if minutes is None and examples is None:
+        minutes = 1.0
+    seconds = None if minutes is None else minutes * 60 / max(1, len(targets))
+    failed = 0
+    for target in targets:
+        path = fuzz_target(
+            target,
+            seconds=seconds,
+            examples=examples,
+            seed_value=seed_value,
+            db_dir=db_dir,
+            out_dir=out_dir,
+            stream=stream,
+        )
+        failed += path is not None
+    return 1 if failed else 0
+
+
+def replay(path: Path, extra: Sequence[str] = ()) -> int:
+    """Run a regression file under pytest; its exit status."""
+    import pytest
+
+    if not path.exists():
+        sys.stderr.write(f"runstore replay: no such file: {path}\n")
+        return 2
+    # A regression may import a factory from the current project.
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    return int(pytest.main([str(path), "-q", "-p", "no:cacheprovider", *extra]))
+
+
+def main_fuzz(args: Any, stream: TextIO = sys.stdout) -> int:
+    """``runstore fuzz`` with parsed arguments."""
+    targets: list[Target]
+    if args.store:
+        targets = [store_target(args.store)]
+    elif args.consensus:
+        targets = [consensus_target(args.consensus)]
+    elif args.target:
+        targets = [resolve_target(args.target)]
+    else:
+        targets = [BUILTIN_TARGETS[name] for name in DEFAULT_TARGETS]
+    return run_campaign(
+        targets,
+        minutes=args.minutes,
+        examples=args.examples,
+        seed_value=args.seed,
+        db_dir=Path(args.db),
+        out_dir=Path(args.out),
+        stream=stream,
+    )

@@ -1,0 +1,389 @@
+"""Regression files: a failing program, written back as plain API calls.
+
+``write_regression`` turns a ``Failure`` (the log of the shrunk example) into a
+self-contained pytest module: it opens the store under test, replays every
+step (clock moves, calls, reopens, armed faults, raw edits) and asserts each
+answer and the final state exactly as the reference model computed them. It
+needs ``pytest`` and ``runstore``; not Hypothesis, not ``runstore.stateful``.
+The file fails while the bug is there and passes once it is fixed, so it can
+live in ``tests/regressions/``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import re
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from runstore._values import StoreState
+
+from ._consensus_machine import CONSENSUS_RUNS, Refused, Transacted
+from ._domain import START_MS
+from ._faults import FAULT_BUDGET
+from ._observe import ClockSet, Failure, Faulted, Performed, Reopened
+from ._steps import Call, Crashed, Raised
+
+_PUBLIC_MODULES = ("runstore", "runstore.consensus", "runstore.sqlite")
+
+
+class _Imports:
+    """Collects the names a rendered literal needs, by module."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, set[str]] = {}
+
+    def need(self, module: str, name: str) -> str:
+        self.names.setdefault(module, set()).add(name)
+        return name
+
+    def lines(self) -> list[str]:
+        out = []
+        for module in sorted(self.names):
+            names = sorted(self.names[module])
+            joined = ", ".join(names)
+            line = f"from {module} import {joined}"
+            if len(line) > 99:
+                inner = "".join(f"    {name},\n" for name in names)
+                line = f"from {module} import (\n{inner})"
+            out.append(line)
+        return out
+
+
+def _public_home(cls: type) -> str:
+    for module_name in _PUBLIC_MODULES:
+        module = importlib.import_module(module_name)
+        if getattr(module, cls.__name__, None) is cls:
+            return module_name
+    return cls.__module__
+
+
+def literal(value: Any, imports: _Imports) -> str:
+    """Python source that evaluates to ``value`` (attrs values by constructor)."""
+    if value is None or type(value) in (bool, int, float, str):
+        return repr(value)
+    if isinstance(value, str):
+        # A str subclass (malformed input): rebuild an equivalent subclass.
+        return f"type({type(value).__name__!r}, (str,), {{}})({str(value)!r})"
+    if isinstance(value, tuple):
+        inner = ", ".join(literal(item, imports) for item in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    if isinstance(value, list):
+        return "[" + ", ".join(literal(item, imports) for item in value) + "]"
+    if isinstance(value, dict):
+        items = ", ".join(f"{literal(k, imports)}: {literal(v, imports)}" for k, v in value.items())
+        return "{" + items + "}"
+    if isinstance(value, frozenset):
+        return "frozenset({" + ", ".join(literal(item, imports) for item in value) + "})"
+    if isinstance(value, Refused):
+        return repr(("refused", value.code))
+    if attrs.has(type(value)):
+        cls = type(value)
+        name = imports.need(_public_home(cls), cls.__name__)
+        fields = ", ".join(
+            f"{field.name}={literal(getattr(value, field.name), imports)}"
+            for field in attrs.fields(cls)
+            if field.init
+        )
+        return f"{name}({fields})"
+    raise TypeError(f"cannot write {type(value).__name__} into a regression file")
+
+
+def _call_source(target: str, op: Call, imports: _Imports) -> str:
+    positional = [literal(v, imports) for k, v in op.arguments if k not in op.keywords]
+    keywords = [f"{k}={literal(v, imports)}" for k, v in op.arguments if k in op.keywords]
+    return f"{target}.{op.method}({', '.join(positional + keywords)})"
+
+
+def _expect(source: str, expected: Any, imports: _Imports) -> list[str]:
+    if isinstance(expected, Raised):
+        imports.need("runstore", "RunStoreError")
+        return [
+            "with pytest.raises(RunStoreError) as raised:",
+            f"    {source}",
+            f"assert (raised.value.code, raised.value.method) == "
+            f"({expected.code!r}, {expected.method!r})",
+        ]
+    if isinstance(expected, Crashed):
+        return [f"{source}  # the reference failed here: {expected.exception}"]
+    if expected is None:
+        return [f"assert {source} is None"]
+    return [f"assert {source} == {literal(expected, imports)}"]
+
+
+def _store_steps(failure: Failure, imports: _Imports, *, faults: bool) -> list[str]:
+    lines: list[str] = []
+    for entry in failure.log:
+        if isinstance(entry, ClockSet):
+            lines.append(f"clock.set({entry.ms})")
+        elif isinstance(entry, Reopened):
+            lines.append("store.close()")
+            lines.append("store = reopen(clock, path)")
+        elif isinstance(entry, Faulted):
+            imports.need("runstore.sqlite", "FaultPlan")
+            plan = ", ".join(literal(fault, imports) for fault in entry.plan)
+            lines.append(f"store._install_faults(FaultPlan({plan}))")
+            lines.append("try:")
+            source = _call_source("store", entry.call, imports)
+            lines.extend("    " + line for line in _expect(source, entry.expected, imports))
+            lines.append("finally:")
+            lines.append("    store._install_faults(None)")
+        elif isinstance(entry, Performed):
+            if entry.call.method == "raw_write_state":
+                run_id, text = entry.call.get("run_id"), entry.call.get("text")
+                lines.append(
+                    f"assert raw_write_state(store, {run_id!r}, {text!r}) is {entry.expected!r}"
+                )
+            else:
+                source = _call_source("store", entry.call, imports)
+                lines.extend(_expect(source, entry.expected, imports))
+    return lines
+
+
+def _consensus_steps(failure: Failure, imports: _Imports) -> list[str]:
+    lines: list[str] = []
+    runs = literal(CONSENSUS_RUNS, imports)
+    for entry in failure.log:
+        if not isinstance(entry, Transacted):
+            continue
+        calls = ", ".join(
+            f"({op.method!r}, {literal(tuple(v for _, v in op.arguments), imports)})"
+            for op in entry.calls
+        )
+        expected = literal(list(entry.expected), imports)
+        rollback = ", rollback=True" if entry.rollback else ""
+        lines.append(f"assert transact(host, strategy, [{calls}]{rollback}) == {expected}")
+        # The leases after this transaction, as the reference holds them.
+        lines.append(f"leases = read_leases(host, strategy, {runs})")
+    if failure.expected_state is not None:
+        by_run = {lease.run_id: lease for lease in failure.expected_state.leases}
+        expected_leases = tuple(by_run.get(run_id) for run_id in CONSENSUS_RUNS)
+        lines.append(f"assert leases == {literal(expected_leases, imports)}")
+    return lines
+
+
+_STORE_HELPERS = '''
+def raw_write_state(store, run_id, text):
+    """Edit a run's state behind the store's back (and touch its row)."""
+    hook = getattr(store, "raw_write_state", None)
+    if callable(hook):
+        return bool(hook(run_id, text))
+
+    def body(tx):
+        connection = tx.connection
+        found = connection.execute(
+            "UPDATE flows_run_state SET state_json = ?2 WHERE run_id = ?1", (run_id, text)
+        ).rowcount
+        if not found:
+            return False
+        connection.execute("UPDATE flows_runs SET status = status WHERE run_id = ?1", (run_id,))
+        return True
+
+    return bool(store._write("raw_write_state", body))
+'''
+
+_CONSENSUS_HELPERS = '''
+class RollBack(Exception):
+    """Rolls a transaction back on purpose."""
+
+
+def transact(host, strategy, calls, rollback=False):
+    """Make strategy ``calls`` in one write transaction of ``host``."""
+    answers = []
+
+    def body(tx):
+        for method, args in calls:
+            try:
+                answers.append(getattr(strategy, method)(tx, *args))
+            except ConsensusError as error:
+                answers.append(("refused", error.code))
+        if rollback:
+            raise RollBack
+
+    try:
+        host._write("consensus", body)
+    except RollBack:
+        pass
+    return answers
+
+
+def read_leases(host, strategy, run_ids):
+    return host._write("lease", lambda tx: tuple(strategy.lease(tx, r) for r in run_ids))
+'''
+
+
+def _opener(
+    target: str, spec: str | None, kind: str, imports: _Imports
+) -> tuple[list[str], list[str]]:
+    """Module-level lines defining ``make_strategy`` and/or ``open_store``,
+    and the import lines they need."""
+    if spec is not None and kind == "store":
+        module, _, attribute = spec.partition(":")
+        return [], [f"from {module} import {attribute} as open_store"]
+    if spec is not None:
+        module, _, attribute = spec.partition(":")
+        strategy_import = [f"from {module} import {attribute} as make_strategy"]
+        where = "path"
+    elif target == "model" or not target.startswith("sqlite-"):
+        imports.need("runstore.model", "ModelRunStore")
+        return ["def open_store(clock, path):", "    return ModelRunStore(clock=clock)"], []
+    else:
+        strategy = "LocalConsensus" if "local" in target else "SqlConsensus"
+        imports.need("runstore.consensus", strategy)
+        strategy_import = []
+        where = "path" if "file" in target else '":memory:"'
+    lines = []
+    if spec is None:
+        lines += ["def make_strategy():", f"    return {strategy}()", "", ""]
+    lines += [
+        "def open_store(clock, path):",
+        f"    return runstore.open({where}, clock=clock, consensus=make_strategy())",
+    ]
+    return lines, [*strategy_import, "import runstore"]
+
+
+def render_regression(
+    failure: Failure,
+    *,
+    spec: str | None = None,
+    kind: str = "store",
+    whole_state: bool = True,
+    leases: bool = True,
+    faults: bool = False,
+    seed: int | None = None,
+) -> str:
+    """The source of a pytest module that replays ``failure``."""
+    imports = _Imports()
+    opener, extra_imports = _opener(failure.target, spec, kind, imports)
+    check = failure.check
+    test_name = "test_" + _snake(check) + "_" + _snake(failure.target)
+    found = f"runstore fuzz against {failure.target}" + (f" (seed {seed})" if seed else "")
+    message = textwrap.indent(textwrap.fill(failure.error[:600], 88), "    ")
+    if failure.machine == "consensus":
+        imports.need("runstore.consensus", "ConsensusError")
+        body = [
+            "strategy = make_strategy()",
+            "host = runstore.open(':memory:', clock=ManualClock(0), consensus=strategy)",
+            "try:",
+            f"    for run_id in {literal(CONSENSUS_RUNS, imports)}:",
+            "        host.create(run_id, '{}')",
+        ]
+        body += ["    " + line for line in _consensus_steps(failure, imports)]
+        body += ["finally:", "    host.close()"]
+        helpers = _CONSENSUS_HELPERS
+        extra_imports = sorted({*extra_imports, "import runstore"})
+        signature = "()"
+    else:
+        body = [
+            f"clock = ManualClock({START_MS})",
+            'path = tmp_path / "store.db"',
+            "store = reopen(clock, path)",
+            "try:",
+        ]
+        body += ["    " + line for line in _store_steps(failure, imports, faults=faults)]
+        if failure.expected_state is not None:
+            body += [
+                "    " + line
+                for line in _final_state(
+                    failure.expected_state, imports, whole_state=whole_state, leases=leases
+                )
+            ]
+        body += ["finally:", "    store.close()"]
+        helpers = _STORE_HELPERS
+        if faults:
+            imports.need("runstore.sqlite", "RetryPolicy")
+            helpers += f'''
+
+def reopen(clock, path):
+    """Open the store; transient faults are replayed at once, {FAULT_BUDGET} attempts in all."""
+    store = open_store(clock, path)
+    store._retry_policy = RetryPolicy(
+        max_attempts={FAULT_BUDGET}, budget_ms=60_000, base_delay_ms=0.0, max_delay_ms=0.0
+    )
+    return store
+'''
+        else:
+            helpers += """
+
+def reopen(clock, path):
+    return open_store(clock, path)
+"""
+        signature = "(tmp_path)"
+    imports.need("runstore", "ManualClock")
+    header = [
+        f'"""Regression: {check}, found by {found}.',
+        "",
+        "The failure as the suite reported it:",
+        "",
+        message,
+        "",
+        "Every expected value below was computed by the reference model.",
+        '"""',
+        "",
+        "import pytest" if "pytest." in "\n".join(body) else "",
+        "",
+        *sorted(set(extra_imports)),
+        *imports.lines(),
+        "",
+    ]
+    source = "\n".join(header) + "\n"
+    if opener:
+        source += "\n" + "\n".join(opener) + "\n"
+    source += "\n" + helpers.strip("\n") + "\n\n\n"
+    source += f"def {test_name}{signature}:\n"
+    source += (
+        f'    """The shrunk program replays with the reference model\'s answers ({check})."""\n'
+    )
+    source += "\n".join(("    " + line) if line else "" for line in body) + "\n"
+    return _tidy(source)
+
+
+def _final_state(
+    state: StoreState, imports: _Imports, *, whole_state: bool, leases: bool
+) -> list[str]:
+    if whole_state:
+        if not leases:
+            state = attrs.evolve(state, leases=())
+            imports.need("attrs", "evolve")
+            return [
+                f"expected = {literal(state, imports)}",
+                "assert evolve(store.state(), leases=()) == expected",
+            ]
+        return [f"expected = {literal(state, imports)}", "assert store.state() == expected"]
+    lines = []
+    for row in state.rows:
+        lines.append(f"assert store.get({row.run_id!r}) == {literal(row, imports)}")
+    facts: dict[str, list[Any]] = {}
+    for fact in state.facts:
+        facts.setdefault(fact.run_id, []).append(fact)
+    for run_id, stream in facts.items():
+        lines.append(f"assert store.ownership_facts({run_id!r}) == {literal(stream, imports)}")
+    lines.append(f"assert store.revision() == {state.revision}")
+    lines.append(f"assert store.changes(0) == {literal(list(state.changes), imports)}")
+    return lines
+
+
+def _snake(text: str) -> str:
+    text = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", text)
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:60]
+
+
+def _tidy(source: str) -> str:
+    # Collapse the blank lines an empty import group leaves behind.
+    source = re.sub(r"\n{4,}", "\n\n\n", source)
+    return source.replace('"""\n\n\n\nimport', '"""\n\nimport')
+
+
+def write_regression(failure: Failure, out_dir: Path, **options: Any) -> Path:
+    """Write the regression module for ``failure`` into ``out_dir``; return its path."""
+    source = render_regression(failure, **options)
+    digest = hashlib.sha256(source.encode()).hexdigest()[:8]
+    name = f"test_regression_{_snake(failure.target)}_{_snake(failure.check)}_{digest}.py"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / name
+    path.write_text(source, encoding="utf-8")
+    return path

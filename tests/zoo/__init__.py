@@ -1,0 +1,28 @@
+"""The zoo: single, realistic bugs the conformance suite must catch.
+
+Each module holds one deliberately broken strategy or store, built from the
+shipped one by one small change, and names the check expected to catch it
+(``EXPECTED_CHECK``) and what it is (``KIND``: ``"consensus"`` for a strategy
+factory taking no arguments, ``"store"`` for a ``(clock, path)`` factory).
+``tests/test_zoo.py`` runs each through ``run_conformance`` under the ``ci``
+profile. Every module is also a fuzz target: ``runstore fuzz --target
+tests.zoo.<module>:factory``.
+"""
+
+ZOO = (
+    "steal_cutoff_inclusive",
+    "evidence_wrong_host",
+    "heartbeat_regresses",
+    "release_claim_drops_owner",
+    "guard_always_passes",
+    "activation_ignores_grant",
+    "local_not_rolled_back",
+    "reconfirm_ignores_claim",
+    "missing_skew_check",
+    "lineage_cancel_skips_root",
+    "ack_repeat_not_written",
+    "decode_trusts_corrupt_row",
+    "suspend_keeps_claim",
+    "settle_forgets_release_fact",
+    "settle_drops_new_state",
+)
