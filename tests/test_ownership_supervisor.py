@@ -3,8 +3,10 @@
 Timing facts against the real stores live in test_ownership_timing.py; this
 file pins what the supervisor does with each kind of answer, how the work is
 interrupted, and how the two faces stop. Nothing sleeps for lease timing: the
-tests advance a ManualClock and use ``wait_for_sleepers`` to know the
-supervisor is parked (two sleepers while idle: the pulse loop and the deadline).
+tests advance a ManualClock and call ``lease.wait_idle()`` to know the
+supervisor has finished reacting (where a test cares how many waits are on the
+clock, it counts them with ``clock.wait_for_sleepers``: two while idle, the
+pulse loop and the deadline).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from runstore import (
     PersistenceFailedError,
     Updated,
 )
-from runstore.ownership import LeaseLost, asupervise, supervise
+from runstore.ownership import LeaseLost, Supervision, asupervise, supervise
 
 OWNER = OwnerId("host-a", 101, "owner-a")
 RUN = "run-1"
@@ -101,10 +103,10 @@ def failure() -> PersistenceFailedError:
     return PersistenceFailedError("heartbeat", "database is locked")
 
 
-def step(clock: ManualClock, ms: int, sleepers: int = IDLE) -> None:
-    """Advance the clock and wait until the supervisor is parked again."""
+def step(lease: Supervision, clock: ManualClock, ms: int) -> None:
+    """Advance the clock and wait until the supervisor has reacted."""
     clock.advance(ms)
-    assert clock.wait_for_sleepers(sleepers)
+    assert lease.wait_idle()
 
 
 def spin_until_interrupted(limit_s: float = 5.0) -> None:
@@ -153,9 +155,9 @@ def test_pulses_every_interval_with_the_clock_reading(
 ) -> None:
     """A pulse every 1 000 ms sends the clock's reading and re-arms from it."""
     with supervise(double, RUN, OWNER, clock=clock) as lease:
-        assert clock.wait_for_sleepers(IDLE)
+        assert lease.wait_idle()
         for _ in range(3):
-            step(clock, 1000)
+            step(lease, clock, 1000)
         assert double.named("heartbeat") == [1000, 2000, 3000]
         assert lease.last_confirmed_ms == 3000
         assert not lease.lost.is_set()
@@ -165,20 +167,20 @@ def test_next_pulse_is_one_interval_after_the_previous(
     double: ScriptedStore, clock: ManualClock
 ) -> None:
     """A late pulse moves the schedule: the next one comes 1 000 ms after it."""
-    with supervise(double, RUN, OWNER, clock=clock):
-        assert clock.wait_for_sleepers(IDLE)
-        step(clock, 1500)
-        step(clock, 999)
+    with supervise(double, RUN, OWNER, clock=clock) as lease:
+        assert lease.wait_idle()
+        step(lease, clock, 1500)
+        step(lease, clock, 999)
         assert double.named("heartbeat") == [1500]
-        step(clock, 1)
+        step(lease, clock, 1)
         assert double.named("heartbeat") == [1500, 2500]
 
 
 def test_no_pulse_before_the_first_interval(double: ScriptedStore, clock: ManualClock) -> None:
     """Entering the block writes nothing; the first pulse is one interval later."""
-    with supervise(double, RUN, OWNER, clock=clock):
-        assert clock.wait_for_sleepers(IDLE)
-        step(clock, 999)
+    with supervise(double, RUN, OWNER, clock=clock) as lease:
+        assert lease.wait_idle()
+        step(lease, clock, 999)
         assert double.calls == []
 
 
@@ -192,8 +194,8 @@ def test_budget_starts_when_supervision_starts(double: ScriptedStore, clock: Man
         expect_lost() as raised,
         supervise(double, RUN, OWNER, clock=clock, on_lapse=lapses.append) as lease,
     ):
-        assert clock.wait_for_sleepers(IDLE)
-        step(clock, 18_999 - 1)
+        assert lease.wait_idle()
+        step(lease, clock, 18_999 - 1)
         assert not lease.lost.is_set()
         clock.set(24_000)
         spin_until_interrupted()
@@ -217,7 +219,7 @@ def test_lost_fence_interrupts_the_work_at_once_without_on_lapse(
         expect_lost() as raised,
         supervise(double, RUN, OWNER, clock=clock, on_lapse=lapses.append) as lease,
     ):
-        assert clock.wait_for_sleepers(IDLE)
+        assert lease.wait_idle()
         double.heartbeat_answer = answer
         clock.advance(1000)
         try:
@@ -239,7 +241,7 @@ def test_work_that_released_the_run_ends_supervision_quietly(
 ) -> None:
     """After the owner's own transition out of running, a FenceLost pulse is not a loss."""
     with supervise(double, RUN, OWNER, clock=clock) as lease:
-        assert clock.wait_for_sleepers(IDLE)
+        assert lease.wait_idle()
         double.facts = [
             OwnershipFact(RUN, "claimed", OWNER, 0, 1),
             OwnershipFact(RUN, "activated", OWNER, 0, 2),
@@ -247,12 +249,10 @@ def test_work_that_released_the_run_ends_supervision_quietly(
         ]
         double.heartbeat_answer = FenceLost()
         clock.advance(1000)
-        assert clock.wait_for_sleepers(0)
-        deadline = time.monotonic() + 2
-        while clock.sleepers and time.monotonic() < deadline:
-            time.sleep(0.001)
+        assert lease.wait_idle()
         assert clock.sleepers == 0  # the supervisor ended
-        time.sleep(0.01)
+        clock.advance(60_000)
+        assert double.calls == [("heartbeat", 1000)]
     assert not lease.lost.is_set()
 
 
@@ -267,8 +267,8 @@ def test_a_steal_after_the_owners_activation_is_a_loss(
         OwnershipFact(RUN, "activated", thief, 31_000, 4),
     ]
     double.heartbeat_answer = FenceLost()
-    with expect_lost("no longer owned"), supervise(double, RUN, OWNER, clock=clock):
-        assert clock.wait_for_sleepers(IDLE)
+    with expect_lost("no longer owned"), supervise(double, RUN, OWNER, clock=clock) as lease:
+        assert lease.wait_idle()
         clock.advance(1000)
         spin_until_interrupted()
 
@@ -281,9 +281,9 @@ def test_leaving_the_block_stops_the_supervisor_without_on_lapse(
 ) -> None:
     """A normal exit ends the pulses; no callback runs and nothing is raised."""
     lapses: list[int] = []
-    with supervise(double, RUN, OWNER, clock=clock, on_lapse=lapses.append):
-        assert clock.wait_for_sleepers(IDLE)
-        step(clock, 1000)
+    with supervise(double, RUN, OWNER, clock=clock, on_lapse=lapses.append) as lease:
+        assert lease.wait_idle()
+        step(lease, clock, 1000)
     assert clock.sleepers == 0
     clock.advance(60_000)
     assert double.named("heartbeat") == [1000]
@@ -297,8 +297,8 @@ def test_an_exception_in_the_block_propagates_and_stops_the_supervisor(
     """The work's own error leaves the block unchanged; the pulses stop."""
 
     def work() -> None:
-        with supervise(double, RUN, OWNER, clock=clock):
-            assert clock.wait_for_sleepers(IDLE)
+        with supervise(double, RUN, OWNER, clock=clock) as lease:
+            assert lease.wait_idle()
             raise KeyError("work failed")
 
     with pytest.raises(KeyError):
@@ -312,9 +312,9 @@ def test_leaving_during_a_failing_outage_is_not_a_lapse(
     """The owner leaving while writes fail propagates nothing and never calls on_lapse."""
     double.heartbeat_answer = failure()
     lapses: list[int] = []
-    with supervise(double, RUN, OWNER, clock=clock, on_lapse=lapses.append):
-        assert clock.wait_for_sleepers(IDLE)
-        step(clock, 18_000)
+    with supervise(double, RUN, OWNER, clock=clock, on_lapse=lapses.append) as lease:
+        assert lease.wait_idle()
+        step(lease, clock, 18_000)
     clock.advance(10_000)
     assert lapses == []
 
@@ -326,8 +326,8 @@ def test_leaving_while_a_reconfirm_is_pending_propagates_without_on_lapse(
     double.heartbeat_answer = failure()
     double.reconfirm_answer = STALL
     lapses: list[int] = []
-    with supervise(double, RUN, OWNER, clock=clock, on_lapse=lapses.append):
-        assert clock.wait_for_sleepers(IDLE)
+    with supervise(double, RUN, OWNER, clock=clock, on_lapse=lapses.append) as lease:
+        assert lease.wait_idle()
         clock.advance(19_000)
         assert double.wait_for_calls("reconfirm", 1)
     double.release.set()
@@ -370,7 +370,7 @@ def test_cooperative_mode_sets_lost_and_raises_on_exit(
         expect_lost() as raised,
         supervise(double, RUN, OWNER, clock=clock, interrupt_thread=False) as lease,
     ):
-        assert clock.wait_for_sleepers(IDLE)
+        assert lease.wait_idle()
         clock.advance(1000)
         assert lease.lost.wait(5)
         with pytest.raises(LeaseLost) as checked:
@@ -385,8 +385,8 @@ def test_check_does_nothing_while_the_lease_holds(
 ) -> None:
     """check() is silent until the lease is lost."""
     with supervise(double, RUN, OWNER, clock=clock) as lease:
-        assert clock.wait_for_sleepers(IDLE)
-        step(clock, 1000)
+        assert lease.wait_idle()
+        step(lease, clock, 1000)
         lease.check()
         assert lease.error is None
 
@@ -396,8 +396,8 @@ def test_work_that_swallows_the_interruption_still_ends_with_lease_lost(
 ) -> None:
     """Catching the injected LeaseLost inside the block does not hide the loss."""
     double.heartbeat_answer = FenceLost()
-    with expect_lost(), supervise(double, RUN, OWNER, clock=clock):
-        assert clock.wait_for_sleepers(IDLE)
+    with expect_lost(), supervise(double, RUN, OWNER, clock=clock) as lease:
+        assert lease.wait_idle()
         clock.advance(1000)
         with contextlib.suppress(LeaseLost):
             spin_until_interrupted()
@@ -412,7 +412,7 @@ def test_the_work_error_after_a_loss_is_chained_under_lease_lost(
         expect_lost() as raised,
         supervise(double, RUN, OWNER, clock=clock, interrupt_thread=False) as lease,
     ):
-        assert clock.wait_for_sleepers(IDLE)
+        assert lease.wait_idle()
         clock.advance(1000)
         assert lease.lost.wait(5)
         raise ValueError("the write was refused")
@@ -425,8 +425,8 @@ def test_an_interruption_never_escapes_the_block(clock: ManualClock) -> None:
         double = ScriptedStore()
         double.heartbeat_answer = FenceLost()
         try:
-            with supervise(double, RUN, OWNER, clock=clock):
-                assert clock.wait_for_sleepers(IDLE)
+            with supervise(double, RUN, OWNER, clock=clock) as lease:
+                assert lease.wait_idle()
                 racer = threading.Thread(target=clock.advance, args=(1000,))
                 racer.start()
                 for _ in range(attempt * 50):
@@ -450,17 +450,17 @@ def test_one_warning_per_outage_then_one_lapse_warning(
 ) -> None:
     """Failures warn once per outage, a success ends it, the lapse warns once more."""
     caplog.set_level(logging.WARNING, logger="runstore.ownership")
-    with expect_lost(), supervise(double, RUN, OWNER, clock=clock):
-        assert clock.wait_for_sleepers(IDLE)
+    with expect_lost(), supervise(double, RUN, OWNER, clock=clock) as lease:
+        assert lease.wait_idle()
         double.heartbeat_answer = failure()
         for _ in range(3):
-            step(clock, 1000)
+            step(lease, clock, 1000)
         double.heartbeat_answer = Updated()
-        step(clock, 1000)  # 4000 confirmed: the outage is over
+        step(lease, clock, 1000)  # 4000 confirmed: the outage is over
         double.heartbeat_answer = failure()
         double.reconfirm_answer = failure()
         for _ in range(18):
-            step(clock, 1000)
+            step(lease, clock, 1000)
         clock.advance(1000)  # 23 000 = 4 000 + 19 000
         spin_until_interrupted()
     messages = [r.getMessage() for r in caplog.records if r.name == "runstore.ownership"]
@@ -480,9 +480,9 @@ def test_warnings_carry_the_code_never_the_error_text(
     """A driver message (which may quote state) never reaches the log."""
     caplog.set_level(logging.DEBUG, logger="runstore.ownership")
     double.heartbeat_answer = RuntimeError('{"api_key": "sk-secret"}')
-    with supervise(double, RUN, OWNER, clock=clock):
-        assert clock.wait_for_sleepers(IDLE)
-        step(clock, 1000)
+    with supervise(double, RUN, OWNER, clock=clock) as lease:
+        assert lease.wait_idle()
+        step(lease, clock, 1000)
     assert [r.getMessage() for r in caplog.records] == [
         "run heartbeat write failed (run_id=run-1, code=RuntimeError)"
     ]
@@ -497,9 +497,9 @@ def test_a_write_that_never_returns_is_bounded_and_interrupted(
     lapses: list[int] = []
     with (
         expect_lost() as raised,
-        supervise(double, RUN, OWNER, clock=clock, on_lapse=lapses.append),
+        supervise(double, RUN, OWNER, clock=clock, on_lapse=lapses.append) as lease,
     ):
-        assert clock.wait_for_sleepers(IDLE)
+        assert lease.wait_idle()
         double.heartbeat_answer = STALL
         double.reconfirm_answer = STALL
         clock.advance(1000)
@@ -524,8 +524,8 @@ def test_a_store_without_interrupt_is_simply_abandoned(clock: ManualClock) -> No
     double.interrupt = None  # type: ignore[assignment,method-assign]
     double.heartbeat_answer = STALL
     double.reconfirm_answer = failure()
-    with expect_lost(), supervise(double, RUN, OWNER, clock=clock):
-        assert clock.wait_for_sleepers(IDLE)
+    with expect_lost(), supervise(double, RUN, OWNER, clock=clock) as lease:
+        assert lease.wait_idle()
         clock.advance(1000)
         assert double.wait_for_calls("heartbeat", 1)
         clock.set(19_000)
@@ -542,8 +542,8 @@ def test_a_crashed_supervisor_interrupts_the_work(
         pass
 
     double.heartbeat_answer = Defect()
-    with expect_lost("supervisor"), supervise(double, RUN, OWNER, clock=clock):
-        assert clock.wait_for_sleepers(IDLE)
+    with expect_lost("supervisor"), supervise(double, RUN, OWNER, clock=clock) as lease:
+        assert lease.wait_idle()
         clock.advance(1000)
         spin_until_interrupted()
     assert any(r.levelno == logging.ERROR for r in caplog.records)
@@ -564,14 +564,14 @@ def test_cancel_intent_fires_once_and_is_acknowledged(
         fired.set()
 
     with supervise(double, RUN, OWNER, clock=clock, on_cancel_requested=on_cancel) as lease:
-        assert clock.wait_for_sleepers(IDLE)
-        step(clock, 1000)
+        assert lease.wait_idle()
+        step(lease, clock, 1000)
         assert not lease.cancel_requested.is_set()
         double.cancel_intent = True
-        step(clock, 1000)
+        step(lease, clock, 1000)
         assert fired.wait(5)
         for _ in range(3):
-            step(clock, 1000)
+            step(lease, clock, 1000)
         assert lease.cancel_requested.is_set()
     assert count == [1]
     assert double.named("acknowledge_cancel") == [1000, 2000]
@@ -583,8 +583,8 @@ def test_cancel_intent_is_not_watched_without_a_callback(
     """Without on_cancel_requested a pulse is one heartbeat and nothing else."""
     double.cancel_intent = True
     with supervise(double, RUN, OWNER, clock=clock) as lease:
-        assert clock.wait_for_sleepers(IDLE)
-        step(clock, 1000)
+        assert lease.wait_idle()
+        step(lease, clock, 1000)
     assert double.named("acknowledge_cancel") == []
     assert not lease.cancel_requested.is_set()
 
@@ -794,3 +794,20 @@ def test_async_cancel_intent_callback_runs_once(double: ScriptedStore, clock: Ma
 
     run(main)
     assert fired == [1]
+
+
+def test_wait_idle_reports_a_supervisor_still_busy(
+    double: ScriptedStore, clock: ManualClock
+) -> None:
+    """wait_idle is False while a pulse is stuck in its write, True once it returns
+    and when supervision has ended."""
+    with supervise(double, RUN, OWNER, clock=clock) as lease:
+        assert lease.wait_idle()
+        double.heartbeat_answer = STALL
+        clock.advance(1000)
+        assert double.wait_for_calls("heartbeat", 1)
+        assert not lease.wait_idle(0.05)
+        double.release.set()
+        assert lease.wait_idle()
+        assert lease.last_confirmed_ms == 1000
+    assert lease.wait_idle(0.01)  # ended: nothing left to wait for

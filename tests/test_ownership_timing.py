@@ -29,7 +29,7 @@ from runstore import (
     RunStore,
     Updated,
 )
-from runstore.ownership import asupervise, supervise, takeover_evidence
+from runstore.ownership import Supervision, asupervise, supervise, takeover_evidence
 
 from .test_ownership_supervisor import IDLE, expect_lost, spin_until_interrupted
 
@@ -103,10 +103,15 @@ def parked(clock: ManualClock, count: int = IDLE) -> None:
     assert clock.wait_for_sleepers(count)
 
 
-def to(clock: ManualClock, ms: int) -> None:
+def idle(lease: Supervision) -> None:
+    """Wait until the supervisor has reacted to the clock's last move."""
+    assert lease.wait_idle()
+
+
+def to(lease: Supervision, clock: ManualClock, ms: int) -> None:
     """Set the clock and wait until the supervisor is idle again."""
     clock.set(ms)
-    parked(clock)
+    idle(lease)
 
 
 def steal(store: RunStore, clock: ManualClock, peer_now: int) -> object:
@@ -137,8 +142,8 @@ def test_failing_writes_interrupt_at_exactly_t0_plus_19000(
         expect_lost() as raised,
         supervise(faulty, RUN, OWNER, clock=clock, on_lapse=lapses.append) as lease,
     ):
-        parked(clock)
-        to(clock, t0 + 18_999)
+        idle(lease)
+        to(lease, clock, t0 + 18_999)
         assert not lease.lost.is_set()
         assert lapses == []
         clock.set(t0 + 19_000)
@@ -157,8 +162,8 @@ def test_a_peer_cannot_steal_until_long_after_the_owner_stopped(
     (also with a +5 s clock) is HeartbeatFresh, at 30 000 still fresh, at 30 001 Claimed."""
     fail_everything(faulty)
     with expect_lost(), supervise(faulty, RUN, OWNER, clock=clock) as lease:
-        parked(clock)
-        to(clock, 18_999)
+        idle(lease)
+        to(lease, clock, 18_999)
         assert steal(store, clock, 18_999) == HeartbeatFresh()
         assert steal(store, clock, 18_999 + 5_000) == HeartbeatFresh()
         assert not lease.lost.is_set()
@@ -176,9 +181,9 @@ def test_even_the_largest_skew_leaves_the_owner_stopped_first(
 ) -> None:
     """At the owner's last working instant a peer 10 s ahead still reads the lease fresh."""
     fail_everything(faulty)
-    with expect_lost(), supervise(faulty, RUN, OWNER, clock=clock):
-        parked(clock)
-        to(clock, 18_999)
+    with expect_lost(), supervise(faulty, RUN, OWNER, clock=clock) as lease:
+        idle(lease)
+        to(lease, clock, 18_999)
         assert steal(store, clock, 18_999 + 10_000) == HeartbeatFresh()
         clock.set(19_000)
         spin_until_interrupted()
@@ -194,15 +199,15 @@ def test_one_successful_pulse_rearms_a_full_budget(
         expect_lost(),
         supervise(faulty, RUN, OWNER, clock=clock, on_lapse=lapses.append) as lease,
     ):
-        parked(clock)
-        to(clock, 9_000)
+        idle(lease)
+        to(lease, clock, 9_000)
         faulty.modes["heartbeat"] = "pass"
-        to(clock, 10_000)
+        to(lease, clock, 10_000)
         assert store.get(RUN).heartbeat_at_ms == 10_000
         assert lease.last_confirmed_ms == 10_000
         faulty.modes["heartbeat"] = "fail"
-        to(clock, 19_000)
-        to(clock, 28_999)
+        to(lease, clock, 19_000)
+        to(lease, clock, 28_999)
         assert not lease.lost.is_set()
         clock.set(29_000)
         spin_until_interrupted()
@@ -220,7 +225,7 @@ def test_the_budget_is_rearmed_from_the_timestamp_sent(
         expect_lost(),
         supervise(faulty, RUN, OWNER, clock=clock, on_lapse=lapses.append) as lease,
     ):
-        parked(clock)
+        idle(lease)
         faulty.modes["heartbeat"] = "stall"
         clock.set(1_000)
         assert faulty.wait_for_calls("heartbeat", 1)
@@ -228,11 +233,11 @@ def test_the_budget_is_rearmed_from_the_timestamp_sent(
         clock.set(5_000)
         faulty.modes["heartbeat"] = "fail"
         faulty.gate.set()  # the stalled write now succeeds, late
-        parked(clock)
+        idle(lease)
         assert lease.last_confirmed_ms == 1_000
         assert store.get(RUN).heartbeat_at_ms == 1_000
         faulty.modes["reconfirm"] = "fail"
-        to(clock, 19_999)
+        to(lease, clock, 19_999)
         assert not lease.lost.is_set()
         clock.set(20_000)
         spin_until_interrupted()
@@ -261,8 +266,8 @@ def test_a_delayed_pulse_heartbeats_or_reconfirms_at_the_budget(
         on_reconfirm=receipts.append,
         on_lapse=lapses.append,
     ) as lease:
-        parked(clock)
-        to(clock, gap)
+        idle(lease)
+        to(lease, clock, gap)
         assert not lease.lost.is_set()
         assert lease.last_confirmed_ms == gap
     assert faulty.named("reconfirm") == reconfirms
@@ -279,9 +284,9 @@ def test_an_untouched_lease_is_reconfirmed_again_and_again(
     faulty.modes["heartbeat"] = "fail"
     receipts: list[int] = []
     with supervise(faulty, RUN, OWNER, clock=clock, on_reconfirm=receipts.append) as lease:
-        parked(clock)
+        idle(lease)
         for now in range(1_000, 38_001, 1_000):
-            to(clock, now)
+            to(lease, clock, now)
         assert not lease.lost.is_set()
     assert faulty.named("reconfirm") == [19_000, 38_000]
     assert receipts == [19_000, 19_000]
@@ -292,8 +297,8 @@ def test_the_reconfirm_hook_is_optional(faulty: Faulty, clock: ManualClock) -> N
     """Without on_reconfirm a successful reconfirmation simply continues."""
     faulty.modes["heartbeat"] = "fail"
     with supervise(faulty, RUN, OWNER, clock=clock) as lease:
-        parked(clock)
-        to(clock, 19_000)
+        idle(lease)
+        to(lease, clock, 19_000)
         assert lease.last_confirmed_ms == 19_000
         assert not lease.lost.is_set()
 
@@ -308,10 +313,10 @@ def test_reconfirm_is_refused_while_a_stealers_claim_is_pending(
     lapses: list[int] = []
     with (
         expect_lost() as raised,
-        supervise(faulty, RUN, OWNER, clock=clock, on_lapse=lapses.append),
+        supervise(faulty, RUN, OWNER, clock=clock, on_lapse=lapses.append) as lease,
     ):
-        parked(clock)
-        to(clock, 30_000)
+        idle(lease)
+        to(lease, clock, 30_000)
         clock.set(30_001)
         assert steal(store, clock, 30_001) == Claimed(30_001)
         assert store.heartbeat(RUN, OWNER, 30_001) == Updated()  # a heartbeat still passes
@@ -329,9 +334,9 @@ def test_reconfirm_is_refused_after_a_foreign_owner_took_over(
     clock.set(12_000)
     faulty.modes["heartbeat"] = "fail"
     lapses: list[int] = []
-    with expect_lost(), supervise(faulty, RUN, OWNER, clock=clock, on_lapse=lapses.append):
-        parked(clock)
-        to(clock, 30_000)
+    with expect_lost(), supervise(faulty, RUN, OWNER, clock=clock, on_lapse=lapses.append) as lease:
+        idle(lease)
+        to(lease, clock, 30_000)
         clock.set(30_001)
         row = store.get(RUN)
         evidence = takeover_evidence(row, PEER, 30_001)
@@ -354,8 +359,8 @@ def test_a_lost_fence_interrupts_at_once_without_on_lapse(
         expect_lost() as raised,
         supervise(faulty, RUN, OWNER, clock=owner_clock, on_lapse=lapses.append) as lease,
     ):
-        parked(owner_clock)
-        to(owner_clock, 1_000)
+        idle(lease)
+        to(lease, owner_clock, 1_000)
         assert store.get(RUN).heartbeat_at_ms == 1_000
         clock.set(31_001)
         row = store.get(RUN)
@@ -389,7 +394,7 @@ def test_a_reconfirm_slower_than_one_interval_lapses(
             on_reconfirm=receipts.append,
         ) as lease,
     ):
-        parked(clock)
+        idle(lease)
         clock.set(19_000)
         assert faulty.wait_for_calls("reconfirm", 1)
         clock.set(19_999)
@@ -417,14 +422,14 @@ def test_a_delayed_receipt_within_the_budget_is_fine(faulty: Faulty, clock: Manu
         release.wait(5)
 
     with supervise(faulty, RUN, OWNER, clock=clock, on_reconfirm=receipt) as lease:
-        parked(clock)
+        idle(lease)
         clock.set(19_000)
         assert entered.wait(5)
         clock.set(37_999)
         parked(clock, 1)  # only the receipt's bound waits; the other loop waits its turn
         release.set()
-        parked(clock)
-        to(clock, 38_000)  # the next budget ends here: one more reconfirm
+        idle(lease)
+        to(lease, clock, 38_000)  # the next budget ends here: one more reconfirm
         assert not lease.lost.is_set()
     assert faulty.named("reconfirm") == [19_000, 38_000]
 
@@ -448,7 +453,7 @@ def test_a_stalled_receipt_is_bounded_by_stamp_plus_19000(
             faulty, RUN, OWNER, clock=clock, on_reconfirm=receipt, on_lapse=lapses.append
         ) as lease,
     ):
-        parked(clock)
+        idle(lease)
         clock.set(19_000)
         assert entered.wait(5)
         clock.set(37_999)
@@ -474,9 +479,11 @@ def test_a_failing_receipt_lapses_the_lease(
 
     with (
         expect_lost(),
-        supervise(faulty, RUN, OWNER, clock=clock, on_reconfirm=receipt, on_lapse=lapses.append),
+        supervise(
+            faulty, RUN, OWNER, clock=clock, on_reconfirm=receipt, on_lapse=lapses.append
+        ) as lease,
     ):
-        parked(clock)
+        idle(lease)
         clock.set(19_000)
         spin_until_interrupted()
     assert lapses == [19_000]
@@ -490,10 +497,10 @@ def test_simultaneous_expiry_paths_settle_once_on_renewal(
 ) -> None:
     """A jump past the budget wakes pulse and deadline together: one reconfirm, one receipt."""
     receipts: list[int] = []
-    with supervise(faulty, RUN, OWNER, clock=clock, on_reconfirm=receipts.append):
-        parked(clock)
-        to(clock, 25_000)
-        to(clock, 26_000)
+    with supervise(faulty, RUN, OWNER, clock=clock, on_reconfirm=receipts.append) as lease:
+        idle(lease)
+        to(lease, clock, 25_000)
+        to(lease, clock, 26_000)
     assert faulty.named("reconfirm") == [25_000]
     assert receipts == [25_000]
     assert faulty.named("heartbeat") == [26_000]
@@ -505,8 +512,8 @@ def test_simultaneous_expiry_paths_settle_once_on_lapse(
     """Both paths overdue with failing writes: one reconfirm, one on_lapse, one lapse warning."""
     fail_everything(faulty)
     lapses: list[int] = []
-    with expect_lost(), supervise(faulty, RUN, OWNER, clock=clock, on_lapse=lapses.append):
-        parked(clock)
+    with expect_lost(), supervise(faulty, RUN, OWNER, clock=clock, on_lapse=lapses.append) as lease:
+        idle(lease)
         clock.set(25_000)
         spin_until_interrupted()
     assert faulty.named("reconfirm") == [25_000]
@@ -527,7 +534,7 @@ def test_a_late_success_after_the_lapse_changes_nothing(
         expect_lost(),
         supervise(faulty, RUN, OWNER, clock=clock, on_lapse=lapses.append) as lease,
     ):
-        parked(clock)
+        idle(lease)
         clock.set(1_000)
         assert faulty.wait_for_calls("heartbeat", 1)
         clock.set(19_000)
@@ -547,8 +554,8 @@ def test_a_stalled_write_is_interrupted_at_the_budget(
     faulty.modes = {"heartbeat": "stall", "reconfirm": "fail"}
     faulty.after_stall = "fail" if after == "fail" else "pass"
     lapses: list[int] = []
-    with expect_lost(), supervise(faulty, RUN, OWNER, clock=clock, on_lapse=lapses.append):
-        parked(clock)
+    with expect_lost(), supervise(faulty, RUN, OWNER, clock=clock, on_lapse=lapses.append) as lease:
+        idle(lease)
         clock.set(1_000)
         assert faulty.wait_for_calls("heartbeat", 1)
         parked(clock, 1)
@@ -572,8 +579,8 @@ def test_parent_cancellation_during_reconfirm_skips_on_lapse(
     faulty.modes = {"heartbeat": "fail", "reconfirm": "stall"}
     faulty.after_stall = "fail"
     lapses: list[int] = []
-    with supervise(faulty, RUN, OWNER, clock=clock, on_lapse=lapses.append):
-        parked(clock)
+    with supervise(faulty, RUN, OWNER, clock=clock, on_lapse=lapses.append) as lease:
+        idle(lease)
         clock.set(19_000)
         assert faulty.wait_for_calls("reconfirm", 1)
     faulty.gate.set()
@@ -632,8 +639,8 @@ def test_settling_the_run_ends_supervision_without_lease_lost(
     store.create(RUN, "{}")
     assert store.claim_and_own(RUN, store.get(RUN), OWNER, 0) == Activated()
     with supervise(store, RUN, OWNER, clock=clock) as lease:
-        parked(clock)
-        to(clock, 1_000)
+        idle(lease)
+        to(lease, clock, 1_000)
         store.transition_owned(RUN, OWNER, "completed", '{"done": true}')
         clock.set(2_000)
         wait_until(lambda: clock.sleepers == 0)

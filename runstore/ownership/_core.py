@@ -52,6 +52,8 @@ Callback = Callable[..., object]
 
 EndReason = Literal["lapsed", "fence_lost", "released"]
 
+_IDLE_POLL_S = 0.002
+
 
 class LeaseLost(Exception):
     """Raised from a supervised block when the owned work was interrupted.
@@ -153,7 +155,11 @@ class Supervision:
         self.cancel_requested = threading.Event()
         self._last_confirmed_ms = start_ms
         self._error: LeaseLost | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
+        self._parked: dict[str, int] = {}
+        self._pending = 0
+        self._ended = False
+        self._clock: Clock | None = None
 
     @property
     def last_confirmed_ms(self) -> int:
@@ -171,6 +177,51 @@ class Supervision:
         error = self.error
         if error is not None:
             raise error
+
+    def wait_idle(self, timeout_s: float = 5.0) -> bool:
+        """Block until the supervisor has nothing to do at the clock's current
+        time: both of its loops wait for a moment still in the future and no
+        store call or callback is in flight (or supervision has ended).
+
+        A test that drives a ``ManualClock`` calls it after each move to know
+        the supervisor has finished reacting. Returns False on timeout.
+        """
+        looks = max(1, int(timeout_s / _IDLE_POLL_S))
+        with self._lock:
+            for _ in range(looks):
+                if self._idle():
+                    return True
+                # Clock moves do not notify us: look again shortly.
+                self._lock.wait(_IDLE_POLL_S)
+            return self._idle()
+
+    def _idle(self) -> bool:
+        if self._ended:
+            return True
+        if self._pending or len(self._parked) < 2 or self._clock is None:
+            return False
+        now = self._clock.now_ms()
+        return all(deadline > now for deadline in self._parked.values())
+
+    def _park(self, loop: str, deadline_ms: int) -> None:
+        with self._lock:
+            self._parked[loop] = deadline_ms
+            self._lock.notify_all()
+
+    def _unpark(self, loop: str) -> None:
+        with self._lock:
+            self._parked.pop(loop, None)
+
+    def _busy(self, delta: int) -> None:
+        with self._lock:
+            self._pending += delta
+            self._lock.notify_all()
+
+    def _end(self) -> None:
+        with self._lock:
+            self._ended = True
+            self._parked.clear()
+            self._lock.notify_all()
 
     def _confirm(self, stamp_ms: int) -> None:
         with self._lock:
@@ -294,6 +345,7 @@ class Core:
     ) -> None:
         self._store = store
         self._supervision = supervision
+        supervision._clock = clock
         self._run_id = supervision.run_id
         self._owner = supervision.owner
         self._clock = clock
@@ -348,6 +400,7 @@ class Core:
         """Supervise until the lease ends; cancel the task to stop supervising."""
         pulses = asyncio.ensure_future(self._pulses())
         deadline = asyncio.ensure_future(self._deadline())
+        ending: Ending | None = None
         try:
             done, _ = await asyncio.wait((pulses, deadline), return_when=asyncio.FIRST_COMPLETED)
             ending = next(iter(done)).result()
@@ -356,13 +409,14 @@ class Core:
                 task.cancel()
             await asyncio.gather(pulses, deadline, *self._background, return_exceptions=True)
             self._workers.close()
-        if ending.reason != "released":
-            self._interrupt(ending.error(self._run_id))
+            if ending is not None and ending.reason != "released":
+                self._interrupt(ending.error(self._run_id))
+            self._supervision._end()
         return ending
 
     async def _pulses(self) -> Ending:
         while True:
-            await self._clock.asleep_until(self._clock.now_ms() + HEARTBEAT_INTERVAL_MS)
+            await self._park("pulse", self._clock.now_ms() + HEARTBEAT_INTERVAL_MS)
             now = self._clock.now_ms()
             if now - self._last_confirmed >= HEARTBEAT_WRITE_TOLERANCE_MS:
                 ending = await self._expire()
@@ -373,11 +427,23 @@ class Core:
 
     async def _deadline(self) -> Ending:
         while True:
-            await self._clock.asleep_until(self._last_confirmed + HEARTBEAT_WRITE_TOLERANCE_MS)
+            await self._park("deadline", self._last_confirmed + HEARTBEAT_WRITE_TOLERANCE_MS)
             if self._clock.now_ms() - self._last_confirmed >= HEARTBEAT_WRITE_TOLERANCE_MS:
                 ending = await self._expire()
                 if ending is not None:
                     return ending
+
+    async def _park(self, loop: str, deadline_ms: int) -> None:
+        """Wait on the clock, visibly: ``Supervision.wait_idle`` watches these."""
+        self._supervision._park(loop, deadline_ms)
+        try:
+            await self._clock.asleep_until(deadline_ms)
+        finally:
+            self._supervision._unpark(loop)
+
+    def _background_done(self, task: asyncio.Future[Any]) -> None:
+        self._background.discard(task)
+        self._supervision._busy(-1)
 
     async def _pulse(self, now: int) -> Ending | None:
         try:
@@ -523,7 +589,8 @@ class Core:
             # Fired in the background: a slow callback must not delay pulses.
             task = asyncio.ensure_future(self._invoke_bounded(callback, bound=None))
             self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self._supervision._busy(+1)
+            task.add_done_callback(self._background_done)
 
     # --- calls and callbacks ---------------------------------------------------
 
