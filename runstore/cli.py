@@ -15,6 +15,10 @@ without it they say so and exit 2.
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -79,12 +83,25 @@ def _missing_extra(error: ImportError) -> bool:
     return (error.name or "").split(".")[0] in ("hypothesis", "pytest", "_pytest")
 
 
+def _replay(path: Path) -> int:
+    """Run one regression file under pytest, in a fresh interpreter, with the
+    current directory importable (regressions may import a project's factory)."""
+    if importlib.util.find_spec("pytest") is None:
+        sys.stderr.write(_EXTRA_MISSING.format(command="replay"))
+        return 2
+    if not path.is_file():
+        sys.stderr.write(f"runstore replay: no such file: {path}\n")
+        return 2
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(path)]
+    return subprocess.call(command, env=env)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     args_list = sys.argv[1:] if argv is None else list(argv)
     if args_list[:1] == ["demo"]:
-        import importlib
-
         demo = importlib.import_module("runstore._demo")  # the ownership demonstration
         return int(demo.main(args_list[1:]) or 0)
     parser = _parser()
@@ -92,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    if args.command == "replay":
+        return _replay(args.file)
     try:
         from runstore.stateful import _fuzz
     except ImportError as error:
@@ -99,8 +118,6 @@ def main(argv: list[str] | None = None) -> int:
             raise
         sys.stderr.write(_EXTRA_MISSING.format(command=args.command))
         return 2
-    if args.command == "replay":
-        return _fuzz.replay(args.file)
     try:
         return _fuzz.main_fuzz(args)
     except ValueError as error:

@@ -18,7 +18,6 @@ two apart by the factory's signature (no parameters: a strategy).
 from __future__ import annotations
 
 import inspect
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -216,20 +215,6 @@ def run_campaign(
         )
         failed += path is not None
     return 1 if failed else 0
-
-
-def replay(path: Path, extra: Sequence[str] = ()) -> int:
-    """Run a regression file under pytest; its exit status."""
-    import pytest
-
-    if not path.exists():
-        sys.stderr.write(f"runstore replay: no such file: {path}\n")
-        return 2
-    # A regression may import a factory from the current project.
-    cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
-    return int(pytest.main([str(path), "-q", "-p", "no:cacheprovider", *extra]))
 
 
 def main_fuzz(args: Any, stream: TextIO = sys.stdout) -> int:

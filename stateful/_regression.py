@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 import importlib
 import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -93,6 +95,30 @@ def literal(value: Any, imports: _Imports) -> str:
     raise TypeError(f"cannot write {type(value).__name__} into a regression file")
 
 
+def pretty(value: Any, imports: _Imports, indent: int = 0, width: int = 96) -> str:
+    """``literal`` laid out over several lines when one line would be too wide
+    (one element or field per line, with trailing commas)."""
+    flat = literal(value, imports)
+    if indent + len(flat) <= width:
+        return flat
+    pad = " " * (indent + 4)
+    if isinstance(value, tuple | list) and value:
+        items = [pretty(item, imports, indent + 4, width) for item in value]
+        inner = "".join(f"{pad}{item},\n" for item in items)
+        opening, closing = ("(", ")") if isinstance(value, tuple) else ("[", "]")
+        return f"{opening}\n{inner}{' ' * indent}{closing}"
+    if attrs.has(type(value)) and not isinstance(value, Refused):
+        cls = type(value)
+        name = imports.need(_public_home(cls), cls.__name__)
+        parts = [
+            f"{pad}{field.name}={pretty(getattr(value, field.name), imports, indent + 4, width)},\n"
+            for field in attrs.fields(cls)
+            if field.init
+        ]
+        return f"{name}(\n{''.join(parts)}{' ' * indent})"
+    return flat
+
+
 def _call_source(target: str, op: Call, imports: _Imports) -> str:
     positional = [literal(v, imports) for k, v in op.arguments if k not in op.keywords]
     keywords = [f"{k}={literal(v, imports)}" for k, v in op.arguments if k in op.keywords]
@@ -110,8 +136,8 @@ def _expect(source: str, expected: Any, imports: _Imports) -> list[str]:
         ]
     if isinstance(expected, Crashed):
         return [f"{source}  # the reference failed here: {expected.exception}"]
-    if expected is None:
-        return [f"assert {source} is None"]
+    if expected is None or type(expected) is bool:
+        return [f"assert {source} is {expected!r}"]
     return [f"assert {source} == {literal(expected, imports)}"]
 
 
@@ -258,88 +284,93 @@ def render_regression(
 ) -> str:
     """The source of a pytest module that replays ``failure``."""
     imports = _Imports()
-    opener, extra_imports = _opener(failure.target, spec, kind, imports)
+    imports.need("runstore", "ManualClock")
+    opener, module_imports = _opener(failure.target, spec, kind, imports)
     check = failure.check
-    test_name = "test_" + _snake(check) + "_" + _snake(failure.target)
-    found = f"runstore fuzz against {failure.target}" + (f" (seed {seed})" if seed else "")
-    message = textwrap.indent(textwrap.fill(failure.error[:600], 88), "    ")
+    helpers: list[str] = []
     if failure.machine == "consensus":
         imports.need("runstore.consensus", "ConsensusError")
+        module_imports = sorted({*module_imports, "import runstore"})
+        steps = _consensus_steps(failure, imports)
         body = [
             "strategy = make_strategy()",
-            "host = runstore.open(':memory:', clock=ManualClock(0), consensus=strategy)",
+            'host = runstore.open(":memory:", clock=ManualClock(0), consensus=strategy)',
             "try:",
             f"    for run_id in {literal(CONSENSUS_RUNS, imports)}:",
-            "        host.create(run_id, '{}')",
+            '        host.create(run_id, "{}")',
+            *("    " + line for line in steps),
+            "finally:",
+            "    host.close()",
         ]
-        body += ["    " + line for line in _consensus_steps(failure, imports)]
-        body += ["finally:", "    host.close()"]
-        helpers = _CONSENSUS_HELPERS
-        extra_imports = sorted({*extra_imports, "import runstore"})
+        helpers.append(_CONSENSUS_HELPERS)
         signature = "()"
     else:
+        steps = _store_steps(failure, imports, faults=faults)
+        if failure.expected_state is not None:
+            steps += _final_state(
+                failure.expected_state, imports, whole_state=whole_state, leases=leases
+            )
         body = [
             f"clock = ManualClock({START_MS})",
             'path = tmp_path / "store.db"',
             "store = reopen(clock, path)",
             "try:",
+            *("    " + line for line in steps),
+            "finally:",
+            "    store.close()",
         ]
-        body += ["    " + line for line in _store_steps(failure, imports, faults=faults)]
-        if failure.expected_state is not None:
-            body += [
-                "    " + line
-                for line in _final_state(
-                    failure.expected_state, imports, whole_state=whole_state, leases=leases
-                )
-            ]
-        body += ["finally:", "    store.close()"]
-        helpers = _STORE_HELPERS
+        if any("raw_write_state(store" in line for line in steps):
+            helpers.append(_STORE_HELPERS)
         if faults:
             imports.need("runstore.sqlite", "RetryPolicy")
-            helpers += f'''
-
-def reopen(clock, path):
-    """Open the store; transient faults are replayed at once, {FAULT_BUDGET} attempts in all."""
-    store = open_store(clock, path)
-    store._retry_policy = RetryPolicy(
-        max_attempts={FAULT_BUDGET}, budget_ms=60_000, base_delay_ms=0.0, max_delay_ms=0.0
-    )
-    return store
-'''
+            helpers.append(_REOPEN_WITH_RETRIES.format(budget=FAULT_BUDGET))
         else:
-            helpers += """
+            helpers.append(_REOPEN)
+        signature = "(tmp_path)"
+    seed_note = "" if seed is None else f" (seed {seed})"
+    message = textwrap.indent(textwrap.fill(failure.error[:600], 88), "    ")
+    uses_pytest = any("pytest." in line for line in body)
+    parts = [
+        f'"""Regression: {check}, found by runstore fuzz.\n\n'
+        f"Target: {failure.target}{seed_note}.\n\n"
+        f"The failure as the suite reported it:\n\n{message}\n\n"
+        'Every expected value below was computed by the reference model.\n"""',
+        "\n".join(
+            line
+            for line in (
+                "import pytest" if uses_pytest else "",
+                *sorted(set(module_imports)),
+                *imports.lines(),
+            )
+            if line
+        ),
+    ]
+    if opener:
+        parts.append("\n".join(opener))
+    parts.extend(helper.strip("\n") for helper in helpers)
+    test = [
+        f"def test_{_snake(check)}_{_snake(failure.target)}{signature}:",
+        f'    """The shrunk program gets the reference model\'s answers ({check})."""',
+        *(("    " + line) if line else "" for line in body),
+    ]
+    parts.append("\n".join(test))
+    return "\n\n\n".join(parts) + "\n"
 
+
+_REOPEN = """
 def reopen(clock, path):
     return open_store(clock, path)
 """
-        signature = "(tmp_path)"
-    imports.need("runstore", "ManualClock")
-    header = [
-        f'"""Regression: {check}, found by {found}.',
-        "",
-        "The failure as the suite reported it:",
-        "",
-        message,
-        "",
-        "Every expected value below was computed by the reference model.",
-        '"""',
-        "",
-        "import pytest" if "pytest." in "\n".join(body) else "",
-        "",
-        *sorted(set(extra_imports)),
-        *imports.lines(),
-        "",
-    ]
-    source = "\n".join(header) + "\n"
-    if opener:
-        source += "\n" + "\n".join(opener) + "\n"
-    source += "\n" + helpers.strip("\n") + "\n\n\n"
-    source += f"def {test_name}{signature}:\n"
-    source += (
-        f'    """The shrunk program replays with the reference model\'s answers ({check})."""\n'
+
+_REOPEN_WITH_RETRIES = '''
+def reopen(clock, path):
+    """Open the store; transient faults are replayed at once, {budget} attempts in all."""
+    store = open_store(clock, path)
+    store._retry_policy = RetryPolicy(
+        max_attempts={budget}, budget_ms=60_000, base_delay_ms=0.0, max_delay_ms=0.0
     )
-    source += "\n".join(("    " + line) if line else "" for line in body) + "\n"
-    return _tidy(source)
+    return store
+'''
 
 
 def _final_state(
@@ -350,10 +381,10 @@ def _final_state(
             state = attrs.evolve(state, leases=())
             imports.need("attrs", "evolve")
             return [
-                f"expected = {literal(state, imports)}",
+                f"expected = {pretty(state, imports, 8)}",
                 "assert evolve(store.state(), leases=()) == expected",
             ]
-        return [f"expected = {literal(state, imports)}", "assert store.state() == expected"]
+        return [f"expected = {pretty(state, imports, 8)}", "assert store.state() == expected"]
     lines = []
     for row in state.rows:
         lines.append(f"assert store.get({row.run_id!r}) == {literal(row, imports)}")
@@ -372,15 +403,31 @@ def _snake(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:60]
 
 
-def _tidy(source: str) -> str:
-    # Collapse the blank lines an empty import group leaves behind.
-    source = re.sub(r"\n{4,}", "\n\n\n", source)
-    return source.replace('"""\n\n\n\nimport', '"""\n\nimport')
+def _ruff(arguments: list[str], source: str) -> str:
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "ruff", *arguments, "--stdin-filename", "regression.py", "-"],
+            input=source,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return source
+    return done.stdout if done.returncode == 0 and done.stdout else source
+
+
+def _formatted(source: str) -> str:
+    """``source`` with sorted imports and ``ruff format`` applied when ruff is
+    installed (so the file can join a ruff-checked test suite as it is);
+    otherwise unchanged."""
+    return _ruff(["format"], _ruff(["check", "--fix-only", "--select", "I"], source))
 
 
 def write_regression(failure: Failure, out_dir: Path, **options: Any) -> Path:
     """Write the regression module for ``failure`` into ``out_dir``; return its path."""
-    source = render_regression(failure, **options)
+    source = _formatted(render_regression(failure, **options))
     digest = hashlib.sha256(source.encode()).hexdigest()[:8]
     name = f"test_regression_{_snake(failure.target)}_{_snake(failure.check)}_{digest}.py"
     out_dir.mkdir(parents=True, exist_ok=True)

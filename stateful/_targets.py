@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import atexit
 import importlib
+import os
 import shutil
+import sys
 import tempfile
 import threading
 from collections.abc import Callable
@@ -170,7 +172,13 @@ def load_factory(spec: str) -> Any:
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
         raise ValueError(f"expected MODULE:FACTORY, got {spec!r}")
-    module = importlib.import_module(module_name)
+    # As ``python -m`` would: the current directory's packages are importable.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"cannot import {module_name!r} for {spec!r}: {error}") from None
     value: Any = module
     for part in attribute.split("."):
         value = getattr(value, part)
