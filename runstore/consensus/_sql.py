@@ -53,14 +53,12 @@ ON CONFLICT (run_id) DO UPDATE SET
   claim_host_id = excluded.claim_host_id, claim_pid = excluded.claim_pid,
   claim_nonce = excluded.claim_nonce, claimed_at_ms = excluded.claimed_at_ms
 WHERE claim_host_id IS NULL AND owner_host_id IS NULL
-RETURNING claimed_at_ms
 """
 _STEAL: Final = f"""
 UPDATE flows_consensus_leases
 SET claim_host_id = ?5, claim_pid = ?6, claim_nonce = ?7, claimed_at_ms = ?8
 WHERE run_id = ?1 AND {_OWNER_IS} AND claim_host_id IS NULL
   AND heartbeat_at_ms IS NOT NULL AND heartbeat_at_ms < ?9
-RETURNING claimed_at_ms
 """
 _ACTIVATE: Final = f"""
 UPDATE flows_consensus_leases
@@ -68,7 +66,6 @@ SET owner_host_id = ?2, owner_pid = ?3, owner_nonce = ?4, granted_at_ms = ?5,
     heartbeat_at_ms = ?6,
     claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL
 WHERE run_id = ?1 AND {_CLAIM_IS}
-RETURNING 1
 """
 _HEARTBEAT: Final = f"""
 UPDATE flows_consensus_leases SET heartbeat_at_ms = MAX(COALESCE(heartbeat_at_ms, ?5), ?5)
@@ -84,7 +81,6 @@ _RECOVER: Final = f"""
 UPDATE flows_consensus_leases
 SET claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL
 WHERE run_id = ?1 AND {_CLAIM_IS} AND claimed_at_ms < ?6
-RETURNING 1
 """
 _RELEASE_CLAIM: Final = f"""
 UPDATE flows_consensus_leases
@@ -166,8 +162,8 @@ class SqlConsensus:
             execute = tx.connection.execute
             granted = execute(
                 _CLAIM, (run_id, claimant.host_id, claimant.pid, claimant.nonce, now_ms)
-            ).fetchone()
-            if granted is not None:
+            ).rowcount
+            if granted:
                 return Granted(now_ms)
             lease = execute(_LEASE, (run_id,)).fetchone()
             if lease is not None and lease[5] is not None:
@@ -203,8 +199,8 @@ class SqlConsensus:
                     now_ms,
                     now_ms - HEARTBEAT_STALE_AFTER_MS,
                 ),
-            ).fetchone()
-            if granted is not None:
+            ).rowcount
+            if granted:
                 return Granted(now_ms)
             row = execute(_LEASE, (run_id,)).fetchone()
             if row is None:
@@ -225,8 +221,8 @@ class SqlConsensus:
             promoted = tx.connection.execute(
                 _ACTIVATE,
                 (run_id, owner.host_id, owner.pid, owner.nonce, granted_at_ms, now_ms),
-            ).fetchone()
-            return Promoted() if promoted is not None else Lost()
+            ).rowcount
+            return Promoted() if promoted else Lost()
 
         return self._run(run)
 
@@ -270,7 +266,7 @@ class SqlConsensus:
                 granted_at_ms,
                 now_ms - HEARTBEAT_STALE_AFTER_MS,
             )
-            if execute(_RECOVER, claim).fetchone() is not None:
+            if execute(_RECOVER, claim).rowcount:
                 execute(_PRUNE, (run_id,))
                 return Cleared()
             row = execute(_LEASE, (run_id,)).fetchone()

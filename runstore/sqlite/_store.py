@@ -6,7 +6,8 @@ one write transaction of the ``TransactionManager``: a ``*_CLASSIFY`` query
 evaluates the operation's compare-and-swap predicate in SQL over the row's
 metadata, the strategy is asked (it is authoritative: where it refuses what the
 row admitted, the row-classified loss is the answer), and a ``*_WRITE`` query
-repeats the predicate and writes with ``RETURNING``. Ownership facts are
+repeats the predicate in its ``WHERE`` clause and reports by its change count
+whether it wrote. Ownership facts are
 appended in the same transaction. Lost races are outcome values; nothing here
 reads run state on a write path.
 
@@ -257,7 +258,7 @@ class SqliteRunStore:
 
         def body(tx: Transaction) -> RequestCancelOutcome:
             execute = tx.connection.execute
-            if execute(q.REQUEST_CANCEL_WRITE, (rid, now)).fetchall():
+            if execute(q.REQUEST_CANCEL_WRITE, (rid, now)).rowcount:
                 return CancelRequested(now)
             rows = execute(q.REQUEST_CANCEL_MISS, (rid,)).fetchall()
             return _classify_cancellation_miss("request_cancel", rid, rows)
@@ -270,7 +271,7 @@ class SqliteRunStore:
 
         def body(tx: Transaction) -> RequestCancelOutcome:
             execute = tx.connection.execute
-            if execute(q.REQUEST_CANCEL_LINEAGE_WRITE, (rid, now)).fetchall():
+            if execute(q.REQUEST_CANCEL_LINEAGE_WRITE, (rid, now)).rowcount:
                 return CancelRequested(now)
             rows = execute(q.REQUEST_CANCEL_LINEAGE_MISS, (rid,)).fetchall()
             return _classify_cancellation_miss(method, rid, rows)
@@ -282,7 +283,7 @@ class SqliteRunStore:
         params = (rid, who.host_id, who.pid, who.nonce, acknowledgement_json(now, who))
 
         def body(tx: Transaction) -> bool:
-            return bool(tx.connection.execute(q.ACKNOWLEDGE_CANCEL_WRITE, params).fetchall())
+            return tx.connection.execute(q.ACKNOWLEDGE_CANCEL_WRITE, params).rowcount > 0
 
         return self._tm.write("acknowledge_cancel", body)
 
@@ -309,8 +310,8 @@ class SqliteRunStore:
             granted = grant.granted_at_ms
             wrote = execute(
                 q.CLAIM_WRITE, (*classify_params, who.host_id, who.pid, who.nonce, granted)
-            ).fetchone()
-            if wrote is None:
+            ).rowcount
+            if wrote != 1:
                 raise _write_invariant("claim", rid)
             _fact(tx, rid, "claimed", who, granted)
             return Claimed(granted)
@@ -386,8 +387,8 @@ class SqliteRunStore:
             execute(q.FACT_APPEND_GRANT_ACTIVATED, (rid, transition, *_who(who), granted))
             wrote = execute(
                 q.CLAIM_AND_OWN_WRITE, (*classify_params, who.host_id, who.pid, who.nonce, now)
-            ).fetchone()
-            if wrote is None:
+            ).rowcount
+            if wrote != 1:
                 raise _write_invariant(method, rid)
             return _ACTIVATED
 
@@ -422,7 +423,7 @@ class SqliteRunStore:
                 # The strategy no longer holds this claim: the row follows it.
                 execute(q.CLEAR_CLAIM, (rid, *claim))
                 return _CLAIM_LOST
-            if execute(q.ACTIVATE_WRITE, (*params, activated_at)).fetchone() is None:
+            if execute(q.ACTIVATE_WRITE, (*params, activated_at)).rowcount != 1:
                 raise _write_invariant("activate", rid)
             _fact(tx, rid, "activated", who, token)
             return _ACTIVATED
@@ -437,8 +438,8 @@ class SqliteRunStore:
         def body(tx: Transaction) -> AbandonClaimOutcome:
             cleared = tx.connection.execute(
                 q.CLEAR_CLAIM, (rid, who.host_id, who.pid, who.nonce, token)
-            ).fetchone()
-            if cleared is None:
+            ).rowcount
+            if not cleared:
                 return _CLAIM_LOST
             tx.consensus.release_claim(tx, rid, who, token)
             _fact(tx, rid, "released", who, token)
@@ -477,7 +478,7 @@ class SqliteRunStore:
             outcome = tx.consensus.recover(tx, rid, stale, token, who, now, proof)
             if type(outcome) is Rejected:
                 return ClaimChanged()  # as the strategy knows it, the claim moved on
-            if execute(q.CLEAR_CLAIM, (rid, *claim)).fetchone() is None:
+            if execute(q.CLEAR_CLAIM, (rid, *claim)).rowcount != 1:
                 raise _write_invariant("recover_claim", rid)
             _fact(tx, rid, "expired", stale, token)
             return Recovered()
@@ -506,7 +507,7 @@ class SqliteRunStore:
                 # The row mirrors the strategy's stamp; a renewed lease over a
                 # row this owner does not hold is reported, never hidden.
                 stamp = outcome.heartbeat_at_ms
-                if execute(q.RENEW_WRITE, (rid, who.host_id, who.pid, who.nonce, stamp)).fetchone():
+                if execute(q.RENEW_WRITE, (rid, who.host_id, who.pid, who.nonce, stamp)).rowcount:
                     return _UPDATED
             exists = execute(q.RUN_EXISTS, (rid,)).fetchone()
             return _NOT_FOUND if exists is None else _FENCE_LOST
@@ -539,13 +540,11 @@ class SqliteRunStore:
                 held = False
             if held:
                 if status == "running":
-                    wrote = execute(q.TRANSITION_RUNNING_WRITE, params).fetchone()
+                    wrote = execute(q.TRANSITION_RUNNING_WRITE, params).rowcount
                 else:
                     finished = transitioned_at if status in TERMINAL_STATUSES else None
-                    wrote = execute(
-                        q.TRANSITION_SETTLE_WRITE, (*params, status, finished)
-                    ).fetchone()
-                if wrote is not None:
+                    wrote = execute(q.TRANSITION_SETTLE_WRITE, (*params, status, finished)).rowcount
+                if wrote:
                     if state is not None:
                         execute(q.STATE_WRITE, (rid, state))
                     if status != "running":
@@ -598,8 +597,8 @@ class SqliteRunStore:
             granted = grant.granted_at_ms
             wrote = execute(
                 q.STEAL_WRITE, (*classify_params, who.host_id, who.pid, who.nonce, granted)
-            ).fetchone()
-            if wrote is None:
+            ).rowcount
+            if wrote != 1:
                 raise _write_invariant("steal", rid)
             _fact(tx, rid, "stolen", who, granted)
             return Claimed(granted)
