@@ -297,3 +297,34 @@ def test_same_host_kind_is_refused_across_hosts(store: RunStore, clock: ManualCl
     assert right is not None
     assert right.kind == "same-host-pid-dead"
     assert store.claim_and_own("r", row, ME, 30_001, right) == Activated()
+
+
+def test_the_contracts_ownership_names_are_exported() -> None:
+    """runstore.ownership exports the contract's names, each once, in isort order."""
+    import runstore.ownership as ownership
+
+    for name in [
+        "LivenessCheck",
+        "LivenessProbe",
+        "LivenessContext",
+        "lease_liveness",
+        "same_host_pid_probe",
+        "takeover_evidence",
+        "supervise",
+        "asupervise",
+        "LeaseLost",
+        "Supervision",
+    ]:
+        assert name in ownership.__all__, name
+    assert len(set(ownership.__all__)) == len(ownership.__all__)
+
+    def isort_style(name: str) -> tuple[int, str]:  # constants, classes, functions
+        return (0 if name.isupper() else 1 if name[0].isupper() else 2, name)
+
+    assert ownership.__all__ == sorted(ownership.__all__, key=isort_style)
+    public = {
+        name
+        for name, value in vars(ownership).items()
+        if not name.startswith("_") and not isinstance(value, type(ownership))
+    }
+    assert public == set(ownership.__all__)
