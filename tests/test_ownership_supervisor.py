@@ -55,6 +55,7 @@ class ScriptedStore:
         self.cancel_intent = False
         self.calls: list[tuple[str, int]] = []
         self.release = threading.Event()
+        self.gates: dict[str, threading.Event] = {}  # a gate per operation, if set
         self.interrupts = 0
         self._cond = threading.Condition()
 
@@ -63,7 +64,7 @@ class ScriptedStore:
             self.calls.append((name, now_ms))
             self._cond.notify_all()
         if answer is STALL:
-            self.release.wait(10)
+            self.gates.get(name, self.release).wait(10)
             if self.interrupts:
                 raise PersistenceFailedError(name, "interrupted")
             return Updated()
@@ -815,3 +816,32 @@ def test_wait_idle_reports_a_supervisor_still_busy(
         assert lease.wait_idle()
         assert lease.last_confirmed_ms == 1000
     assert lease.wait_idle(0.01)  # ended: nothing left to wait for
+
+
+def test_a_pulse_landing_during_a_failed_reconfirm_keeps_the_lease(
+    double: ScriptedStore, clock: ManualClock
+) -> None:
+    """A heartbeat sent at 18 500 that returns while the deadline's reconfirm is
+    pending renews the lease from 18 500: the reconfirm timing out is no lapse."""
+    lapses: list[int] = []
+    double.gates["heartbeat"] = threading.Event()
+    with supervise(double, RUN, OWNER, clock=clock, on_lapse=lapses.append) as lease:
+        assert lease.wait_idle()
+        double.heartbeat_answer = STALL
+        double.reconfirm_answer = STALL  # never released: it times out at 20 000
+        clock.set(18_500)
+        assert double.wait_for_calls("heartbeat", 1)
+        clock.set(19_000)
+        assert double.wait_for_calls("reconfirm", 1)
+        double.heartbeat_answer = Updated()
+        double.gates["heartbeat"].set()  # the 18 500 pulse lands now
+        # Parked again: the pulse loop (next at 20 000) and the reconfirm's bound.
+        assert clock.wait_for_sleepers(2)
+        assert lease.last_confirmed_ms == 18_500
+        clock.set(20_000)
+        assert lease.wait_idle()
+        assert lease.last_confirmed_ms == 20_000
+        assert not lease.lost.is_set()
+    double.release.set()
+    assert lapses == []
+    assert double.named("heartbeat") == [18_500, 20_000]

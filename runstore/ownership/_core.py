@@ -461,6 +461,8 @@ class Core:
                     extra={"run_id": self._run_id, "error_code": code},
                 )
             return None
+        if self.ending is not None:
+            return None  # settled while this write was pending: nothing to renew
         if isinstance(outcome, Updated):
             # Re-arm from the timestamp sent, never from when the write returned.
             self._supervision._confirm(now)
@@ -534,6 +536,12 @@ class Core:
                     )
                     if not receipt_ok:
                         return await self._lapse(unconfirmed)
+                return None
+            if outcome is None and self._clock.now_ms() - self._last_confirmed < (
+                HEARTBEAT_WRITE_TOLERANCE_MS
+            ):
+                # The reconfirm failed, but a pulse that was still pending
+                # landed meanwhile and renewed the lease from its own stamp.
                 return None
             bound = self._clock.now_ms() + HEARTBEAT_INTERVAL_MS
             if outcome is not None and await self._released_by_owner(bound=bound):
