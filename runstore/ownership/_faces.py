@@ -293,6 +293,10 @@ def supervise(
     leaving the block (normally or with an exception) stops the supervisor
     without ``on_lapse``. If the work settles or suspends the run itself, the
     supervisor notices that its own owner released it and ends quietly.
+
+    ``on_lapse`` runs before the work is interrupted and the block's exit waits
+    for it, so keep it short. Tests that drive a ``ManualClock`` call
+    ``lease.wait_idle()`` after each move to let the supervisor react.
     """
     return ThreadSupervisor(
         store,
