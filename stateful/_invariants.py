@@ -314,11 +314,11 @@ def check_transition(
         ) or (leases and _leases(before) != _leases(after)):
             raise FailedOperationVisible(f"{step.call.describe()} raised but changed the state")
         return
-    _check_state_preserved(rows_before, rows_after, step)
     _check_terminal(rows_before, rows_after, step)
     _check_fenced(rows_before, rows_after, step)
-    _check_heartbeats(rows_before, rows_after, before, after, leases=leases)
     _check_takeover(rows_before, rows_after, step)
+    _check_heartbeats(rows_before, rows_after, before, after, leases=leases)
+    _check_state_preserved(rows_before, rows_after, step)
     _check_fact_growth(before, after, step)
     _check_revision(before, after, rows_before, rows_after, step)
 

@@ -9,10 +9,18 @@ from runstore.sqlite import SqliteRunStore
 from runstore.sqlite import _queries as q
 from runstore.sqlite._store import _FENCE_LOST, _NOT_FOUND, _fact, _write_invariant
 
+_CLEAR_CLAIM = "claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL"
+assert _CLEAR_CLAIM in q.TRANSITION_SETTLE_WRITE, "the adapter's settle query changed"
 _SETTLE_KEEPING_CLAIM = q.TRANSITION_SETTLE_WRITE.replace(
-    "claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL",
-    "claim_host_id = claim_host_id",
+    _CLEAR_CLAIM, "claim_host_id = claim_host_id"
 )
+
+
+def _wrote(cursor):
+    """Whether a guarded write matched, with or without ``RETURNING``."""
+    if cursor.description is not None:
+        return cursor.fetchone() is not None
+    return cursor.rowcount > 0
 
 
 class PatchedTransition(SqliteRunStore):
@@ -39,12 +47,12 @@ class PatchedTransition(SqliteRunStore):
                 held = False
             if held:
                 if status == "running":
-                    wrote = execute(q.TRANSITION_RUNNING_WRITE, params).fetchone()
+                    wrote = _wrote(execute(q.TRANSITION_RUNNING_WRITE, params))
                 else:
                     finished = transitioned_at if status in TERMINAL_STATUSES else None
                     settle = _SETTLE_KEEPING_CLAIM if self.keep_claim else q.TRANSITION_SETTLE_WRITE
-                    wrote = execute(settle, (*params, status, finished)).fetchone()
-                if wrote is not None:
+                    wrote = _wrote(execute(settle, (*params, status, finished)))
+                if wrote:
                     if state is not None and (
                         status == "running" or self.write_state_when_settling
                     ):

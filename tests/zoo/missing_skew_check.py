@@ -1,12 +1,8 @@
-"""A store whose ``heartbeat``/``reconfirm`` admit the caller's ``now_ms``
-without the skew bound: an owner whose clock runs far ahead renews its lease
-into the future."""
+"""A store that judges a caller's lease reading against the caller's own clock
+instead of the store clock, so the skew bound never refuses anything: an owner
+whose clock runs far ahead renews its lease into the future."""
 
-from runstore import _boundary as admit
-from runstore.consensus._types import Lost
 from runstore.sqlite import SqliteRunStore
-from runstore.sqlite import _queries as q
-from runstore.sqlite._store import _FENCE_LOST, _NOT_FOUND, _UPDATED
 
 from ._stores import IN_MEMORY, open_as
 
@@ -15,26 +11,25 @@ EXPECTED_CHECK = "OutcomeMismatch"
 capabilities = IN_MEMORY
 
 
+class _Reading:
+    """A clock that answers whatever the caller said the time was."""
+
+    def __init__(self, now_ms):
+        self._now = now_ms
+
+    def now_ms(self):
+        return self._now if type(self._now) is int else 0
+
+
 class NoSkewCheck(SqliteRunStore):
     def _renew(self, method, run_id, owner, now_ms):
-        # The bug: a plain timestamp check where the lease rule (skew bound) belongs.
-        rid = admit.admit_identifier(method, "run_id", run_id)
-        who = admit.admit_owner(method, "owner", owner)
-        now = admit.admit_timestamp(method, "now_ms", now_ms)
-
-        def body(tx):
-            consensus = tx.consensus
-            renew = consensus.heartbeat if method == "heartbeat" else consensus.reconfirm
-            outcome = renew(tx, rid, who, now)
-            execute = tx.connection.execute
-            if type(outcome) is not Lost:
-                stamp = outcome.heartbeat_at_ms
-                if execute(q.RENEW_WRITE, (rid, who.host_id, who.pid, who.nonce, stamp)).fetchone():
-                    return _UPDATED
-            exists = execute(q.RUN_EXISTS, (rid,)).fetchone()
-            return _NOT_FOUND if exists is None else _FENCE_LOST
-
-        return self._tm.write(method, body)
+        # The bug: heartbeat and reconfirm admit ``now_ms`` against itself.
+        store_clock = self._clock
+        self._clock = _Reading(now_ms)
+        try:
+            return super()._renew(method, run_id, owner, now_ms)
+        finally:
+            self._clock = store_clock
 
 
 def factory(clock, path):

@@ -1,0 +1,59 @@
+"""``run_conformance`` consumed as a third party would: one call per strategy
+or store, with the profile the suite loads (``ci`` unless ``HYPOTHESIS_PROFILE``
+says otherwise)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import runstore
+from runstore import ManualClock
+from runstore.consensus import LocalConsensus, SqlConsensus
+from runstore.model import ModelRunStore
+from runstore.stateful import Capabilities, run_conformance
+
+
+def test_sql_consensus_conforms():
+    """SqlConsensus matches ModelConsensus call by call, and the SQLite adapter
+    over it matches ModelRunStore step by step, through crashes and faults."""
+    run_conformance(consensus_factory=SqlConsensus)
+
+
+def test_local_consensus_conforms():
+    """LocalConsensus conforms too, including rollback and rebuilding its
+    leases from the rows when the store reopens."""
+    run_conformance(consensus_factory=LocalConsensus)
+
+
+def in_memory_store(clock: ManualClock, path: Path) -> runstore.SqliteRunStore:
+    return runstore.open(":memory:", clock=clock)
+
+
+def test_sqlite_store_in_memory_conforms():
+    """A store factory alone: the in-memory adapter, which cannot reopen but
+    offers the fault seam."""
+    run_conformance(
+        store_factory=in_memory_store,
+        capabilities=Capabilities(reopen=False, fault_injection=True),
+    )
+
+
+class WithoutState:
+    """A store that offers only the protocol's public reads (no ``state()``)."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self._inner = ModelRunStore(clock=clock)
+
+    def __getattr__(self, name: str) -> object:
+        if name == "state":
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+def test_store_without_state_is_compared_through_public_reads():
+    """``whole_state=False``: the suite compares rows, facts, revisions and the
+    change feed read through the public API."""
+    run_conformance(
+        store_factory=lambda clock, path: WithoutState(clock),
+        capabilities=Capabilities(reopen=False, whole_state=False, lease_introspection=False),
+    )
