@@ -48,7 +48,7 @@ from ._domain import (
     TOKENS,
     World,
 )
-from ._observe import ClockSet, Failure, LogEntry, say
+from ._observe import ClockSet, Failure, LogEntry, Transacted, say
 from ._steps import Call, call
 
 #: The runs the strategy arbitrates (each exists as a row in the host store).
@@ -62,16 +62,6 @@ class Refused:
     """A strategy call raised ``ConsensusError`` with ``code``."""
 
     code: str
-
-
-@attrs.frozen
-class Transacted:
-    """Strategy ``calls`` made in one transaction (rolled back when
-    ``rollback``); the reference answered ``expected``, one per call."""
-
-    calls: tuple[Call, ...]
-    expected: tuple[Any, ...]
-    rollback: bool
 
 
 class _RollBack(Exception):

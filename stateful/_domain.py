@@ -15,7 +15,7 @@ row actually succeed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import attrs
@@ -186,7 +186,7 @@ class World:
         """A run id: ``"running"``, ``"claimed"`` or ``"claimable"`` name the
         first run in that condition (``"a"`` when none is); anything else is
         a run id."""
-        tests = {
+        tests: dict[str, Callable[[RunRow], bool]] = {
             "running": lambda row: row.status == "running",
             "claimed": lambda row: row.claim is not None,
             "claimable": lambda row: row.status in ("pending", "suspended") and row.claim is None,

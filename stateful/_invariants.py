@@ -235,9 +235,9 @@ def _check_row(row: RunRow) -> None:
 
 
 def _check_leases(rows: Mapping[str, RunRow], leases: Mapping[str, Lease]) -> None:
-    for run_id, lease in leases.items():
+    for run_id, orphan in leases.items():
         if run_id not in rows:
-            raise LeaseRowDisagreement(f"lease for unknown run {run_id!r}: {lease!r}")
+            raise LeaseRowDisagreement(f"lease for unknown run {run_id!r}: {orphan!r}")
     for run_id, row in rows.items():
         lease = leases.get(run_id)
         lease_owner = None if lease is None else lease.owner
@@ -406,7 +406,7 @@ def _check_fenced(
                     f"{step.method} by {caller!r} answered {step.outcome!r} on run {run_id!r} "
                     f"owned by {None if old is None else old.owner!r}"
                 )
-            if old is not None and rows_after.get(run_id) != old:
+            if isinstance(run_id, str) and old is not None and rows_after.get(run_id) != old:
                 raise UnfencedWriteAccepted(
                     f"{step.method} by non-owner {caller!r} changed run {run_id!r}"
                 )
@@ -561,7 +561,8 @@ def expected_writes(
     if method == "activate":
         if isinstance(outcome, Activated | SnapshotChanged):
             return 1
-        old = rows_before.get(step.get("run_id"))
+        run_id = step.get("run_id")
+        old = rows_before.get(run_id) if isinstance(run_id, str) else None
         # A losing activation clears the row's copy of a claim the strategy no
         # longer holds; it writes only when that claim was there.
         matched = (

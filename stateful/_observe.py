@@ -52,7 +52,17 @@ class Faulted:
     expected: Any
 
 
-LogEntry = ClockSet | Performed | Reopened | Faulted
+@attrs.frozen
+class Transacted:
+    """Strategy ``calls`` made in one transaction (rolled back when
+    ``rollback``); the reference answered ``expected``, one per call."""
+
+    calls: tuple[Call, ...]
+    expected: tuple[Any, ...]
+    rollback: bool
+
+
+LogEntry = ClockSet | Performed | Reopened | Faulted | Transacted
 
 
 @attrs.frozen

@@ -24,10 +24,10 @@ import attrs
 
 from runstore._values import StoreState
 
-from ._consensus_machine import CONSENSUS_RUNS, Refused, Transacted
+from ._consensus_machine import CONSENSUS_RUNS, Refused
 from ._domain import START_MS
 from ._faults import FAULT_BUDGET
-from ._observe import ClockSet, Failure, Faulted, Performed, Reopened
+from ._observe import ClockSet, Failure, Faulted, Performed, Reopened, Transacted
 from ._steps import Call, Crashed, Raised
 
 _PUBLIC_MODULES = ("runstore", "runstore.consensus", "runstore.sqlite")
