@@ -194,11 +194,17 @@ class ConsensusComparison(RuleBasedStateMachine):
         observer = _observe.current()
         if observer is not None:
             observer.step()
-        for op, want, got in zip(calls, expected, actual, strict=True):
-            shown = f"{op.describe()} -> {want!r}"
-            if want != got:
-                shown += f"  [strategy: {got!r}]"
-            say(("(rolled back) " if rollback else "") + shown)
+
+        def shown() -> str:
+            lines = []
+            for op, want, got in zip(calls, expected, actual, strict=True):
+                line = f"{op.describe()} -> {want!r}"
+                if want != got:
+                    line += f"  [strategy: {got!r}]"
+                lines.append(("(rolled back) " if rollback else "") + line)
+            return "\n".join(lines)
+
+        say(shown)
         before = self.strategy_leases
         self.model_leases = self._model_leases()
         self.strategy_leases = self._strategy_leases()

@@ -207,9 +207,13 @@ class RunStoreComparison(RuleBasedStateMachine):
         observer = _observe.current()
         if observer is not None:
             observer.step()
-        shown = f"{model_step.call.describe()} -> {model_step.outcome!r}"
-        if store_step.outcome != model_step.outcome:
-            shown += f"  [store: {store_step.outcome!r}]"
+
+        def shown() -> str:
+            text = f"{model_step.call.describe()} -> {model_step.outcome!r}"
+            if store_step.outcome != model_step.outcome:
+                text += f"  [store: {store_step.outcome!r}]"
+            return text
+
         say(shown)
         leases = self.capabilities.lease_introspection
         try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import Any
 
 import attrs
@@ -146,10 +146,13 @@ def observing(observer: Observer) -> Iterator[Observer]:
         _current = previous
 
 
-def say(text: str) -> None:
-    """``hypothesis.note(text)`` inside a test; nothing outside one."""
+def say(text: str | Callable[[], str]) -> None:
+    """``hypothesis.note(text)`` inside a test whose notes will be shown (the
+    final replay of a failure, or verbose runs); nothing otherwise. Pass a
+    callable to build the text only when it will be shown."""
     from hypothesis import note
-    from hypothesis.errors import InvalidArgument
+    from hypothesis.control import currently_in_test_context, should_note
 
-    with suppress(InvalidArgument):
-        note(text)
+    if not currently_in_test_context() or not should_note():
+        return
+    note(text() if callable(text) else text)
