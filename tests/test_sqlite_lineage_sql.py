@@ -170,3 +170,19 @@ def test_lineage_membership_ignores_forks_and_foreign_lineages(store: SqliteRunS
     assert store.get("fork").cancel_requested_at_ms is None
     assert store.get("other").cancel_requested_at_ms is None
     assert store.request_cancel_lineage("nobody", 3) == NotFound()
+
+
+def test_the_rounds_one_cancel_marks_are_numbered_in_run_id_order(store: SqliteRunStore) -> None:
+    """One UPDATE marks every live round; SQLite applies a multi-row UPDATE
+    with triggers in primary-key order, so the revisions follow run ids (not
+    round order). Pinned so a SQLite that changes this is noticed."""
+    store.create("m-root", "{}")
+    store.create("z-round-1", "{}", lineage_id="m-root", round_ordinal=1)
+    store.create("a-round-2", "{}", lineage_id="m-root", round_ordinal=2)
+    revision = store.revision()
+    assert store.request_cancel_lineage("m-root", 5) == CancelRequested(5)
+    assert [(change.run_id, change.revision) for change in store.changes(revision)] == [
+        ("a-round-2", revision + 1),
+        ("m-root", revision + 2),
+        ("z-round-1", revision + 3),
+    ]

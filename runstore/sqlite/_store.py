@@ -266,6 +266,9 @@ class SqliteRunStore:
         return self._tm.write("request_cancel", body)
 
     def request_cancel_lineage(self, run_id: str, now_ms: int) -> RequestCancelOutcome:
+        """One set-based UPDATE over the lineage's metadata, however long its
+        history. SQLite applies it (and its revision triggers) in run id order,
+        so the rounds it marks get consecutive revisions in run id order."""
         method = "request_cancel_lineage"
         rid, now = admit.admit_request_cancel(method, run_id, now_ms)
 
