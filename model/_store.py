@@ -257,8 +257,10 @@ class ModelRunStore:
                 if row.cancel_requested_at_ms is None and row.status not in TERMINAL_STATUSES
             ]
             if marked:
-                # One revision per round, in round order.
-                for row in marked:
+                # One revision per round it marks, numbered in run id order
+                # (not round order): the contract pins the order a single
+                # set-based UPDATE over a table keyed by run id applies.
+                for row in sorted(marked, key=lambda member: member.run_id):
                     draft.write_row(attrs.evolve(row, cancel_requested_at_ms=now))
                 self._commit(draft)
                 return CancelRequested(now)

@@ -241,3 +241,19 @@ def test_invalid_lineage_requests_are_refused_before_mutation(
         store.request_cancel_lineage(run_id, now_ms)  # type: ignore[arg-type]
     assert (failure.value.code, failure.value.method) == ("invalid_run", "request_cancel_lineage")
     assert store.state() == before
+
+
+def test_one_lineage_cancel_numbers_its_rounds_in_run_id_order(store: RunStore) -> None:
+    """The rounds one request_cancel_lineage marks get consecutive revisions in
+    run id order, not round order (decided for runstore: the order a single
+    UPDATE over a table keyed by run id applies)."""
+    store.create("m-root", "{}")
+    store.create("z-round-1", "{}", lineage_id="m-root", round_ordinal=1)
+    store.create("a-round-2", "{}", lineage_id="m-root", round_ordinal=2)
+    before = store.revision()
+    assert store.request_cancel_lineage("z-round-1", 5) == CancelRequested(5)
+    assert [(c.run_id, c.revision) for c in store.changes(before)] == [
+        ("a-round-2", before + 1),
+        ("m-root", before + 2),
+        ("z-round-1", before + 3),
+    ]
