@@ -45,7 +45,7 @@ from ._targets import (
 DEFAULT_TARGETS = ("sqlite-sql", "sqlite-local", "sqlite-file-sql", "sqlite-file-local")
 BATCH_EXAMPLES = 20
 #: Share of a time budget reserved for shrinking a failure found late.
-SHRINK_RESERVE = 0.3
+SHRINK_RESERVE = 0.15
 
 
 def resolve_target(name: str) -> Target:
