@@ -215,7 +215,8 @@ class RunStoreComparison(RuleBasedStateMachine):
             return text
 
         say(shown)
-        leases = self.capabilities.lease_introspection
+        caps = self.capabilities
+        leases = caps.lease_introspection and caps.whole_state
         try:
             check_state(self.store_state, leases=leases)
             check_transition(before_store, self.store_state, store_step, leases=leases)

@@ -230,10 +230,8 @@ def transact(host, strategy, calls, rollback=False):
         if rollback:
             raise RollBack
 
-    try:
+    with contextlib.suppress(RollBack):
         host._write("consensus", body)
-    except RollBack:
-        pass
     return answers
 
 
@@ -290,7 +288,12 @@ def render_regression(
     helpers: list[str] = []
     if failure.machine == "consensus":
         imports.need("runstore.consensus", "ConsensusError")
-        module_imports = sorted({*module_imports, "import runstore"})
+        module_imports = sorted({*module_imports, "import runstore", "import contextlib"})
+        # The strategy is hosted in memory: keep ``make_strategy``, drop ``open_store``.
+        if "def open_store(clock, path):" in opener:
+            opener = opener[: opener.index("def open_store(clock, path):")]
+        while opener and not opener[-1]:
+            opener.pop()
         steps = _consensus_steps(failure, imports)
         body = [
             "strategy = make_strategy()",

@@ -29,6 +29,7 @@ from runstore.stateful import (
     run_conformance,
 )
 from runstore.stateful._authority import authority_for
+from runstore.stateful._regression import write_regression
 from runstore.stateful._targets import BUILTIN_TARGETS, raw_writer_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -170,6 +171,8 @@ def test_fuzz_on_sql_consensus_runs_clean_and_prints_progress(tmp_path: Path):
         "runstore.consensus:SqlConsensus",
         "--examples",
         "30",
+        "--seed",
+        "5",
         "--db",
         str(tmp_path / "db"),
         "--out",
@@ -200,3 +203,56 @@ def test_unknown_fuzz_target_is_a_usage_error():
     done = _cli("fuzz", "--target", "no-such-target", "--examples", "1")
     assert done.returncode == 2
     assert "sqlite-sql" in done.stderr
+
+
+def _render_and_run(machine, failure, tmp_path: Path, **options) -> int:
+    path = write_regression(failure, tmp_path, **options)
+    compile(path.read_text(), str(path), "exec")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return subprocess.call(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(path)],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+    )
+
+
+def test_regression_file_of_a_conforming_store_program_passes(tmp_path: Path):
+    """A program written out as a regression file replays on a conforming store
+    and passes: faults, a crash and reopen (leases rebuilt by LocalConsensus),
+    a corrupted row and a takeover included."""
+    machine = _builtin("sqlite-file-local")()
+    try:
+        machine.setup((0, 10000, -1, 5000, 0, 0), ["lin-2"])
+        machine.claim_and_activate("claimable", 1)
+        machine.faulted("heartbeat", "busy-twice")
+        machine.faulted("claim", "strategy-0")
+        machine.takeover("running", 3, "fit", "heartbeat", 1)
+        machine.crash_store()
+        machine.cancellation("running", 2, "present", "cancelled")
+        machine.corrupt_row("b", '{"n":1e400}')
+        machine.delayed_pulse("running", 1000)
+        failure = machine._failure(AssertionError("a program to replay"))
+    finally:
+        machine.teardown()
+    target = BUILTIN_TARGETS["sqlite-file-local"]
+    status = _render_and_run(machine, failure, tmp_path, faults=True, whole_state=True, leases=True)
+    assert target.capabilities.reopen
+    assert status == 0
+
+
+def test_regression_file_of_a_conforming_strategy_program_passes(tmp_path: Path):
+    """A strategy program written out as a regression file passes on the
+    strategy it came from, rollbacks included."""
+    machine = consensus_comparison_for(LocalConsensus, name="sqlite-local")()
+    try:
+        machine.setup((0,) * 6)
+        machine.own("claimable", 2, "late")
+        machine.takeover("running", 4, "fit", 1, "reconfirm")
+        machine.claim_then("claimable", "activate", "claimant", "claim", False)
+        machine.recover_dead_claim("claimable", 0, 5, 1, True)
+        failure = machine._failure(AssertionError("a program to replay"))
+    finally:
+        machine.teardown()
+    assert _render_and_run(machine, failure, tmp_path) == 0
