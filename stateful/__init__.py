@@ -14,7 +14,9 @@ For a third party, one call::
 
 ``run_conformance`` runs the machines; ``RunStoreComparison`` and
 ``ConsensusComparison`` (via ``comparison_for`` / ``consensus_comparison_for``)
-are the machines themselves; ``check_state`` and ``check_transition`` are the
+are the machines themselves, and ``StrategyAuthority`` (``authority_for``) puts
+a store over a ``Disagreeing`` double to check it treats its strategy as
+authoritative; ``check_state`` and ``check_transition`` are the
 fence invariants as pure functions, each failure its own ``AssertionError``
 subclass. Profiles ``ci`` (the default), ``dev`` and ``deep`` are chosen by
 ``HYPOTHESIS_PROFILE`` (``load_profile``). ``runstore fuzz`` and ``runstore
@@ -28,6 +30,9 @@ Needs the ``conformance`` extra (Hypothesis and pytest).
 from . import _requires as _requires  # first: a clear message without the extra
 # isort: on
 
+from ._authority import Disagreeing as Disagreeing
+from ._authority import StrategyAuthority as StrategyAuthority
+from ._authority import authority_for as authority_for
 from ._capabilities import Capabilities as Capabilities
 from ._compare import DifferentialMismatch as DifferentialMismatch
 from ._compare import LeaseMismatch as LeaseMismatch
@@ -72,6 +77,7 @@ __all__ = [
     "CommittedStateLost",
     "ConsensusComparison",
     "DifferentialMismatch",
+    "Disagreeing",
     "FactReplayMismatch",
     "FailedOperationVisible",
     "FinishedTerminalViolation",
@@ -91,8 +97,10 @@ __all__ = [
     "StateNotPreserved",
     "Step",
     "StealWithoutStaleness",
+    "StrategyAuthority",
     "TerminalChangedViolation",
     "UnfencedWriteAccepted",
+    "authority_for",
     "check_state",
     "check_transition",
     "comparison_for",

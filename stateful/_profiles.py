@@ -35,6 +35,7 @@ def register_profiles() -> None:
     settings.register_profile(
         "deep",
         max_examples=5000,
+        stateful_step_count=100,
         deadline=None,
         print_blob=True,
         suppress_health_check=[HealthCheck.too_slow],

@@ -23,12 +23,12 @@ from runstore.stateful import (
     ConsensusComparison,
     OutcomeMismatch,
     RunStoreComparison,
+    authority_for,
     comparison_for,
     conformance_machines,
     consensus_comparison_for,
     run_conformance,
 )
-from runstore.stateful._authority import authority_for
 from runstore.stateful._regression import write_regression
 from runstore.stateful._targets import BUILTIN_TARGETS, raw_writer_for
 
