@@ -10,8 +10,9 @@ test can tell which one fired:
 - ``check_transition(before, after, step)`` judges one step: a settled run
   never changes again; only the owner of record gets a fenced write accepted;
   a heartbeat never moves backwards under one owner; a run changes hands only
-  through its own grant, and a running run only when its heartbeat was
-  strictly older than ``now - 30000`` and the evidence matched; facts are only
+  through its own grant, and a running run only through a steal (or
+  ``claim_and_own``) granted while its heartbeat was strictly older than
+  ``now - 30000`` and the evidence matched; facts are only
   appended; the revision moves exactly by the rows the step wrote; every run
   keeps the state last written, byte for byte; a failed step leaves no trace.
 
@@ -316,7 +317,7 @@ def check_transition(
         return
     _check_terminal(rows_before, rows_after, step)
     _check_fenced(rows_before, rows_after, step)
-    _check_takeover(rows_before, rows_after, step)
+    _check_takeover(rows_before, rows_after, _facts(before), step)
     _check_heartbeats(rows_before, rows_after, before, after, leases=leases)
     _check_state_preserved(rows_before, rows_after, step)
     _check_fact_growth(before, after, step)
@@ -469,7 +470,10 @@ def _check_heartbeats(
 
 
 def _check_takeover(
-    rows_before: Mapping[str, RunRow], rows_after: Mapping[str, RunRow], step: Step
+    rows_before: Mapping[str, RunRow],
+    rows_after: Mapping[str, RunRow],
+    facts_before: Mapping[str, list[OwnershipFact]],
+    step: Step,
 ) -> None:
     run_id = _step_run(step)
     now = step.get("now_ms")
@@ -513,15 +517,24 @@ def _check_takeover(
                     f"run {rid!r} activated for {new.owner!r} with token {token} but the "
                     f"row's claim was {old.claim!r}@{old.claimed_at_ms!r}"
                 )
-            if (
-                old.status == "running"
-                and old.owner is not None
-                and (old.heartbeat_at_ms is None or not is_stale(old.heartbeat_at_ms, token))
-            ):
-                raise StealWithoutStaleness(
-                    f"run {rid!r} taken from {old.owner!r} (heartbeat {old.heartbeat_at_ms}) "
-                    f"by a claim granted at {token}"
-                )
+            if old.status == "running" and old.owner is not None:
+                # Taking a running run: the claim must be a steal's, whose
+                # staleness and evidence were judged when it was granted. (The
+                # owner may have heartbeated since: only ``reconfirm`` notices a
+                # pending claim, and an activation presenting the current
+                # snapshot still goes ahead, as upstream's does.)
+                grant = [
+                    fact
+                    for fact in facts_before.get(rid, [])
+                    if fact.transition in ("claimed", "stolen")
+                    and fact.owner == new.owner
+                    and fact.granted_at_ms == token
+                ]
+                if not grant or grant[-1].transition != "stolen":
+                    raise StealWithoutStaleness(
+                        f"run {rid!r} taken from {old.owner!r} by a claim granted at {token} "
+                        "that no steal granted"
+                    )
             continue
         raise OwnerWithoutGrant(
             f"run {rid!r} changed owner {old.owner!r} -> {new.owner!r} through "

@@ -491,3 +491,56 @@ def test_reference_model_histories_pass_every_invariant():
     for before, after, taken in zip(states[:-1], states[1:], steps, strict=True):
         check_state(after)
         check_transition(before, after, taken)
+
+
+def _stolen(r: RunRow, thief: OwnerId, token: int) -> tuple[OwnershipFact, ...]:
+    return (
+        OwnershipFact(r.run_id, "claimed", r.owner, 0, 1),
+        OwnershipFact(r.run_id, "activated", r.owner, 0, 2),
+        OwnershipFact(r.run_id, "stolen", thief, token, 3),
+    )
+
+
+def test_activating_a_steal_after_the_owner_heartbeated_is_allowed():
+    """Staleness is judged when the steal is granted: the owner may heartbeat
+    afterwards and the thief may still activate with the current snapshot
+    (only ``reconfirm`` notices the pending claim)."""
+    r = running(heartbeat=190_003, claim=BOB, claimed_at_ms=200_003)
+    before = state(r, facts=_stolen(r, BOB, 200_003))
+    taken = running(owner=BOB, heartbeat=200_010)
+    facts = (*before.facts, OwnershipFact("a", "activated", BOB, 200_003, 4))
+    after = bumped(before, (taken,), facts=facts, leases=(owner_lease(taken, 200_003),))
+    check_transition(
+        before,
+        after,
+        step(
+            "activate",
+            Activated(),
+            run_id="a",
+            claimant=BOB,
+            claimed_at_ms=200_003,
+            expected=r.snapshot,
+        ),
+    )
+
+
+def test_taking_a_running_run_through_a_plain_claim_fires():
+    """A claim no steal granted must never hand over a running run."""
+    r = running(heartbeat=190_003, claim=BOB, claimed_at_ms=200_003)
+    facts = (*_stolen(r, BOB, 200_003)[:2], OwnershipFact("a", "claimed", BOB, 200_003, 3))
+    before = state(r, facts=facts)
+    taken = running(owner=BOB, heartbeat=200_010)
+    after = bumped(before, (taken,), leases=(owner_lease(taken, 200_003),))
+    with pytest.raises(StealWithoutStaleness):
+        check_transition(
+            before,
+            after,
+            step(
+                "activate",
+                Activated(),
+                run_id="a",
+                claimant=BOB,
+                claimed_at_ms=200_003,
+                expected=r.snapshot,
+            ),
+        )
