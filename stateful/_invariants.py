@@ -84,8 +84,9 @@ class HeartbeatRegressed(InvariantViolation):
 
 
 class StealWithoutStaleness(InvariantViolation):
-    """A different owner took (or claimed) a running run whose heartbeat was not
-    strictly older than ``now - 30000``, or without matching evidence."""
+    """A steal (or ``claim_and_own`` over another owner) was granted while the
+    heartbeat was not strictly older than ``now - 30000``, or without matching
+    evidence; or a running run changed hands through a claim no steal granted."""
 
 
 class OwnerWithoutGrant(InvariantViolation):
