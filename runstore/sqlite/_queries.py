@@ -52,6 +52,11 @@ _SNAPSHOT: Final = (
     "status = ?2 AND owner_host_id IS ?3 AND owner_pid IS ?4 AND owner_nonce IS ?5 "
     "AND heartbeat_at_ms IS ?6"
 )
+#: The run's last fact position (0 before its first fact); classify queries
+#: return it so the facts they lead to are inserted at known positions.
+_LAST_POSITION: Final = (
+    "(SELECT COALESCE(MAX(position), 0) FROM flows_ownership_facts WHERE run_id = ?1)"
+)
 _CLAIM_FREE: Final = (
     "claim_host_id IS NULL AND claim_pid IS NULL AND claim_nonce IS NULL AND claimed_at_ms IS NULL"
 )
@@ -144,7 +149,9 @@ WHERE run_id = ?1 AND {_owned_by(2)} AND cancel_requested_at_ms IS NOT NULL
 
 _CLAIM_ADMITS: Final = f"status IN ('pending', 'suspended') AND {_SNAPSHOT} AND {_CLAIM_FREE}"
 
-CLAIM_CLASSIFY: Final = f"SELECT {_CLAIM_ADMITS}, {_loss(7)} FROM flows_runs WHERE run_id = ?1"
+CLAIM_CLASSIFY: Final = (
+    f"SELECT {_CLAIM_ADMITS}, {_loss(7)}, {_LAST_POSITION} FROM flows_runs WHERE run_id = ?1"
+)
 CLAIM_WRITE: Final = f"""
 UPDATE flows_runs
 SET claim_host_id = ?8, claim_pid = ?9, claim_nonce = ?10, claimed_at_ms = ?11
@@ -161,7 +168,8 @@ _CLAIM_AND_OWN_ADMITS: Final = (
     "AND (status <> 'running' OR heartbeat_at_ms IS NULL OR heartbeat_at_ms < ?7)"
 )
 CLAIM_AND_OWN_CLASSIFY: Final = (
-    f"SELECT {_CLAIM_AND_OWN_ADMITS}, {_loss(7)} FROM flows_runs WHERE run_id = ?1"
+    f"SELECT {_CLAIM_AND_OWN_ADMITS}, {_loss(7)}, {_LAST_POSITION} "
+    "FROM flows_runs WHERE run_id = ?1"
 )
 CLAIM_AND_OWN_WRITE: Final = f"""
 UPDATE flows_runs
@@ -175,7 +183,9 @@ WHERE run_id = ?1 AND {_CLAIM_AND_OWN_ADMITS}
 _STEAL_ADMITS: Final = (
     f"{_SNAPSHOT} AND {_CLAIM_FREE} AND heartbeat_at_ms IS NOT NULL AND heartbeat_at_ms < ?7"
 )
-STEAL_CLASSIFY: Final = f"SELECT {_STEAL_ADMITS}, {_loss(7)} FROM flows_runs WHERE run_id = ?1"
+STEAL_CLASSIFY: Final = (
+    f"SELECT {_STEAL_ADMITS}, {_loss(7)}, {_LAST_POSITION} FROM flows_runs WHERE run_id = ?1"
+)
 STEAL_WRITE: Final = f"""
 UPDATE flows_runs
 SET claim_host_id = ?8, claim_pid = ?9, claim_nonce = ?10, claimed_at_ms = ?11
@@ -184,7 +194,9 @@ WHERE run_id = ?1 AND {_STEAL_ADMITS}
 
 # -- activate, abandon_claim, recover_claim ------------------------------------------
 
-ACTIVATE_CLASSIFY: Final = f"SELECT {_claim_is(7)}, {_SNAPSHOT} FROM flows_runs WHERE run_id = ?1"
+ACTIVATE_CLASSIFY: Final = (
+    f"SELECT {_claim_is(7)}, {_SNAPSHOT}, {_LAST_POSITION} FROM flows_runs WHERE run_id = ?1"
+)
 ACTIVATE_WRITE: Final = f"""
 UPDATE flows_runs
 SET status = 'running', started_at_ms = COALESCE(started_at_ms, ?11), finished_at_ms = NULL,
@@ -200,7 +212,8 @@ WHERE run_id = ?1 AND {_claim_is(2)}
 """
 
 RECOVER_CLAIM_CLASSIFY: Final = (
-    f"SELECT {_claim_is(2)}, claimed_at_ms >= ?6 FROM flows_runs WHERE run_id = ?1"
+    f"SELECT {_claim_is(2)}, claimed_at_ms >= ?6, {_LAST_POSITION} "
+    "FROM flows_runs WHERE run_id = ?1"
 )
 
 # -- heartbeat, reconfirm --------------------------------------------------------------
@@ -239,23 +252,23 @@ ON CONFLICT (run_id) DO UPDATE SET state_json = excluded.state_json
 
 # -- facts -----------------------------------------------------------------------------
 
-# Positions are dense per run: the next is one past the run's highest.
-_NEXT_POSITION: Final = (
-    "(SELECT COALESCE(MAX(position), 0) FROM flows_ownership_facts WHERE run_id = ?1)"
-)
+# Positions are dense per run. After a classify query the position is known
+# and the insert is plain; otherwise the next one is one past the run's highest.
+FACT_AT: Final = """
+INSERT INTO flows_ownership_facts
+  (run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms)
+VALUES (?1, ?7, ?2, ?3, ?4, ?5, ?6)
+"""
+# A grant and its activation, at ?7 and ?7 + 1.
+FACTS_GRANT_ACTIVATED_AT: Final = """
+INSERT INTO flows_ownership_facts
+  (run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms)
+VALUES (?1, ?7, ?2, ?3, ?4, ?5, ?6), (?1, ?7 + 1, 'activated', ?3, ?4, ?5, ?6)
+"""
 FACT_APPEND: Final = f"""
 INSERT INTO flows_ownership_facts
   (run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms)
-VALUES (?1, {_NEXT_POSITION} + 1, ?2, ?3, ?4, ?5, ?6)
-"""
-# A grant and its activation, in one statement. Rows that read the table they
-# go into are all computed before the first is inserted, so both see the same
-# last position.
-FACT_APPEND_GRANT_ACTIVATED: Final = f"""
-INSERT INTO flows_ownership_facts
-  (run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms)
-VALUES (?1, {_NEXT_POSITION} + 1, ?2, ?3, ?4, ?5, ?6),
-       (?1, {_NEXT_POSITION} + 2, 'activated', ?3, ?4, ?5, ?6)
+VALUES (?1, {_LAST_POSITION} + 1, ?2, ?3, ?4, ?5, ?6)
 """
 FACTS_OF_RUN: Final = """
 SELECT run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms

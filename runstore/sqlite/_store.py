@@ -303,7 +303,7 @@ class SqliteRunStore:
             row = execute(q.CLAIM_CLASSIFY, classify_params).fetchone()
             if row is None:
                 return _NOT_FOUND
-            admissible, loss = row
+            admissible, loss, last = row
             if not admissible:
                 return _LOSSES[loss]
             grant = tx.consensus.claim(tx, rid, who, now)
@@ -316,7 +316,7 @@ class SqliteRunStore:
             ).rowcount
             if wrote != 1:
                 raise _write_invariant("claim", rid)
-            _fact(tx, rid, "claimed", who, granted)
+            _fact(tx, rid, "claimed", who, granted, last + 1)
             return Claimed(granted)
 
         return self._tm.write("claim", body)
@@ -363,7 +363,7 @@ class SqliteRunStore:
             row = execute(q.CLAIM_AND_OWN_CLASSIFY, classify_params).fetchone()
             if row is None:
                 return _NOT_FOUND
-            admissible, loss_tag = row
+            admissible, loss_tag, last = row
             loss = _LOSSES[loss_tag]
             if not admissible:
                 return loss
@@ -375,7 +375,8 @@ class SqliteRunStore:
                 # Re-owning one's own stale run: release, then a fresh grant
                 # (a new generation, fenced by the new grant time).
                 consensus.release_ownership(tx, rid, who)
-                _fact(tx, rid, "released", who, None)
+                last += 1
+                _fact(tx, rid, "released", who, None, last)
                 grant = consensus.claim(tx, rid, who, now)
             else:
                 assert proof is not None
@@ -387,7 +388,7 @@ class SqliteRunStore:
             granted = grant.granted_at_ms
             if type(consensus.activate(tx, rid, who, granted, now)) is not Promoted:
                 raise RollbackAndReturn(loss)
-            execute(q.FACT_APPEND_GRANT_ACTIVATED, (rid, transition, *_who(who), granted))
+            execute(q.FACTS_GRANT_ACTIVATED_AT, (rid, transition, *_who(who), granted, last + 1))
             wrote = execute(
                 q.CLAIM_AND_OWN_WRITE, (*classify_params, who.host_id, who.pid, who.nonce, now)
             ).rowcount
@@ -415,11 +416,12 @@ class SqliteRunStore:
             if row is None or not row[0]:
                 return _CLAIM_LOST  # a foreign claim is never cleared
             consensus = tx.consensus
+            last = row[2]
             if not row[1]:
                 # The claim stands but the snapshot moved: give the claim back
                 # (this clean-up commits with the loss).
                 consensus.release_claim(tx, rid, who, token)
-                _fact(tx, rid, "released", who, token)
+                _fact(tx, rid, "released", who, token, last + 1)
                 execute(q.CLEAR_CLAIM, (rid, *claim))
                 return _SNAPSHOT_CHANGED
             if type(consensus.activate(tx, rid, who, token, activated_at)) is not Promoted:
@@ -428,7 +430,7 @@ class SqliteRunStore:
                 return _CLAIM_LOST
             if execute(q.ACTIVATE_WRITE, (*params, activated_at)).rowcount != 1:
                 raise _write_invariant("activate", rid)
-            _fact(tx, rid, "activated", who, token)
+            _fact(tx, rid, "activated", who, token, last + 1)
             return _ACTIVATED
 
         return self._tm.write("activate", body)
@@ -473,7 +475,7 @@ class SqliteRunStore:
             ).fetchone()
             if row is None:
                 return _NOT_FOUND
-            matches, fresh = row
+            matches, fresh, last = row
             if not matches:
                 return ClaimChanged()
             if fresh:
@@ -483,7 +485,7 @@ class SqliteRunStore:
                 return ClaimChanged()  # as the strategy knows it, the claim moved on
             if execute(q.CLEAR_CLAIM, (rid, *claim)).rowcount != 1:
                 raise _write_invariant("recover_claim", rid)
-            _fact(tx, rid, "expired", stale, token)
+            _fact(tx, rid, "expired", stale, token, last + 1)
             return Recovered()
 
         return self._tm.write("recover_claim", body)
@@ -591,7 +593,7 @@ class SqliteRunStore:
             row = execute(q.STEAL_CLASSIFY, classify_params).fetchone()
             if row is None:
                 return _NOT_FOUND
-            admissible, loss = row
+            admissible, loss, last = row
             if not admissible:
                 return _LOSSES[loss]
             grant = tx.consensus.steal(tx, rid, who, now, proof)
@@ -603,7 +605,7 @@ class SqliteRunStore:
             ).rowcount
             if wrote != 1:
                 raise _write_invariant("steal", rid)
-            _fact(tx, rid, "stolen", who, granted)
+            _fact(tx, rid, "stolen", who, granted, last + 1)
             return Claimed(granted)
 
         return self._tm.write("steal", body)
@@ -696,12 +698,20 @@ def _who(owner: OwnerId) -> tuple[str, int, str]:
 
 
 def _fact(
-    tx: Transaction, run_id: str, transition: str, owner: OwnerId, granted_at_ms: int | None
+    tx: Transaction,
+    run_id: str,
+    transition: str,
+    owner: OwnerId,
+    granted_at_ms: int | None,
+    position: int | None = None,
 ) -> None:
-    tx.connection.execute(
-        q.FACT_APPEND,
-        (run_id, transition, owner.host_id, owner.pid, owner.nonce, granted_at_ms),
-    )
+    """Append one fact: at ``position`` when a classify query told it, else
+    one past the run's last."""
+    params = (run_id, transition, owner.host_id, owner.pid, owner.nonce, granted_at_ms)
+    if position is None:
+        tx.connection.execute(q.FACT_APPEND, params)
+    else:
+        tx.connection.execute(q.FACT_AT, (*params, position))
 
 
 def _classify_cancellation_miss(
