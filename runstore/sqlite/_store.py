@@ -17,6 +17,7 @@ Reads (``get``, ``lineage``, ``latest_round``, ``ownership_facts``,
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Callable, Sequence
 from types import TracebackType
@@ -673,6 +674,20 @@ class SqliteRunStore:
         self._tm.snapshot("check_invariants", lambda tx: check_store_invariants(tx))
 
     # -- lifetime -------------------------------------------------------------------------
+
+    def interrupt(self) -> None:
+        """Abort the SQL statement this store is running right now, from any thread.
+
+        The interrupted operation rolls back whole and raises
+        ``persistence_failed``; an idle store is unaffected. The heartbeat
+        supervisor calls this when a write it is waiting for outlives the lease
+        budget. It takes no lock on purpose: the call it aborts holds it.
+        """
+        if self._closed:
+            return
+        # Closed between the check and the call: nothing is running.
+        with contextlib.suppress(sqlite3.ProgrammingError):
+            self._tm.connection.interrupt()
 
     def close(self) -> None:
         with self._tm.lock:
