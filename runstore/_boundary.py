@@ -96,18 +96,19 @@ def invalid(method: str, field: str, detail: str = DEFAULT_DETAIL) -> InvalidRun
 # --- JSON shape -------------------------------------------------------------
 
 
-class _Refused(Exception):
-    """Internal: a JSON literal JavaScript could not hold as a finite number."""
+class NonFiniteNumber(ValueError):
+    """A JSON literal no other reader could hold as a finite number: ``NaN``,
+    ``Infinity``, ``-Infinity``, or a literal that overflows a double."""
 
 
 def _refuse_constant(_name: str) -> Any:
-    raise _Refused
+    raise NonFiniteNumber
 
 
 def _finite_float(text: str) -> float:
     number = float(text)
     if not math.isfinite(number):
-        raise _Refused
+        raise NonFiniteNumber
     return number
 
 
@@ -118,20 +119,33 @@ def _finite_int(text: str) -> int:
     return number
 
 
-def json_text_complaint(text: object) -> str | None:
-    """Why ``text`` is not admissible run state, or None when it is."""
-    if type(text) is not str or not text:
-        return "must be non-empty JSON text"
+def parse_strict_json(text: str) -> Any:
+    """Parse ``text`` as strict JSON, as run state and attempt values are read.
+
+    Raises ``NonFiniteNumber`` for a non-finite literal, and ``ValueError`` or
+    ``RecursionError`` for anything else that is not JSON (control characters
+    inside strings included).
+    """
     try:
-        value = json.loads(
+        return json.loads(
             text,
             parse_constant=_refuse_constant,
             parse_float=_finite_float,
             parse_int=_finite_int,
         )
-    except _Refused:
+    except OverflowError:
+        raise NonFiniteNumber from None
+
+
+def json_text_complaint(text: object) -> str | None:
+    """Why ``text`` is not admissible run state, or None when it is."""
+    if type(text) is not str or not text:
+        return "must be non-empty JSON text"
+    try:
+        value = parse_strict_json(text)
+    except NonFiniteNumber:
         return "contains a non-finite number"
-    except (ValueError, RecursionError, OverflowError):
+    except (ValueError, RecursionError):
         return "must be valid JSON text"
     return json_shape_complaint(value)
 

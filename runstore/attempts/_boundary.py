@@ -29,18 +29,19 @@ can change it afterwards.
 from __future__ import annotations
 
 import json
-import math
-from typing import Any, Final
+from typing import Final
 
 import attrs
 
 from .._boundary import (
+    NonFiniteNumber,
     canonical_json,
     is_identifier,
     is_owner,
     is_timestamp,
     json_shape_complaint,
     json_value_complaint,
+    parse_strict_json,
 )
 from .._values import OwnerId
 from ._errors import AttemptStoreError
@@ -308,27 +309,6 @@ def admit_patch(
 # --- stored text ---------------------------------------------------------------
 
 
-class _NonFinite(Exception):
-    """Internal: a literal no JSON reader can hold as a finite number."""
-
-
-def _refuse_constant(_name: str) -> Any:
-    raise _NonFinite
-
-
-def _finite_float(text: str) -> float:
-    number = float(text)
-    if not math.isfinite(number):
-        raise _NonFinite
-    return number
-
-
-def _finite_int(text: str) -> int:
-    number = int(text)
-    float(number)  # OverflowError: a literal past a double is Infinity elsewhere
-    return number
-
-
 def stored_json_complaint(text: object, *, cap: int | None = None) -> tuple[object, str | None]:
     """Parse a stored JSON column: ``(value, None)``, or ``(None, complaint)``.
 
@@ -341,13 +321,8 @@ def stored_json_complaint(text: object, *, cap: int | None = None) -> tuple[obje
     if cap is not None and len(text) * 4 > cap and len(text.encode("utf-8")) > cap:
         return None, BYTE_LIMIT_COMPLAINT
     try:
-        value = json.loads(
-            text,
-            parse_constant=_refuse_constant,
-            parse_float=_finite_float,
-            parse_int=_finite_int,
-        )
-    except (_NonFinite, OverflowError):
+        value = parse_strict_json(text)
+    except NonFiniteNumber:
         return None, "contains a non-finite number"
     except (ValueError, RecursionError):
         return None, "is not valid JSON text"
