@@ -109,3 +109,38 @@ __all__ = [
     "load_profile",
     "run_conformance",
 ]
+
+# Attempts in the machines (issue 6).
+from ._attempt_invariants import ATTEMPT_INVARIANTS as ATTEMPT_INVARIANTS
+from ._attempt_invariants import AttemptChangedWithoutWrite as AttemptChangedWithoutWrite
+from ._attempt_invariants import AttemptHeartbeatRegressed as AttemptHeartbeatRegressed
+from ._attempt_invariants import AttemptInvariantViolation as AttemptInvariantViolation
+from ._attempt_invariants import AttemptRunMissing as AttemptRunMissing
+from ._attempt_invariants import AttemptWriteMovedRevision as AttemptWriteMovedRevision
+from ._attempt_invariants import CheckpointOverCap as CheckpointOverCap
+from ._attempt_invariants import CommittedAttemptLost as CommittedAttemptLost
+from ._attempt_invariants import SettledAttemptChanged as SettledAttemptChanged
+from ._attempt_invariants import UnfencedAttemptWrite as UnfencedAttemptWrite
+from ._attempt_invariants import check_attempt_state as check_attempt_state
+from ._attempt_invariants import check_attempt_step as check_attempt_step
+from ._attempt_machine import AttemptStateMismatch as AttemptStateMismatch
+from ._attempt_machine import RunAttemptComparison as RunAttemptComparison
+from ._attempt_machine import attempt_comparison_for as attempt_comparison_for
+
+__all__ += [
+    "ATTEMPT_INVARIANTS",
+    "AttemptChangedWithoutWrite",
+    "AttemptHeartbeatRegressed",
+    "AttemptInvariantViolation",
+    "AttemptRunMissing",
+    "AttemptStateMismatch",
+    "AttemptWriteMovedRevision",
+    "CheckpointOverCap",
+    "CommittedAttemptLost",
+    "RunAttemptComparison",
+    "SettledAttemptChanged",
+    "UnfencedAttemptWrite",
+    "attempt_comparison_for",
+    "check_attempt_state",
+    "check_attempt_step",
+]

@@ -7,6 +7,7 @@ import attrs
 from hypothesis import settings as Settings
 from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
+from ._attempt_machine import attempt_comparison_for, builds_sqlite_stores
 from ._capabilities import FULL_STORE, Capabilities
 from ._consensus_machine import ConsensusFactory, consensus_comparison_for
 from ._machine import StoreFactory, comparison_for
@@ -36,6 +37,14 @@ def conformance_machines(
                     factory, in_adapter, name=f"sqlite+{name}", raw_writer=raw_writer_for(factory)
                 )
             )
+            machines.append(
+                attempt_comparison_for(
+                    factory,
+                    in_adapter,
+                    name=f"sqlite+{name}+attempts",
+                    raw_writer=raw_writer_for(factory),
+                )
+            )
     if store_factory is not None:
         name = getattr(store_factory, "__qualname__", "store")
         machines.append(
@@ -46,6 +55,17 @@ def conformance_machines(
                 raw_writer=raw_writer_for(store_factory),
             )
         )
+        if builds_sqlite_stores(store_factory):
+            # Attempts live in the SQLite adapter's database: the same store
+            # again, with attempt rules interleaved.
+            machines.append(
+                attempt_comparison_for(
+                    store_factory,
+                    capabilities,
+                    name=f"{name}+attempts",
+                    raw_writer=raw_writer_for(store_factory),
+                )
+            )
     return machines
 
 
@@ -63,8 +83,12 @@ def run_conformance(
     ``path`` to reopen. ``consensus_factory()`` builds a fresh strategy: it is
     compared with ``ModelConsensus`` at the strategy interface and, unless a
     ``store_factory`` is also given, inside the SQLite adapter against
-    ``ModelRunStore``. ``capabilities`` says what the store can do (see
-    ``Capabilities``). ``settings`` defaults to the loaded Hypothesis profile.
+    ``ModelRunStore``. When the store under test is the SQLite adapter (a
+    ``runstore.sqlite.SqliteRunStore``, as every strategy is put inside), the
+    run-store machine runs a second time with ``AttemptStore`` rules
+    interleaved, against ``ModelAttemptStore``. ``capabilities`` says what the
+    store can do (see ``Capabilities``). ``settings`` defaults to the loaded
+    Hypothesis profile.
 
     Returns when everything conforms; raises Hypothesis's failure, with the
     shrunk program printed, when something does not.

@@ -1,0 +1,919 @@
+"""``RunAttemptComparison``: the run-store machine with attempts interleaved.
+
+A subclass of ``RunStoreComparison``: every run rule (claims, steals,
+takeovers, settling, crashes and reopening, faults, clock moves) stays, and
+attempt rules join them, so attempt writes land before, during and after
+ownership changes. Two attempt stores share each side's attempt table, as two
+``AttemptStore`` objects over one database do:
+
+- ``insert``: the defaults (in-progress ``("running",)``, 1 MiB cap, insert);
+- ``upsert``: in-progress ``("queued", "running")``, a 64-byte checkpoint cap
+  (so the byte boundary is cheap to hit) and upsert mode.
+
+The reference side is ``ModelAttemptStore`` over the machine's
+``ModelRunStore``; the store side is ``attempt_store_factory`` (by default
+``AttemptStore``) over the store under test, built again after every reopen.
+After every step, attempt step or run step alike, the machine checks in this
+order: the attempt step invariants on the store and then the reference; the
+run machine's own checks (run invariants, same outcome, same run state); the
+attempt state invariants; and that both attempt tables are equal.
+
+Domains are small: two step keys, attempts 1 and 2, the owner of record, a
+displaced owner (someone who owned the run before), a claimant, a stranger
+and a crashed incarnation as writers, and JSON values chosen so that ``True``,
+``1`` and ``1.0``, ``null`` and absent, and checkpoints one byte either side of
+the cap (in ASCII, two-byte and astral text) all meet.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar, Final
+
+import attrs
+from hypothesis import strategies as st
+from hypothesis.stateful import invariant, precondition, rule
+
+from runstore._clock import ManualClock
+from runstore._errors import RunStoreError
+from runstore._outcomes import Claimed
+from runstore._values import OwnerId, RunRow
+from runstore.attempts import (
+    ABSENT,
+    DEFAULT_MAX_CHECKPOINT_BYTES,
+    Absent,
+    Attempt,
+    AttemptId,
+    AttemptPatch,
+    AttemptStore,
+    AttemptStoreError,
+    FinishAttempt,
+    JsonValue,
+)
+from runstore.model import ModelAttemptStore
+
+from . import _observe
+from ._attempt_invariants import (
+    ACCEPTED,
+    AttemptInvariantViolation,
+    addressed,
+    check_attempt_state,
+    check_attempt_step,
+)
+from ._capabilities import FULL_STORE, Capabilities
+from ._compare import DifferentialMismatch
+from ._domain import PROCESS_COUNT, RUN_IDS, START_MS
+from ._faults import FAULT_BUDGET, FAULTS, fault_plan
+from ._machine import (
+    PROCESSES,
+    ReferenceInvariantViolation,
+    RunStoreComparison,
+    StoreFactory,
+)
+from ._observe import say
+from ._steps import Call, Crashed, Raised, Step, call
+
+
+class AttemptStateMismatch(DifferentialMismatch):
+    """After a step the two sides hold different attempts."""
+
+
+@attrs.frozen
+class AttemptConfig:
+    """The options one attempt store is built with."""
+
+    in_progress_states: tuple[str, ...]
+    max_checkpoint_bytes: int
+    put_mode: str
+
+    def options(self) -> dict[str, Any]:
+        return {
+            "in_progress_states": self.in_progress_states,
+            "max_checkpoint_bytes": self.max_checkpoint_bytes,
+            "put_mode": self.put_mode,
+        }
+
+
+#: The two attempt stores each side holds over one table.
+CONFIGS: Final[Mapping[str, AttemptConfig]] = {
+    "insert": AttemptConfig(("running",), DEFAULT_MAX_CHECKPOINT_BYTES, "insert"),
+    "upsert": AttemptConfig(("queued", "running"), 64, "upsert"),
+}
+#: Every state some attempt store counts as in progress (the rest are settled).
+IN_PROGRESS: Final = frozenset(s for c in CONFIGS.values() for s in c.in_progress_states)
+#: The largest cap of any attempt store over the table.
+LARGEST_CAP: Final = max(c.max_checkpoint_bytes for c in CONFIGS.values())
+
+STEP_KEYS: Final = ("s1", "s2")
+NUMBERS: Final = (1, 2)
+PUT_STATES: Final = ("running", "running", "queued", "succeeded", "failed")
+FINISH_STATES: Final = ("succeeded", "failed", "succeeded", "queued", "running")
+#: Who writes: the owner of record (most often), someone who owned the run
+#: before it changed hands, its claimant, two strangers, a crashed incarnation.
+WRITERS: Final = ("owner", "owner", "owner", "owner", "displaced", "claimant", 0, 3, "ghost")
+ATTEMPT_RUNS: Final = ("running", "running", "running", *RUN_IDS, "nope")
+
+#: Checkpoints at the 64-byte cap and one past it, as UTF-8 bytes of the
+#: canonical encoding count them: ASCII, two-byte and astral characters.
+AT_CAP_ASCII: Final = "a" * 62  # 64 bytes
+OVER_CAP_ASCII: Final = "a" * 63  # 65 bytes
+AT_CAP_TWO_BYTE: Final = "\u00e9" * 31  # 64 bytes, 33 characters
+OVER_CAP_TWO_BYTE: Final = "\u00e9" * 32  # 66 bytes, 34 characters
+UNDER_CAP_ASTRAL: Final = "\U0001d11e" * 15  # 62 bytes, 17 characters
+OVER_CAP_ASTRAL: Final = "\U0001d11e" * 16  # 66 bytes, 18 characters
+
+#: JSON values that Python calls equal and the stores do not, both orders of
+#: one object's keys, null, and (as ``ABSENT``) no value at all.
+JSON_VALUES: Final[tuple[JsonValue | Absent, ...]] = (
+    ABSENT,
+    ABSENT,
+    None,
+    True,
+    1,
+    1.0,
+    False,
+    0,
+    "x",
+    {"k": 1},
+    {"k": True},
+    {"k": 1.0},
+    {"a": 1, "b": [True, None]},
+    {"b": [True, None], "a": 1},
+    [1, True, 1.0, None],
+    {"nul": "\u0000", "astral": "\U0001d11e"},
+)
+CHECKPOINTS: Final[tuple[JsonValue | Absent, ...]] = (
+    *JSON_VALUES,
+    AT_CAP_ASCII,
+    OVER_CAP_ASCII,
+    AT_CAP_TWO_BYTE,
+    OVER_CAP_TWO_BYTE,
+    UNDER_CAP_ASTRAL,
+    OVER_CAP_ASTRAL,
+    {"k": "a" * 56},  # 64 bytes
+)
+#: ``meta`` is required by ``put``: absent (rarely) is refused on both sides.
+METAS: Final[tuple[JsonValue | Absent, ...]] = (
+    {},
+    {},
+    {"try": 1},
+    {"try": 1.0},
+    None,
+    True,
+    ABSENT,
+)
+
+CONFIG = st.sampled_from(tuple(CONFIGS))
+ATTEMPT_RUN = st.sampled_from(ATTEMPT_RUNS)
+STEP = st.sampled_from(STEP_KEYS)
+NUMBER = st.sampled_from(NUMBERS)
+WRITER = st.sampled_from(WRITERS)
+#: Which attempt a rule addresses: the one last written, the one before it,
+#: or the drawn run, step key and number.
+PICK = st.sampled_from(("latest", "latest", "earlier", "given", "given"))
+JSONS = st.sampled_from(JSON_VALUES)
+
+#: The writes the attempt fault rule arms a fault for.
+FAULTED_WRITES: Final = ("put", "heartbeat", "finish", "patch", "upsert")
+
+
+def perform_attempt(stores: Mapping[str, Any], op: Call) -> Any:
+    """Apply an attempt ``op`` to the attempt store its ``config`` names and
+    return the outcome, or a ``Raised`` (``AttemptStoreError`` or
+    ``RunStoreError``) or ``Crashed`` (anything else)."""
+    store = stores[op.get("config")]
+    method = getattr(store, op.method.removeprefix("attempt_"))
+    args = [v for k, v in op.arguments if k != "config" and k not in op.keywords]
+    kwargs = {k: v for k, v in op.arguments if k in op.keywords}
+    try:
+        return method(*args, **kwargs)
+    except AttemptStoreError as error:
+        field = error.cause.get("field")
+        return Raised(str(error.code), str(error.method), field if isinstance(field, str) else None)
+    except RunStoreError as error:
+        return Raised(str(error.code), str(error.method))
+    except Exception as error:
+        return Crashed(type(error).__name__, str(error)[:200])
+
+
+def retyped(value: JsonValue | Absent) -> JsonValue | Absent:
+    """A value Python calls equal (or nearly) that the stores must not:
+    ``True``/``1``/``1.0`` rotate, ``null`` and absent swap; containers change
+    their first member."""
+    if value is ABSENT:
+        return None
+    if value is None:
+        return ABSENT
+    if value is True:
+        return 1
+    if value is False:
+        return 0.0
+    if type(value) is int:
+        return float(value)
+    if type(value) is float:
+        return True
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [retyped(value[0]), *value[1:]] if value else [None]  # type: ignore[list-item]
+    if isinstance(value, dict):
+        if not value:
+            return {"": None}
+        first = next(iter(value))
+        inner = retyped(value[first])
+        return {**value, first: None if inner is ABSENT else inner}
+    return value
+
+
+class RunAttemptComparison(RunStoreComparison):
+    """``ModelRunStore`` + ``ModelAttemptStore`` against the store under test
+    and ``attempt_store_factory`` over it, step by step."""
+
+    #: Builds the attempt store under test: ``factory(store, **options)``.
+    attempt_store_factory: ClassVar[Callable[..., Any]] = AttemptStore
+
+    def __init__(self) -> None:
+        # ``_open_store`` (called by the base) builds the store-side attempt stores.
+        super().__init__()
+        self.model_attempt_stores: dict[str, ModelAttemptStore] = {
+            name: ModelAttemptStore(self.model, **config.options())
+            for name, config in CONFIGS.items()
+        }
+        self.model_attempts: tuple[Attempt, ...] = ()
+        self.store_attempts: tuple[Attempt, ...] = ()
+        #: Per run, owners it had before the current one (oldest first).
+        self.displaced: dict[str, list[OwnerId]] = {}
+        #: The attempts written last (most recent at the end).
+        self.recent: list[AttemptId] = []
+
+    def _open_store(self) -> Any:
+        store = super()._open_store()
+        factory = type(self).attempt_store_factory
+        self.attempt_stores: dict[str, Any] = {
+            name: factory(store, **config.options()) for name, config in CONFIGS.items()
+        }
+        return store
+
+    # -- the differential step -----------------------------------------------------
+
+    def _do_attempt(self, op: Call) -> Any:
+        """Apply an attempt ``op`` to both sides and run every check."""
+        model_out = perform_attempt(self.model_attempt_stores, op)
+        store_out = perform_attempt(self.attempt_stores, op)
+        self._settle(Step(op, model_out), Step(op, store_out))
+        self._written(Step(op, model_out))
+        return model_out
+
+    def _written(self, step: Step) -> None:
+        """Remember the attempts written last, for rules to address again."""
+        key = addressed(step)
+        if key is None or not isinstance(step.outcome, ACCEPTED):
+            return
+        ident = AttemptId(*key)
+        if ident in self.recent:
+            self.recent.remove(ident)
+        self.recent.append(ident)
+        del self.recent[:-4]
+
+    def _settle(self, model_step: Step, store_step: Step) -> None:
+        runs_before = self.model_state
+        before_model, before_store = self.model_attempts, self.store_attempts
+        model_revision, store_revision = self.model_state.revision, self.store_state.revision
+        self.model_attempts = self.model_attempt_stores["insert"].state()
+        self.store_attempts = self.attempt_stores["insert"].state()
+        config = CONFIGS.get(model_step.call.get("config"))
+        cap = None if config is None else config.max_checkpoint_bytes
+        try:
+            check_attempt_step(
+                before_store,
+                self.store_attempts,
+                store_step,
+                runs_before=runs_before,
+                revision_before=store_revision,
+                revision_after=self.store.revision(),
+                in_progress_states=IN_PROGRESS,
+                max_checkpoint_bytes=cap,
+            )
+            try:
+                check_attempt_step(
+                    before_model,
+                    self.model_attempts,
+                    model_step,
+                    runs_before=runs_before,
+                    revision_before=model_revision,
+                    revision_after=self.model.revision(),
+                    in_progress_states=IN_PROGRESS,
+                    max_checkpoint_bytes=cap,
+                )
+            except AttemptInvariantViolation as error:
+                raise ReferenceInvariantViolation(f"{type(error).__name__}: {error}") from None
+        except AssertionError as error:
+            self._report(error)
+            raise
+        super()._settle(model_step, store_step)
+        try:
+            check_attempt_state(
+                self.store_attempts, self.store_state, max_checkpoint_bytes=LARGEST_CAP
+            )
+            try:
+                check_attempt_state(
+                    self.model_attempts, self.model_state, max_checkpoint_bytes=LARGEST_CAP
+                )
+            except AttemptInvariantViolation as error:
+                raise ReferenceInvariantViolation(f"{type(error).__name__}: {error}") from None
+            if self.model_attempts != self.store_attempts:
+                say(f"reference attempts: {self.model_attempts!r}")
+                say(f"store attempts: {self.store_attempts!r}")
+                raise AttemptStateMismatch(
+                    f"after {model_step.call.describe()}:\n"
+                    + _attempt_difference(self.model_attempts, self.store_attempts)
+                )
+        except AssertionError as error:
+            self._report(error)
+            raise
+        self._remember_owners(runs_before.rows)
+
+    def _report(self, error: AssertionError) -> None:
+        observer = _observe.current()
+        if observer is not None:
+            observer.failed(self._failure(error))
+
+    def _remember_owners(self, rows_before: tuple[RunRow, ...]) -> None:
+        now = {row.run_id: row for row in self.model_state.rows}
+        for row in rows_before:
+            later = now.get(row.run_id)
+            if row.owner is not None and (later is None or later.owner != row.owner):
+                past = self.displaced.setdefault(row.run_id, [])
+                if row.owner not in past:
+                    past.append(row.owner)
+                    del past[:-4]
+
+    @invariant()
+    def attempt_stores_check_themselves(self) -> None:
+        """Each side's own attempt self-check: rows decode, checkpoints fit
+        the largest cap, every attempt's run exists."""
+        if not self.open:
+            return
+        self.attempt_stores["insert"].check_invariants(max_checkpoint_bytes=LARGEST_CAP)
+        try:
+            self.model_attempt_stores["insert"].check_invariants(max_checkpoint_bytes=LARGEST_CAP)
+        except AssertionError as error:
+            raise ReferenceInvariantViolation(str(error)) from None
+
+    # -- arguments -------------------------------------------------------------------
+
+    def _writer(self, selector: object, run: str) -> OwnerId:
+        """An attempt writer: ``"displaced"`` is the run's latest former owner
+        (a crashed incarnation when it never changed hands)."""
+        if selector == "displaced":
+            past = self.displaced.get(run)
+            return past[-1] if past else self.world.actor("ghost", run)
+        return self.world.actor(selector, run)
+
+    def _address(self, run: str, step: str, number: int, pick: str) -> AttemptId:
+        """The attempt last written (``"latest"``), the one before it
+        (``"earlier"``), or the drawn one (``"given"``, or when too few were
+        written)."""
+        back = {"latest": 1, "earlier": 2}.get(pick, 0)
+        if back and len(self.recent) >= back:
+            return self.recent[-back]
+        return AttemptId(self.world.run(run), step, number)
+
+    def _stored(self, run: str, step: str, number: int) -> Attempt | None:
+        for record in self.model_attempts:
+            if (record.run_id, record.step_key_digest, record.attempt) == (run, step, number):
+                return record
+        return None
+
+    def _reading(self, who: OwnerId, delta: int = 0) -> int:
+        return max(0, self.world.reading(who) + delta)
+
+    def _put(self, config: str, record: Attempt, who: OwnerId) -> Any:
+        return self._do_attempt(
+            call("attempt_put", ("config", config), ("attempt", record), ("owner", who))
+        )
+
+    def _heartbeat(
+        self,
+        config: str,
+        ident: AttemptId,
+        who: OwnerId,
+        now: int,
+        checkpoint: JsonValue | Absent = ABSENT,
+    ) -> Any:
+        return self._do_attempt(
+            call(
+                "attempt_heartbeat",
+                ("config", config),
+                ("run_id", ident.run_id),
+                ("step_key_digest", ident.step_key_digest),
+                ("attempt", ident.attempt),
+                ("owner", who),
+                ("now_ms", now),
+                ("checkpoint", checkpoint),
+            )
+        )
+
+    def _finish(self, config: str, request: FinishAttempt, who: OwnerId) -> Any:
+        return self._do_attempt(
+            call("attempt_finish", ("config", config), ("finish", request), ("owner", who))
+        )
+
+    def _patch(self, config: str, ident: AttemptId, fields: AttemptPatch, who: OwnerId) -> Any:
+        return self._do_attempt(
+            call(
+                "attempt_patch",
+                ("config", config),
+                ("attempt_id", ident),
+                ("patch", fields),
+                ("owner", who),
+            )
+        )
+
+    # -- attempt rules -----------------------------------------------------------------
+
+    @rule(
+        config=CONFIG,
+        run=ATTEMPT_RUN,
+        step=STEP,
+        number=NUMBER,
+        pick=PICK,
+        writer=WRITER,
+        own=st.booleans(),
+        variant=st.sampled_from(("new", "new", "stored", "stored", "retyped")),
+        state=st.sampled_from(PUT_STATES),
+        stamps=st.sampled_from(("started", "beating", "finished")),
+        checkpoint=st.sampled_from(CHECKPOINTS),
+        error=JSONS,
+        outcome=JSONS,
+        meta=st.sampled_from(METAS),
+    )
+    def attempt_put(
+        self,
+        config: str,
+        run: str,
+        step: str,
+        number: int,
+        pick: str,
+        writer: object,
+        own: bool,
+        variant: str,
+        state: str,
+        stamps: str,
+        checkpoint: JsonValue | Absent,
+        error: JsonValue | Absent,
+        outcome: JsonValue | Absent,
+        meta: JsonValue | Absent,
+    ) -> None:
+        """``put`` a new record, the stored one again, or the stored one with
+        one JSON value retyped (``True`` for ``1``, ``null`` for absent, ...)."""
+        ident = self._address(run, step, number, pick)
+        run, step, number = ident.run_id, ident.step_key_digest, ident.attempt
+        if own:
+            self._owned(run, 0)
+        who = self._writer(writer, run)
+        now = self._reading(who)
+        stored = self._stored(run, step, number)
+        if variant == "stored" and stored is not None:
+            record = stored
+        elif variant == "retyped" and stored is not None:
+            record = _retype_one(stored)
+        else:
+            record = Attempt(
+                run,
+                step,
+                number,
+                state,
+                now,
+                heartbeat_at_ms=now if stamps == "beating" else None,
+                finished_at_ms=now if stamps == "finished" else None,
+                checkpoint=checkpoint,
+                error=error,
+                outcome=outcome,
+                meta=meta,
+            )
+        self._put(config, record, who)
+
+    @rule(config=CONFIG, run=ATTEMPT_RUN, step=STEP, number=NUMBER, pick=PICK)
+    def attempt_get(self, config: str, run: str, step: str, number: int, pick: str) -> None:
+        ident = self._address(run, step, number, pick)
+        self._do_attempt(call("attempt_get", ("config", config), ("attempt_id", ident)))
+
+    @rule(
+        config=CONFIG,
+        run=ATTEMPT_RUN,
+        step=STEP,
+        number=NUMBER,
+        pick=PICK,
+        writer=WRITER,
+        at=st.sampled_from(("reading", "reading", "behind", "ahead", "stored", "stored-1")),
+        checkpoint=st.sampled_from((ABSENT, ABSENT, *CHECKPOINTS)),
+    )
+    def attempt_heartbeat(
+        self,
+        config: str,
+        run: str,
+        step: str,
+        number: int,
+        pick: str,
+        writer: object,
+        at: str,
+        checkpoint: JsonValue | Absent,
+    ) -> None:
+        """A heartbeat at the writer's reading, behind or ahead of it, or at
+        the stored stamp (or one before it), with or without a checkpoint."""
+        ident = self._address(run, step, number, pick)
+        run, step, number = ident.run_id, ident.step_key_digest, ident.attempt
+        who = self._writer(writer, run)
+        stored = self._stored(run, step, number)
+        beat = None if stored is None else stored.heartbeat_at_ms
+        if at.startswith("stored") and beat is not None:
+            now = max(0, beat - (1 if at == "stored-1" else 0))
+        else:
+            now = self._reading(who, {"behind": -5000, "ahead": 5000}.get(at, 0))
+        self._heartbeat(config, AttemptId(run, step, number), who, now, checkpoint)
+
+    @rule(
+        config=CONFIG,
+        run=ATTEMPT_RUN,
+        step=STEP,
+        number=NUMBER,
+        pick=PICK,
+        writer=WRITER,
+        state=st.sampled_from(FINISH_STATES),
+        at=st.sampled_from((0, 0, 1, -1, 700)),
+        error=JSONS,
+        outcome=JSONS,
+        meta=JSONS,
+    )
+    def attempt_finish(
+        self,
+        config: str,
+        run: str,
+        step: str,
+        number: int,
+        pick: str,
+        writer: object,
+        state: str,
+        at: int,
+        error: JsonValue | Absent,
+        outcome: JsonValue | Absent,
+        meta: JsonValue | Absent,
+    ) -> None:
+        """``finish`` (an in-progress target state is refused by admission)."""
+        ident = self._address(run, step, number, pick)
+        run, step, number = ident.run_id, ident.step_key_digest, ident.attempt
+        who = self._writer(writer, run)
+        request = FinishAttempt(
+            run,
+            step,
+            number,
+            state,
+            self._reading(who, at),
+            error=error,
+            outcome=outcome,
+            meta=meta,
+        )
+        self._finish(config, request, who)
+
+    @rule(
+        config=CONFIG,
+        run=ATTEMPT_RUN,
+        step=STEP,
+        number=NUMBER,
+        pick=PICK,
+        writer=WRITER,
+        checkpoint=st.sampled_from((ABSENT, ABSENT, *CHECKPOINTS)),
+        error=JSONS,
+        outcome=JSONS,
+        meta=JSONS,
+    )
+    def attempt_patch(
+        self,
+        config: str,
+        run: str,
+        step: str,
+        number: int,
+        pick: str,
+        writer: object,
+        checkpoint: JsonValue | Absent,
+        error: JsonValue | Absent,
+        outcome: JsonValue | Absent,
+        meta: JsonValue | Absent,
+    ) -> None:
+        """``patch`` (works on settled attempts too, under the fence)."""
+        ident = self._address(run, step, number, pick)
+        who = self._writer(writer, ident.run_id)
+        fields = AttemptPatch(checkpoint=checkpoint, error=error, outcome=outcome, meta=meta)
+        self._patch(config, ident, fields, who)
+
+    # -- composite rules for the races ------------------------------------------------
+
+    @rule(
+        config=CONFIG,
+        run=ATTEMPT_RUN,
+        thief=PROCESSES,
+        late=st.sampled_from(("finish", "patch", "heartbeat", "put")),
+        winner_first=st.booleans(),
+    )
+    def displaced_owner_writes(
+        self, config: str, run: str, thief: int, late: str, winner_first: bool
+    ) -> None:
+        """An owner starts an attempt, another process takes the run over
+        (steal at the staleness edge, then activate), and the old owner's late
+        write races the new owner's (either first)."""
+        run = self.world.run(run)
+        row = self._owned(run, (thief + 1) % PROCESS_COUNT)
+        if row is None or row.owner is None or row.heartbeat_at_ms is None:
+            return
+        old = row.owner
+        ident = AttemptId(run, "s1", 1)
+        self._put(config, _fresh(ident, "running", self._reading(old)), old)
+        self._set_clock(row.heartbeat_at_ms + 30_001)
+        new = self.world.process(thief)
+        now = self.clock.now_ms()
+        proof = self.world.evidence("fit", old, new, now)
+        out = self._do(
+            call(
+                "steal",
+                ("run_id", run),
+                ("expected", row.snapshot),
+                ("claimant", new),
+                ("now_ms", now),
+                ("evidence", proof),
+            )
+        )
+        if isinstance(out, Claimed):
+            self._do(
+                call(
+                    "activate",
+                    ("run_id", run),
+                    ("claimant", new),
+                    ("claimed_at_ms", out.claimed_at_ms),
+                    ("expected", row.snapshot),
+                )
+            )
+        for who in (new, old) if winner_first else (old, new):
+            self._late_write(config, late, ident, who)
+
+    def _late_write(self, config: str, late: str, ident: AttemptId, who: OwnerId) -> None:
+        now = self._reading(who)
+        if late == "finish":
+            self._finish(
+                config,
+                FinishAttempt(
+                    ident.run_id,
+                    ident.step_key_digest,
+                    ident.attempt,
+                    "failed",
+                    now,
+                    outcome={"by": who.nonce},
+                ),
+                who,
+            )
+        elif late == "patch":
+            self._patch(config, ident, AttemptPatch(outcome={"by": who.nonce}), who)
+        elif late == "heartbeat":
+            self._heartbeat(config, ident, who, now, {"by": who.nonce})
+        else:
+            self._put(config, _fresh(ident, "running", now, meta={"by": who.nonce}), who)
+
+    @rule(
+        config=CONFIG,
+        run=ATTEMPT_RUN,
+        run_first=st.booleans(),
+        to_status=st.sampled_from(("completed", "failed", "cancelled", "suspended")),
+        attempt_state=st.sampled_from(("succeeded", "failed")),
+    )
+    def run_and_attempt_settle(
+        self, config: str, run: str, run_first: bool, to_status: str, attempt_state: str
+    ) -> None:
+        """The run-terminal vs attempt-terminal race: the owner settles (or
+        suspends) the run and finishes its attempt, in either order, then
+        patches the attempt."""
+        run = self.world.run(run)
+        row = self._owned(run, 0)
+        if row is None or row.owner is None:
+            return
+        owner = row.owner
+        ident = AttemptId(run, "s2", 1)
+        self._put(config, _fresh(ident, "running", self._reading(owner)), owner)
+        request = FinishAttempt(
+            run, "s2", 1, attempt_state, self._reading(owner, 1), outcome={"done": True}
+        )
+        settle = call(
+            "transition_owned",
+            ("run_id", run),
+            ("owner", owner),
+            ("to_status", to_status),
+            state_json='{"settled":true}',
+        )
+        if run_first:
+            self._do(settle)
+            self._finish(config, request, owner)
+        else:
+            self._finish(config, request, owner)
+            self._do(settle)
+        self._patch(config, ident, AttemptPatch(error={"late": 1}), owner)
+
+    @rule(
+        run=ATTEMPT_RUN,
+        step=STEP,
+        number=NUMBER,
+        first=st.sampled_from(("queued", "running")),
+        settle=st.sampled_from(("finish", "put", "finish-insert")),
+    )
+    def upsert_while_in_progress(
+        self, run: str, step: str, number: int, first: str, settle: str
+    ) -> None:
+        """Upsert replaces an attempt only while it is in progress: put,
+        replace, settle (by finish, by an upserted settled record, or by the
+        insert store finishing a queued attempt), then try to replace again."""
+        run = self.world.run(run)
+        row = self._owned(run, 0)
+        if row is None or row.owner is None:
+            return
+        owner = row.owner
+        ident = AttemptId(run, step, number)
+        now = self._reading(owner)
+        self._put("upsert", _fresh(ident, first, now), owner)
+        self._put("upsert", _fresh(ident, "running", now + 1, checkpoint={"page": 2}), owner)
+        if settle == "finish":
+            self._finish("upsert", FinishAttempt(run, step, number, "succeeded", now + 2), owner)
+        elif settle == "put":
+            self._put("upsert", _fresh(ident, "failed", now + 2, finished=now + 2), owner)
+        else:
+            self._finish("insert", FinishAttempt(run, step, number, "queued", now + 2), owner)
+        self._put("upsert", _fresh(ident, "running", now + 3, checkpoint={"page": 3}), owner)
+        self._heartbeat("upsert", ident, owner, now + 4)
+        stored = self._stored(run, step, number)
+        if stored is not None:
+            # The settled record itself: the same, by strict comparison.
+            self._put("insert", stored, owner)
+            self._put("upsert", stored, owner)
+
+    @precondition(lambda self: self.capabilities.fault_injection)
+    @rule(write=st.sampled_from(FAULTED_WRITES), fault=st.sampled_from(FAULTS), step=STEP)
+    def faulted_attempt(self, write: str, fault: str, step: str) -> None:
+        """An attempt write with a fault armed: a lasting failure raises
+        ``persistence_failed`` and leaves both sides unchanged; transient ones
+        within the budget do not change the outcome."""
+        run = self.world.run("running")
+        who = self.world.actor("owner", run)
+        ident = AttemptId(run, step, 1)
+        now = self._reading(who)
+        config = "upsert" if write == "upsert" else "insert"
+        if write in ("put", "upsert"):
+            op = call(
+                "attempt_put",
+                ("config", config),
+                ("attempt", _fresh(ident, "running", now, checkpoint={"f": fault})),
+                ("owner", who),
+            )
+        elif write == "heartbeat":
+            op = call(
+                "attempt_heartbeat",
+                ("config", config),
+                ("run_id", run),
+                ("step_key_digest", step),
+                ("attempt", 1),
+                ("owner", who),
+                ("now_ms", now),
+                ("checkpoint", {"f": fault}),
+            )
+        elif write == "finish":
+            op = call(
+                "attempt_finish",
+                ("config", config),
+                ("finish", FinishAttempt(run, step, 1, "succeeded", now)),
+                ("owner", who),
+            )
+        else:
+            op = call(
+                "attempt_patch",
+                ("config", config),
+                ("attempt_id", ident),
+                ("patch", AttemptPatch(meta={"f": fault})),
+                ("owner", who),
+            )
+        plan = fault_plan(fault)
+        self.store._install_faults(plan)
+        try:
+            store_out = perform_attempt(self.attempt_stores, op)
+        finally:
+            self.store._install_faults(None)
+        fired = list(plan.fired)
+        lasting = any(not f.transient for f in fired) or (
+            sum(f.transient for f in fired) >= FAULT_BUDGET
+        )
+        say(f"fault plan {fault!r} on attempt {write}: fired {fired!r}")
+        if lasting:
+            model_out: Any = Raised("persistence_failed", op.method.removeprefix("attempt_"))
+        else:
+            model_out = perform_attempt(self.model_attempt_stores, op)
+        self._settle(Step(op, model_out), Step(op, store_out))
+
+
+def _fresh(
+    ident: AttemptId,
+    state: str,
+    now: int,
+    *,
+    finished: int | None = None,
+    checkpoint: JsonValue | Absent = ABSENT,
+    meta: JsonValue | Absent = None,
+) -> Attempt:
+    return Attempt(
+        ident.run_id,
+        ident.step_key_digest,
+        ident.attempt,
+        state,
+        now,
+        finished_at_ms=finished,
+        heartbeat_at_ms=now,
+        checkpoint=checkpoint,
+        meta={} if meta is None else meta,
+    )
+
+
+def _retype_one(record: Attempt) -> Attempt:
+    """The record with one JSON value retyped: the first of outcome, error and
+    checkpoint that is set, else the absent outcome (which becomes null)."""
+    for name in ("outcome", "error", "checkpoint"):
+        value = getattr(record, name)
+        if value is not ABSENT:
+            changes: dict[str, Any] = {name: retyped(value)}
+            return attrs.evolve(record, **changes)
+    return attrs.evolve(record, outcome=None)
+
+
+def _attempt_difference(expected: tuple[Attempt, ...], actual: tuple[Attempt, ...]) -> str:
+    left = {(a.run_id, a.step_key_digest, a.attempt): a for a in expected}
+    right = {(a.run_id, a.step_key_digest, a.attempt): a for a in actual}
+    lines = []
+    for key in sorted(left.keys() | right.keys()):
+        a, b = left.get(key), right.get(key)
+        if a != b:
+            lines.append(f"attempt {key!r}: reference {_shown(a)} / store {_shown(b)}")
+    return "\n".join(lines[:20])
+
+
+def _shown(record: Attempt | None) -> str:
+    """A record without its JSON values (they may hold secrets): state,
+    timestamps, and which JSON fields are set."""
+    if record is None:
+        return "None"
+    fields = [
+        n for n in ("checkpoint", "error", "outcome", "meta") if getattr(record, n) is not ABSENT
+    ]
+    return (
+        f"{record.state} started {record.started_at_ms} finished {record.finished_at_ms!r} "
+        f"heartbeat {record.heartbeat_at_ms!r} json {fields}"
+    )
+
+
+def attempt_comparison_for(
+    store_factory: StoreFactory,
+    capabilities: Capabilities = FULL_STORE,
+    *,
+    name: str = "store",
+    raw_writer: Callable[[Any, str, str], bool] | None = None,
+    attempt_store: Callable[..., Any] = AttemptStore,
+) -> type[RunAttemptComparison]:
+    """A ``RunAttemptComparison`` subclass for one store factory (which must
+    build SQLite stores, or stores ``attempt_store`` can be built over)."""
+    namespace: dict[str, Any] = {
+        "store_factory": staticmethod(store_factory),
+        "capabilities": capabilities,
+        "target": name,
+        "raw_writer": None if raw_writer is None else staticmethod(raw_writer),
+        "attempt_store_factory": staticmethod(attempt_store),
+    }
+    safe = "".join(ch if ch.isalnum() else "_" for ch in name)
+    return type(f"RunAttemptComparison_{safe}", (RunAttemptComparison,), namespace)
+
+
+def builds_sqlite_stores(store_factory: StoreFactory) -> bool:
+    """Whether ``store_factory`` builds SQLite adapter stores (the stores an
+    ``AttemptStore`` can be built over): one store is built in a scratch
+    directory, looked at and closed. A factory that fails here answers
+    ``False``; the run-store machine reports its failure."""
+    from runstore.sqlite import SqliteRunStore
+
+    folder = Path(tempfile.mkdtemp(prefix="runstore-probe-"))
+    try:
+        try:
+            store = store_factory(ManualClock(START_MS), folder / "store.db")
+        except Exception:
+            return False
+        try:
+            return isinstance(store, SqliteRunStore)
+        finally:
+            close = getattr(store, "close", None)
+            if callable(close):
+                close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
