@@ -325,8 +325,8 @@ class RunAttemptComparison(RunStoreComparison):
             except AttemptInvariantViolation as error:
                 raise ReferenceInvariantViolation(f"{type(error).__name__}: {error}") from None
             if self.model_attempts != self.store_attempts:
-                say(f"reference attempts: {self.model_attempts!r}")
-                say(f"store attempts: {self.store_attempts!r}")
+                say(f"reference attempts:\n{shown(self.model_attempts)}")
+                say(f"store attempts:\n{shown(self.store_attempts)}")
                 raise AttemptStateMismatch(
                     f"after {model_step.call.describe()}:\n"
                     + _attempt_difference(self.model_attempts, self.store_attempts)
@@ -851,28 +851,39 @@ def _retype_one(record: Attempt) -> Attempt:
 
 
 def _attempt_difference(expected: tuple[Attempt, ...], actual: tuple[Attempt, ...]) -> str:
+    """Which attempts differ, and in which fields (JSON values are not shown:
+    the notes above the failure print both sides in full)."""
     left = {(a.run_id, a.step_key_digest, a.attempt): a for a in expected}
     right = {(a.run_id, a.step_key_digest, a.attempt): a for a in actual}
     lines = []
     for key in sorted(left.keys() | right.keys()):
         a, b = left.get(key), right.get(key)
-        if a != b:
-            lines.append(f"attempt {key!r}: reference {_shown(a)} / store {_shown(b)}")
+        if a is None or b is None:
+            lines.append(f"attempt {key!r}: only on the {'store' if a is None else 'reference'}")
+        elif a != b:
+            fields = [f.name for f in attrs.fields(Attempt) if _differs(a, b, f.name)]
+            lines.append(f"attempt {key!r}: differs in {', '.join(fields)}")
     return "\n".join(lines[:20])
 
 
-def _shown(record: Attempt | None) -> str:
-    """A record without its JSON values (they may hold secrets): state,
-    timestamps, and which JSON fields are set."""
-    if record is None:
-        return "None"
-    fields = [
-        n for n in ("checkpoint", "error", "outcome", "meta") if getattr(record, n) is not ABSENT
-    ]
-    return (
-        f"{record.state} started {record.started_at_ms} finished {record.finished_at_ms!r} "
-        f"heartbeat {record.heartbeat_at_ms!r} json {fields}"
-    )
+def _differs(left: Attempt, right: Attempt, name: str) -> bool:
+    """Whether one field differs, compared as the record compares it."""
+    swapped: dict[str, Any] = {name: getattr(right, name)}
+    return attrs.evolve(left, **swapped) != left
+
+
+def shown(records: tuple[Attempt, ...]) -> str:
+    """Attempts with their JSON values spelled out (for the notes of a failing
+    example: the machine's values are generated test data)."""
+    lines = []
+    for record in records:
+        values = {
+            name: getattr(record, name)
+            for name in ("checkpoint", "error", "outcome", "meta")
+            if getattr(record, name) is not ABSENT
+        }
+        lines.append(f"  {record!r} {values!r}")
+    return "\n".join(lines) or "  (none)"
 
 
 def attempt_comparison_for(

@@ -24,6 +24,7 @@ from runstore.attempts import (
     Attempt,
     AttemptId,
     AttemptPatch,
+    AttemptStore,
     Conflict,
     ExistingSame,
     FenceLost,
@@ -41,6 +42,7 @@ from runstore.stateful import (
     AttemptChangedWithoutWrite,
     AttemptHeartbeatRegressed,
     AttemptRunMissing,
+    AttemptStateMismatch,
     AttemptWriteMovedRevision,
     Call,
     CheckpointOverCap,
@@ -515,3 +517,28 @@ def test_committed_attempt_lost_fires():
     """A reopen that lost an attempt."""
     with pytest.raises(CommittedAttemptLost):
         _check((_attempt(),), (), Step(Call("reopen"), None))
+
+
+class DropsFinishOutcome(AttemptStore):
+    """An attempt store whose finish keeps the old outcome instead of the given one."""
+
+    def __init__(self, store, **options):
+        super().__init__(store, **options)
+        given = "outcome_json = COALESCE(:outcome_json, outcome_json)"
+        assert given in self._finish
+        self._finish = self._finish.replace(given, "outcome_json = outcome_json")
+
+
+def test_a_disagreement_in_attempts_is_reported_as_an_attempt_state_mismatch():
+    """Both sides answer Finished, but the stores hold different outcomes."""
+    target = BUILTIN_TARGETS["sqlite-sql"]
+    assert target.store_factory is not None
+    machine = attempt_comparison_for(
+        target.store_factory, target.capabilities, attempt_store=DropsFinishOutcome
+    )()
+    try:
+        machine.setup((0, 0, 0, 0, 0, 0), [])
+        with pytest.raises(AttemptStateMismatch, match="differs in outcome"):
+            machine.run_and_attempt_settle("insert", "a", False, "completed", "succeeded")
+    finally:
+        machine.teardown()
