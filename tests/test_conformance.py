@@ -15,13 +15,14 @@ from runstore.stateful import Capabilities, run_conformance
 
 def test_sql_consensus_conforms():
     """SqlConsensus matches ModelConsensus call by call, and the SQLite adapter
-    over it matches ModelRunStore step by step, through crashes and faults."""
+    over it matches ModelRunStore step by step, through crashes and faults, with
+    and without attempts interleaved (AttemptStore against ModelAttemptStore)."""
     run_conformance(consensus_factory=SqlConsensus)
 
 
 def test_local_consensus_conforms():
     """LocalConsensus conforms too, including rollback and rebuilding its
-    leases from the rows when the store reopens."""
+    leases from the rows when the store reopens, and with attempts interleaved."""
     run_conformance(consensus_factory=LocalConsensus)
 
 
@@ -31,7 +32,7 @@ def in_memory_store(clock: ManualClock, path: Path) -> runstore.SqliteRunStore:
 
 def test_sqlite_store_in_memory_conforms():
     """A store factory alone: the in-memory adapter, which cannot reopen but
-    offers the fault seam."""
+    offers the fault seam (and, being the adapter, also gets the attempt machine)."""
     run_conformance(
         store_factory=in_memory_store,
         capabilities=Capabilities(reopen=False, fault_injection=True),
