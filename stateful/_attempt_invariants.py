@@ -15,7 +15,7 @@ tell which one fired:
   write changes the attempt table, and only the attempt it names; a settled
   attempt never changes state or finish time again; an attempt's heartbeat
   never moves backwards (only a whole-record replacement by ``put`` in upsert
-  mode may rewrite it); a checkpoint written by a store fits that store's cap;
+  mode may rewrite it); a checkpoint a store writes fits that store's cap;
   an attempt operation never moves the run store's revision; a reopen keeps
   every committed attempt.
 
@@ -158,6 +158,20 @@ def addressed(step: Step) -> _Key | None:
     return None
 
 
+def wrote_checkpoint(step: Step) -> bool:
+    """Whether an attempt operation writes a checkpoint (``put`` always writes
+    the whole record; ``heartbeat`` and ``patch`` only when given one). Only
+    such a write is held to its store's cap: another store over the same table
+    may have written a larger checkpoint under a larger cap."""
+    if step.method == "attempt_put":
+        return True
+    if step.method == "attempt_heartbeat":
+        return step.get("checkpoint", ABSENT) is not ABSENT
+    if step.method == "attempt_patch":
+        return getattr(step.get("patch"), "checkpoint", ABSENT) is not ABSENT
+    return False
+
+
 # --- one state -------------------------------------------------------------------
 
 
@@ -241,7 +255,7 @@ def check_attempt_step(
         )
     _check_settled(old, new, step, in_progress_states)
     _check_heartbeats(old, new, step, target)
-    if accepted and target in changed and max_checkpoint_bytes is not None:
+    if accepted and wrote_checkpoint(step) and max_checkpoint_bytes is not None:
         record = new.get(target) if target is not None else None
         size = 0 if record is None else checkpoint_bytes(record)
         if size > max_checkpoint_bytes:

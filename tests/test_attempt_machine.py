@@ -445,6 +445,19 @@ def test_checkpoint_over_cap_fires_on_a_write_over_its_stores_cap():
         _check((old,), (new,), beat, cap=64)
 
 
+def test_a_write_that_leaves_the_checkpoint_alone_is_not_held_to_its_cap():
+    """The upsert store (64 bytes) patching the outcome of an attempt whose
+    66-byte checkpoint the insert store (1 MiB) wrote breaks nothing."""
+    old = _attempt(checkpoint=OVER_CAP_TWO_BYTE)
+    patch = _step(
+        "attempt_patch",
+        Patched(),
+        attempt_id=AttemptId("a", "s1", 1),
+        patch=AttemptPatch(outcome=1),
+    )
+    _check((old,), (attrs.evolve(old, outcome=1),), patch, cap=64)
+
+
 def test_checkpoint_over_cap_fires_on_a_state_over_every_cap():
     """A stored checkpoint larger than the largest cap."""
     record = _attempt(checkpoint=OVER_CAP_TWO_BYTE)
