@@ -278,6 +278,17 @@ class RunStoreComparison(RuleBasedStateMachine):
             row = self.world.row(run)
         return row
 
+    def _with_evidence(
+        self, run: str, actor: object, expected: str, at: str, evidence: str
+    ) -> tuple[str, OwnerId, int, Any, Any]:
+        """The arguments of a takeover attempt: run, actor, reading, snapshot, evidence."""
+        run = self.world.run(run)
+        who = self.world.actor(actor, run)
+        now = self._at(at, run, who)
+        snapshot = self.world.expected(expected, run)
+        proof = self.world.evidence(evidence, _subject(snapshot, self.world, run), who, now)
+        return run, who, now, snapshot, proof
+
     def _set_clock(self, ms: int) -> None:
         if ms > self.clock.now_ms():
             self.clock.set(ms)
@@ -360,11 +371,7 @@ class RunStoreComparison(RuleBasedStateMachine):
         evidence=st.sampled_from(EVIDENCE),
     )
     def claim_and_own(self, run: str, actor: object, expected: str, at: str, evidence: str) -> None:
-        run = self.world.run(run)
-        who = self.world.actor(actor, run)
-        now = self._at(at, run, who)
-        snapshot = self.world.expected(expected, run)
-        proof = self.world.evidence(evidence, _subject(snapshot, self.world, run), who, now)
+        run, who, now, snapshot, proof = self._with_evidence(run, actor, expected, at, evidence)
         self._do(
             call(
                 "claim_and_own",
@@ -385,11 +392,7 @@ class RunStoreComparison(RuleBasedStateMachine):
         evidence=st.sampled_from(EVIDENCE),
     )
     def steal(self, run: str, actor: object, expected: str, at: str, evidence: str) -> Any:
-        run = self.world.run(run)
-        who = self.world.actor(actor, run)
-        now = self._at(at, run, who)
-        snapshot = self.world.expected(expected, run)
-        proof = self.world.evidence(evidence, _subject(snapshot, self.world, run), who, now)
+        run, who, now, snapshot, proof = self._with_evidence(run, actor, expected, at, evidence)
         out = self._do(
             call(
                 "steal",
