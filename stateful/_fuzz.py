@@ -171,6 +171,9 @@ def fuzz_target(
         notes = getattr(error, "__notes__", [])
         stream.write("\n".join(str(n) for n in notes) + "\n")
     stream.write(f"fuzz {target.name}: FAILED {found.error.splitlines()[0]}\n")
+    # The whole failure, so a log that outlives the regression file still says it.
+    for line in found.error.splitlines()[1:]:
+        stream.write(f"fuzz {target.name}:   {line}\n")
     caps = target.capabilities
     path = write_regression(
         found,

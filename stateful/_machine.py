@@ -786,7 +786,13 @@ class RunStoreComparison(RuleBasedStateMachine):
 
     def _learn_aliases(self) -> None:
         """Accept an owner's grant time that a reopen rebuilt from the row's
-        heartbeat (the lease backfill rule); anything else must match."""
+        heartbeat (the lease backfill rule); anything else must match.
+
+        Each reopen rebuilds the leases again, so the aliases are learned anew:
+        one an earlier reopen taught may no longer hold (the row's heartbeat
+        has moved since, possibly onto the model's own grant time).
+        """
+        self.aliases = {}
         reopened = {lease.run_id: lease for lease in self._store_view().leases}
         rows = {row.run_id: row for row in self.model_state.rows}
         for lease in self.model_state.leases:

@@ -257,3 +257,26 @@ def test_regression_file_of_a_conforming_strategy_program_passes(tmp_path: Path)
     finally:
         machine.teardown()
     assert _render_and_run(machine, failure, tmp_path) == 0
+
+
+def test_aliases_from_an_earlier_reopen_are_relearned_at_the_next():
+    """Found by the CI fuzz campaign on sqlite-file-local: the thief's grant
+    time differs from its first heartbeat (its clock runs 1 ms ahead), a reopen
+    rebuilds the lease with the heartbeat as grant time, a pulse moves the
+    heartbeat onto the grant time, and a second reopen rebuilds it exactly as
+    the model holds it. The alias the first reopen taught must not outlive it."""
+    machine = _builtin("sqlite-file-local")
+    state = machine()
+    try:
+        state.setup(offsets=(0, 0, 1, 0, 0, 0), more=[])
+        state.claim_and_own(actor=0, at="reading", evidence="fit", expected="row", run="claimable")
+        state.recover_dead_claim(claimant=0, edge=1, observer=0, run="claimable")
+        grant = state.steal(actor=2, at="reading", evidence="fit", expected="row", run="running")
+        state.activate_grant(expected="row", grant=grant)
+        state.crash_store()
+        assert state.aliases  # the first reopen rebuilt the thief's grant time
+        state.delayed_pulse(gap=1, run="running")
+        state.crash_store()
+        assert not state.aliases
+    finally:
+        state.teardown()
