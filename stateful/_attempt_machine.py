@@ -20,6 +20,10 @@ attempt state invariants; and that both attempt tables are equal. (These run
 per step, not as a Hypothesis ``@invariant``: a composite rule makes several
 steps, and each is checked.)
 
+Attempt calls join the run calls in the machine's log (``AttemptPerformed``),
+so a failure carries the whole program and the reference's attempts, and
+``runstore fuzz`` writes it back as a plain regression file.
+
 Domains are small: two step keys, attempts 1 and 2, the owner of record, a
 displaced owner (someone who owned the run before), a claimant, a stranger
 and a crashed incarnation as writers, and JSON values chosen so that ``True``,
@@ -68,14 +72,14 @@ from ._attempt_invariants import (
 from ._capabilities import FULL_STORE, Capabilities
 from ._compare import DifferentialMismatch
 from ._domain import PROCESS_COUNT, RUN_IDS, START_MS
-from ._faults import FAULT_BUDGET, FAULTS, fault_plan
+from ._faults import FAULT_BUDGET, FAULTS, fault_plan, plan_faults
 from ._machine import (
     PROCESSES,
     ReferenceInvariantViolation,
     RunStoreComparison,
     StoreFactory,
 )
-from ._observe import say
+from ._observe import AttemptPerformed, Failure, say
 from ._steps import Call, Crashed, Raised, Step, call
 
 
@@ -201,6 +205,18 @@ def perform_attempt(stores: Mapping[str, Any], op: Call) -> Any:
         return Crashed(type(error).__name__, str(error)[:200])
 
 
+def logged(op: Call, expected: Any, plan: tuple[Any, ...] | None = None) -> AttemptPerformed:
+    """The log entry of an attempt ``op``: the ``AttemptStore`` call it makes
+    (the method without its ``attempt_`` prefix, the arguments without
+    ``config``) on the attempt store ``config`` names."""
+    made = Call(
+        op.method.removeprefix("attempt_"),
+        tuple((k, v) for k, v in op.arguments if k != "config"),
+        op.keywords - {"config"},
+    )
+    return AttemptPerformed(op.get("config"), made, expected, plan)
+
+
 def retyped(value: JsonValue | Absent) -> JsonValue | Absent:
     """A value Python calls equal (or nearly) that the stores must not:
     ``True``/``1``/``1.0`` rotate, ``null`` and absent swap; containers change
@@ -265,6 +281,7 @@ class RunAttemptComparison(RunStoreComparison):
         """Apply an attempt ``op`` to both sides and run every check."""
         model_out = perform_attempt(self.model_attempt_stores, op)
         store_out = perform_attempt(self.attempt_stores, op)
+        self.log.append(logged(op, model_out))
         self._settle(Step(op, model_out), Step(op, store_out))
         self._written(Step(op, model_out))
         return model_out
@@ -342,6 +359,12 @@ class RunAttemptComparison(RunStoreComparison):
         observer = _observe.current()
         if observer is not None:
             observer.failed(self._failure(error))
+
+    def _failure(self, error: AssertionError) -> Failure:
+        """The run machine's failure, with the attempts the reference holds."""
+        return attrs.evolve(
+            super()._failure(error), machine="attempts", expected_attempts=self.model_attempts
+        )
 
     def _remember_owners(self, rows_before: tuple[RunRow, ...]) -> None:
         now = {row.run_id: row for row in self.model_state.rows}
@@ -804,6 +827,7 @@ class RunAttemptComparison(RunStoreComparison):
             model_out: Any = Raised("persistence_failed", op.method.removeprefix("attempt_"))
         else:
             model_out = perform_attempt(self.model_attempt_stores, op)
+        self.log.append(logged(op, model_out, plan_faults(fault)))
         self._settle(Step(op, model_out), Step(op, store_out))
 
 

@@ -1,7 +1,8 @@
 """Watching machines run: counts, deadlines and the program of a failing example.
 
 Every machine records what it did as a list of log entries (clock moves,
-calls with the reference model's answer, reopens, faults). When an
+calls with the reference model's answer, attempt calls with the attempt
+store they went to, reopens, faults). When an
 ``Observer`` is installed with ``observing(...)``, machines report each
 example and step to it, and hand it their log when a check fails, so the
 fuzzer can print progress, stop at a deadline and write a regression file.
@@ -18,6 +19,7 @@ from typing import Any
 import attrs
 
 from runstore._values import StoreState
+from runstore.attempts import Attempt
 
 from ._steps import Call
 
@@ -62,12 +64,28 @@ class Transacted:
     rollback: bool
 
 
-LogEntry = ClockSet | Performed | Reopened | Faulted | Transacted
+@attrs.frozen
+class AttemptPerformed:
+    """The attempt ``call`` (an ``AttemptStore`` method) was made on the attempt
+    store built with the options named ``config``, with the fault ``plan``
+    armed when there is one; the reference answered ``expected``."""
+
+    config: str
+    call: Call
+    expected: Any
+    plan: tuple[Any, ...] | None = None
+
+
+LogEntry = ClockSet | Performed | Reopened | Faulted | Transacted | AttemptPerformed
 
 
 @attrs.frozen
 class Failure:
-    """One failing example as a machine saw it."""
+    """One failing example as a machine saw it.
+
+    ``machine`` is ``"store"``, ``"consensus"`` or ``"attempts"``; the attempt
+    machine also gives the attempts the reference holds (``expected_attempts``).
+    """
 
     machine: str
     target: str
@@ -76,6 +94,7 @@ class Failure:
     error: str
     check: str
     setup: tuple[str, ...] = ()
+    expected_attempts: tuple[Attempt, ...] | None = None
 
 
 class CampaignOver(BaseException):
