@@ -3,7 +3,10 @@
 ``write_regression`` turns a ``Failure`` (the log of the shrunk example) into a
 self-contained pytest module: it opens the store under test, replays every
 step (clock moves, calls, reopens, armed faults, raw edits) and asserts each
-answer and the final state exactly as the reference model computed them. It
+answer and the final state exactly as the reference model computed them. A
+program of the attempt machine also builds one ``AttemptStore`` per set of
+options the machine uses (again after every reopen), makes its attempt calls
+and asserts the attempts left at the end. It
 needs ``pytest`` and ``runstore``; not Hypothesis, not ``runstore.stateful``.
 The file fails while the bug is there and passes once it is fixed, so it can
 live in ``tests/regressions/``.
@@ -23,14 +26,29 @@ from typing import Any
 import attrs
 
 from runstore._values import StoreState
+from runstore.attempts import ABSENT, Attempt
 
+from ._attempt_machine import CONFIGS
 from ._consensus_machine import CONSENSUS_RUNS, Refused
 from ._domain import START_MS
 from ._faults import FAULT_BUDGET
-from ._observe import ClockSet, Failure, Faulted, Performed, Reopened, Transacted
+from ._observe import (
+    AttemptPerformed,
+    ClockSet,
+    Failure,
+    Faulted,
+    Performed,
+    Reopened,
+    Transacted,
+)
 from ._steps import Call, Crashed, Raised
 
-_PUBLIC_MODULES = ("runstore", "runstore.consensus", "runstore.sqlite")
+_PUBLIC_MODULES = ("runstore", "runstore.consensus", "runstore.sqlite", "runstore.attempts")
+#: The attempt stores of a regression file, by the machine's names for their options.
+_ATTEMPTS = "attempts"
+#: Where the error an operation raises comes from: run stores, attempt stores.
+_RUN_STORE_ERROR = ("runstore", "RunStoreError")
+_ATTEMPT_STORE_ERROR = ("runstore.attempts", "AttemptStoreError")
 
 
 class _Imports:
@@ -68,6 +86,8 @@ def literal(value: Any, imports: _Imports) -> str:
     """Python source that evaluates to ``value`` (attrs values by constructor)."""
     if value is None or type(value) in (bool, int, float, str):
         return repr(value)
+    if value is ABSENT:
+        return imports.need("runstore.attempts", "ABSENT")
     if isinstance(value, str):
         # A str subclass (malformed input): rebuild an equivalent subclass.
         return f"type({type(value).__name__!r}, (str,), {{}})({str(value)!r})"
@@ -88,11 +108,20 @@ def literal(value: Any, imports: _Imports) -> str:
         name = imports.need(_public_home(cls), cls.__name__)
         fields = ", ".join(
             f"{field.name}={literal(getattr(value, field.name), imports)}"
-            for field in attrs.fields(cls)
-            if field.init
+            for field in _shown_fields(value)
         )
         return f"{name}({fields})"
     raise TypeError(f"cannot write {type(value).__name__} into a regression file")
+
+
+def _shown_fields(value: Any) -> list[Any]:
+    """The constructor fields of an attrs value to spell out: all but those
+    left ``ABSENT`` by default (an attempt's JSON fields that were not given)."""
+    return [
+        field
+        for field in attrs.fields(type(value))
+        if field.init and not (field.default is ABSENT and getattr(value, field.name) is ABSENT)
+    ]
 
 
 def pretty(value: Any, imports: _Imports, indent: int = 0, width: int = 96) -> str:
@@ -112,8 +141,7 @@ def pretty(value: Any, imports: _Imports, indent: int = 0, width: int = 96) -> s
         name = imports.need(_public_home(cls), cls.__name__)
         parts = [
             f"{pad}{field.name}={pretty(getattr(value, field.name), imports, indent + 4, width)},\n"
-            for field in attrs.fields(cls)
-            if field.init
+            for field in _shown_fields(value)
         ]
         return f"{name}(\n{''.join(parts)}{' ' * indent})"
     return flat
@@ -125,11 +153,13 @@ def _call_source(target: str, op: Call, imports: _Imports) -> str:
     return f"{target}.{op.method}({', '.join(positional + keywords)})"
 
 
-def _expect(source: str, expected: Any, imports: _Imports) -> list[str]:
+def _expect(
+    source: str, expected: Any, imports: _Imports, error: tuple[str, str] = _RUN_STORE_ERROR
+) -> list[str]:
     if isinstance(expected, Raised):
-        imports.need("runstore", "RunStoreError")
+        name = imports.need(*error)
         return [
-            "with pytest.raises(RunStoreError) as raised:",
+            f"with pytest.raises({name}) as raised:",
             f"    {source}",
             f"assert (raised.value.code, raised.value.method) == "
             f"({expected.code!r}, {expected.method!r})",
@@ -149,6 +179,10 @@ def _store_steps(failure: Failure, imports: _Imports, *, faults: bool) -> list[s
         elif isinstance(entry, Reopened):
             lines.append("store.close()")
             lines.append("store = reopen(clock, path)")
+            if failure.machine == "attempts":
+                lines.append(f"{_ATTEMPTS} = open_attempts(store)")
+        elif isinstance(entry, AttemptPerformed):
+            lines.extend(_attempt_step(entry, imports))
         elif isinstance(entry, Faulted):
             imports.need("runstore.sqlite", "FaultPlan")
             plan = ", ".join(literal(fault, imports) for fault in entry.plan)
@@ -168,6 +202,56 @@ def _store_steps(failure: Failure, imports: _Imports, *, faults: bool) -> list[s
                 source = _call_source("store", entry.call, imports)
                 lines.extend(_expect(source, entry.expected, imports))
     return lines
+
+
+def _attempt_step(entry: AttemptPerformed, imports: _Imports) -> list[str]:
+    """An attempt call on the attempt store its options name, under an armed
+    fault when there is one."""
+    source = _call_source(f"{_ATTEMPTS}[{entry.config!r}]", entry.call, imports)
+    expect = _expect(source, entry.expected, imports, _ATTEMPT_STORE_ERROR)
+    if entry.plan is None:
+        return expect
+    imports.need("runstore.sqlite", "FaultPlan")
+    plan = ", ".join(literal(fault, imports) for fault in entry.plan)
+    return [
+        f"store._install_faults(FaultPlan({plan}))",
+        "try:",
+        *("    " + line for line in expect),
+        "finally:",
+        "    store._install_faults(None)",
+    ]
+
+
+def _attempt_opener(attempt_spec: str | None, imports: _Imports) -> tuple[list[str], list[str]]:
+    """Module-level lines defining ``open_attempts`` (one ``AttemptStore`` per
+    set of options of the machine, by name), and the import lines they need:
+    ``AttemptStore`` is ``runstore.attempts``'s, or ``attempt_spec``'s factory."""
+    if attempt_spec is None:
+        module_imports = []
+        imports.need("runstore.attempts", "AttemptStore")
+    else:
+        module, _, attribute = attempt_spec.partition(":")
+        alias = "" if attribute == "AttemptStore" else " as AttemptStore"
+        module_imports = [f"from {module} import {attribute}{alias}"]
+    lines = [
+        "def open_attempts(store):",
+        '    """The attempt stores over ``store``, one per set of options."""',
+        "    return {",
+    ]
+    for name, config in CONFIGS.items():
+        options = ", ".join(f"{k}={literal(v, imports)}" for k, v in config.options().items())
+        lines.append(f"        {name!r}: AttemptStore(store, {options}),")
+    lines.append("    }")
+    return lines, module_imports
+
+
+def _final_attempts(attempts: tuple[Attempt, ...], imports: _Imports) -> list[str]:
+    """The attempt table at the end (each attempt store reads the whole table)."""
+    first = next(iter(CONFIGS))
+    return [
+        f"expected_attempts = {pretty(attempts, imports, 8)}",
+        f"assert {_ATTEMPTS}[{first!r}].state() == expected_attempts",
+    ]
 
 
 def _consensus_steps(failure: Failure, imports: _Imports) -> list[str]:
@@ -279,8 +363,12 @@ def render_regression(
     leases: bool = True,
     faults: bool = False,
     seed: int | None = None,
+    attempt_spec: str | None = None,
 ) -> str:
-    """The source of a pytest module that replays ``failure``."""
+    """The source of a pytest module that replays ``failure``.
+
+    ``attempt_spec`` (``MODULE:FACTORY``) names the attempt store class under
+    test, used in place of ``runstore.attempts.AttemptStore``."""
     imports = _Imports()
     imports.need("runstore", "ManualClock")
     opener, module_imports = _opener(failure.target, spec, kind, imports)
@@ -313,6 +401,13 @@ def render_regression(
             steps += _final_state(
                 failure.expected_state, imports, whole_state=whole_state, leases=leases
             )
+        if failure.machine == "attempts":
+            attempt_lines, attempt_imports = _attempt_opener(attempt_spec, imports)
+            opener = [*opener, "", "", *attempt_lines] if opener else attempt_lines
+            module_imports = [*module_imports, *attempt_imports]
+            steps = [f"{_ATTEMPTS} = open_attempts(store)", *steps]
+            if failure.expected_attempts is not None:
+                steps += _final_attempts(failure.expected_attempts, imports)
         body = [
             f"clock = ManualClock({START_MS})",
             'path = tmp_path / "store.db"',
