@@ -8,6 +8,11 @@ so a failure found once is replayed first the next time. On a failure the
 shrunk program is written as a self-contained pytest file (see
 ``_regression``), ready for ``tests/regressions/``.
 
+Each target runs under every machine that fits it, in turn, one batch each:
+the run-store machine (a store factory), the strategy machine (a strategy
+factory) and the attempt machine (a store factory that builds SQLite adapter
+stores, the stores ``AttemptStore`` runs over).
+
 Targets: the built-in ones (``sqlite-sql``, ``sqlite-local``,
 ``sqlite-file-sql``, ``sqlite-file-local``, ``model``), a strategy factory
 ``--consensus MODULE:FACTORY`` (run alone and inside the SQLite adapter), or a
@@ -20,7 +25,7 @@ from __future__ import annotations
 import inspect
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -28,6 +33,9 @@ from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test
 
+from runstore.attempts import AttemptStore
+
+from ._attempt_machine import attempt_comparison_for, builds_sqlite_stores
 from ._consensus_machine import consensus_comparison_for
 from ._machine import comparison_for
 from ._observe import CampaignOver, Failure, Observer, observing
@@ -63,22 +71,42 @@ def resolve_target(name: str) -> Target:
     return consensus_target(name) if parameters == 0 else store_target(name)
 
 
-def machines_for(target: Target) -> list[type[RuleBasedStateMachine]]:
-    """The machines that put ``target`` under test, in rotation order."""
+def machines_for(
+    target: Target, *, attempt_store: Callable[..., Any] | None = None
+) -> list[type[RuleBasedStateMachine]]:
+    """The machines that put ``target`` under test, in rotation order: the
+    run-store machine, the strategy machine, the attempt machine.
+
+    With ``attempt_store`` (an attempt store factory, called as
+    ``attempt_store(store, **options)``), the attempt store is what is under
+    test: only the attempt machine runs, over ``target``'s stores.
+    """
     machines: list[type[RuleBasedStateMachine]] = []
-    if target.store_factory is not None:
+    factory = target.store_factory
+    if attempt_store is None:
+        if factory is not None:
+            machines.append(
+                comparison_for(
+                    factory,
+                    target.capabilities,
+                    name=target.name,
+                    raw_writer=raw_writer_for(factory),
+                )
+            )
+        if target.consensus_factory is not None:
+            machines.append(
+                consensus_comparison_for(
+                    target.consensus_factory, target.capabilities, name=target.name
+                )
+            )
+    if factory is not None and builds_sqlite_stores(factory):
         machines.append(
-            comparison_for(
-                target.store_factory,
+            attempt_comparison_for(
+                factory,
                 target.capabilities,
                 name=target.name,
-                raw_writer=raw_writer_for(target.store_factory),
-            )
-        )
-    if target.consensus_factory is not None:
-        machines.append(
-            consensus_comparison_for(
-                target.consensus_factory, target.capabilities, name=target.name
+                raw_writer=raw_writer_for(factory),
+                attempt_store=AttemptStore if attempt_store is None else attempt_store,
             )
         )
     return machines
@@ -88,7 +116,10 @@ def _database_key(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
 
 
-def _settings(database: DirectoryBasedExampleDatabase, examples: int) -> settings:
+def _settings(
+    database: DirectoryBasedExampleDatabase, examples: int, *, shrink: bool = True
+) -> settings:
+    phases = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink]
     return settings(
         max_examples=examples,
         database=database,
@@ -97,7 +128,7 @@ def _settings(database: DirectoryBasedExampleDatabase, examples: int) -> setting
         print_blob=True,
         report_multiple_bugs=False,
         suppress_health_check=list(HealthCheck),
-        phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
+        phases=phases if shrink else phases[:-1],
     )
 
 
@@ -123,12 +154,21 @@ def fuzz_target(
     db_dir: Path,
     out_dir: Path,
     stream: TextIO,
+    attempt_store: str | None = None,
+    shrink: bool = True,
 ) -> Path | None:
-    """Run one campaign; return the regression file written, if any failed."""
-    machines = machines_for(target)
+    """Run one campaign; return the regression file written, if any failed.
+
+    ``attempt_store`` (``MODULE:FACTORY``) puts that attempt store under test
+    in place of ``AttemptStore``, with the attempt machine alone. Without
+    ``shrink`` the first failing program is written as it was found.
+    """
+    attempt_factory = None if attempt_store is None else load_factory(attempt_store)
+    machines = machines_for(target, attempt_store=attempt_factory)
     if not machines:
         raise ValueError(f"target {target.name!r} has nothing to put under test")
-    database = DirectoryBasedExampleDatabase(str(db_dir / _database_key(target.name)))
+    under_test = target.name if attempt_store is None else f"{target.name}+{attempt_store}"
+    database = DirectoryBasedExampleDatabase(str(db_dir / _database_key(under_test)))
     started = time.monotonic()
     deadline = None if seconds is None else started + seconds
     stop_generating = None if seconds is None else started + seconds * (1 - SHRINK_RESERVE)
@@ -146,7 +186,9 @@ def fuzz_target(
             size = BATCH_EXAMPLES
             if examples is not None:
                 size = max(1, min(size, examples - observer.examples))
-            test = get_state_machine_test(machine, settings=_settings(database, size))
+            test = get_state_machine_test(
+                machine, settings=_settings(database, size, shrink=shrink)
+            )
             if seed_value is not None:
                 test = seed(seed_value * 100_003 + batch)(test)
             batch += 1
@@ -184,6 +226,7 @@ def fuzz_target(
         leases=caps.lease_introspection,
         faults=caps.fault_injection,
         seed=seed_value,
+        attempt_spec=attempt_store,
     )
     stream.write(f"fuzz {target.name}: regression written to {path}\n")
     return path
