@@ -53,6 +53,12 @@ def _parser() -> argparse.ArgumentParser:
     which.add_argument(
         "--store", metavar="MODULE:FACTORY", help="a store factory (clock, path) -> store"
     )
+    fuzz.add_argument(
+        "--attempt-store",
+        metavar="MODULE:FACTORY",
+        help="an attempt store factory (store, **options) -> attempt store to test in place of"
+        " AttemptStore, over the target's SQLite stores (attempt machine only)",
+    )
     budget = fuzz.add_mutually_exclusive_group()
     budget.add_argument("--minutes", type=float, help="time budget, shrinking included (default 1)")
     budget.add_argument("--examples", type=int, help="example budget per target")

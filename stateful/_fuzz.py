@@ -241,10 +241,13 @@ def run_campaign(
     db_dir: Path = Path(".runstore-fuzz/db"),
     out_dir: Path = Path(".runstore-fuzz/out"),
     stream: TextIO = sys.stdout,
+    attempt_store: str | None = None,
 ) -> int:
     """Fuzz each target in turn, sharing the time budget (one minute when
     neither budget is given); 0 when all ran clean, 1 when any failed (a
-    regression file was written for each)."""
+    regression file was written for each). With ``attempt_store``
+    (``MODULE:FACTORY``) that attempt store is under test, over each target's
+    stores, in place of ``AttemptStore``."""
     if minutes is None and examples is None:
         minutes = 1.0
     seconds = None if minutes is None else minutes * 60 / max(1, len(targets))
@@ -258,6 +261,7 @@ def run_campaign(
             db_dir=db_dir,
             out_dir=out_dir,
             stream=stream,
+            attempt_store=attempt_store,
         )
         failed += path is not None
     return 1 if failed else 0
@@ -282,4 +286,5 @@ def main_fuzz(args: Any, stream: TextIO = sys.stdout) -> int:
         db_dir=Path(args.db),
         out_dir=Path(args.out),
         stream=stream,
+        attempt_store=getattr(args, "attempt_store", None),
     )

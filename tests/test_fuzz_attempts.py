@@ -206,3 +206,23 @@ def test_regression_file_of_a_conforming_attempt_program_passes(tmp_path: Path):
     compile(source, str(path), "exec")
     assert source.count("attempts = open_attempts(store)") == 2
     assert _pytest(path) == 0
+
+
+def test_fuzz_command_line_passes_the_attempt_store_on(monkeypatch: pytest.MonkeyPatch):
+    """``runstore fuzz --attempt-store MODULE:FACTORY`` hands the factory to
+    every target's campaign (the campaign itself is tested above)."""
+    from runstore import cli
+    from runstore.stateful import _fuzz
+
+    seen: list[tuple[str, str | None]] = []
+
+    def campaign(target, **options):
+        seen.append((target.name, options["attempt_store"]))
+
+    monkeypatch.setattr(_fuzz, "fuzz_target", campaign)
+    arguments = ["fuzz", "--attempt-store", ZOO_ATTEMPT_STORE, "--examples", "1"]
+    assert cli.main(arguments) == 0
+    assert seen == [(name, ZOO_ATTEMPT_STORE) for name in DEFAULT_TARGETS]
+    seen.clear()
+    assert cli.main(["fuzz", "--target", "sqlite-sql", "--examples", "1"]) == 0
+    assert seen == [("sqlite-sql", None)]
