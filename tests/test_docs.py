@@ -5,15 +5,11 @@ later block may use what an earlier one built, as a reader would. Blocks fenced
 as anything else (```text, ```console, ```sql, ...) are prose and are skipped.
 Pages added later are picked up at collection time.
 
-Examples run on the real ``runstore.open``. While the SQLite adapter is still
-being built, ``RUNSTORE_DOCS_MODEL=1`` makes ``runstore.open`` return the
-reference model instead, so examples can be developed against it; nothing else
-is substituted.
+Examples run on the real ``runstore.open``: nothing is substituted.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import typing
 from collections.abc import Iterator
@@ -82,13 +78,6 @@ def documentation_pages(root: Path = ROOT) -> list[Path]:
     return ([readme] if readme.exists() else []) + pages
 
 
-def _model_open(path: object, *, clock: Any = None, **_options: Any) -> Any:
-    """Stand-in for ``runstore.open`` while the adapter is being built."""
-    from runstore.model import ModelRunStore
-
-    return ModelRunStore(clock=clock if clock is not None else runstore.SystemClock())
-
-
 def _close_stores(namespace: dict[str, Any]) -> None:
     """Close any store a page left open, so an unfinished example cannot leak one."""
     for value in list(namespace.values()):
@@ -106,8 +95,6 @@ PAGES = [
 @pytest.mark.parametrize("page", PAGES)
 def test_page_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every python block of the page runs, in order, in one namespace."""
-    if os.environ.get("RUNSTORE_DOCS_MODEL") == "1":
-        monkeypatch.setattr(runstore, "open", _model_open)
     monkeypatch.chdir(tmp_path)  # an example that writes a file writes it here
     namespace: dict[str, Any] = {"__name__": "__docs__"}
     relative = page.relative_to(ROOT).as_posix()
