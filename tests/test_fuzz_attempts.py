@@ -16,11 +16,10 @@ import pytest
 
 from runstore.attempts import ABSENT
 from runstore.stateful import ConsensusComparison, RunAttemptComparison, RunStoreComparison
-from runstore.stateful._attempt_machine import attempt_comparison_for
 from runstore.stateful._fuzz import DEFAULT_TARGETS, fuzz_target, machines_for
 from runstore.stateful._observe import AttemptPerformed, Reopened
 from runstore.stateful._regression import write_regression
-from runstore.stateful._targets import BUILTIN_TARGETS, raw_writer_for, store_target
+from runstore.stateful._targets import BUILTIN_TARGETS, store_target
 
 ROOT = Path(__file__).resolve().parent.parent
 ZOO_ATTEMPT_STORE = "tests.zoo.attempt_finish_rewrites:attempt_store"
@@ -109,14 +108,10 @@ def test_fuzz_on_an_attempt_zoo_store_writes_a_regression_that_fails_until_fixed
 
 
 def _attempt_machine(name: str) -> type[RunAttemptComparison]:
-    target = BUILTIN_TARGETS[name]
-    assert target.store_factory is not None
-    return attempt_comparison_for(
-        target.store_factory,
-        target.capabilities,
-        name=name,
-        raw_writer=raw_writer_for(target.store_factory),
-    )
+    """The attempt machine a campaign on the built-in target ``name`` runs."""
+    machine = machines_for(BUILTIN_TARGETS[name])[-1]
+    assert issubclass(machine, RunAttemptComparison)
+    return machine
 
 
 def test_regression_file_of_a_conforming_attempt_program_passes(tmp_path: Path):
