@@ -188,8 +188,10 @@ FAULTED_WRITES: Final = ("put", "heartbeat", "finish", "patch", "upsert")
 
 def perform_attempt(stores: Mapping[str, Any], op: Call) -> Any:
     """Apply an attempt ``op`` to the attempt store its ``config`` names and
-    return the outcome, or a ``Raised`` (``AttemptStoreError`` or
-    ``RunStoreError``) or ``Crashed`` (anything else)."""
+    return the outcome, a ``Raised`` (an ``AttemptStoreError``) or a
+    ``Crashed`` (anything else). Attempt operations raise ``AttemptStoreError``
+    only: a ``RunStoreError`` escaping one is a crash too, so it can never pass
+    for the reference's ``AttemptStoreError`` with the same code."""
     store = stores[op.get("config")]
     method = getattr(store, op.method.removeprefix("attempt_"))
     args = [v for k, v in op.arguments if k != "config" and k not in op.keywords]
@@ -200,7 +202,8 @@ def perform_attempt(stores: Mapping[str, Any], op: Call) -> Any:
         field = error.cause.get("field")
         return Raised(str(error.code), str(error.method), field if isinstance(field, str) else None)
     except RunStoreError as error:
-        return Raised(str(error.code), str(error.method))
+        # Code and operation only: the message is not compared, nor kept.
+        return Crashed("RunStoreError", f"{error.code} from {error.method}")
     except Exception as error:
         return Crashed(type(error).__name__, str(error)[:200])
 

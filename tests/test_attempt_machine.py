@@ -25,6 +25,7 @@ from runstore.attempts import (
     AttemptId,
     AttemptPatch,
     AttemptStore,
+    AttemptStoreError,
     Conflict,
     ExistingSame,
     FenceLost,
@@ -62,6 +63,7 @@ from runstore.stateful._attempt_machine import (
     CONFIGS,
     OVER_CAP_TWO_BYTE,
     builds_sqlite_stores,
+    perform_attempt,
     retyped,
 )
 from runstore.stateful._targets import BUILTIN_TARGETS, raw_writer_for
@@ -555,3 +557,29 @@ def test_a_disagreement_in_attempts_is_reported_as_an_attempt_state_mismatch():
             machine.run_and_attempt_settle("insert", "a", False, "completed", "succeeded")
     finally:
         machine.teardown()
+
+
+class _Raising:
+    """An attempt store whose ``get`` raises what it is given."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def get(self, attempt_id: AttemptId) -> None:
+        raise self.error
+
+
+def test_only_an_attempt_store_error_counts_as_a_refusal():
+    """A ``RunStoreError`` escaping an attempt operation is a crash, never the
+    refusal an ``AttemptStoreError`` with the same code and method would be,
+    and its message is not kept."""
+    op = Call("attempt_get", (("config", "insert"), ("attempt_id", AttemptId("r", "k" * 64, 1))))
+    proper = perform_attempt(
+        {"insert": _Raising(AttemptStoreError("decode_failed", "get", "bad row"))}, op
+    )
+    leaked = perform_attempt(
+        {"insert": _Raising(runstore.RunStoreError("decode_failed", "get", "secret-42"))}, op
+    )
+    assert proper == Raised("decode_failed", "get")
+    assert leaked != proper
+    assert "secret-42" not in repr(leaked)
