@@ -9,8 +9,11 @@ test can tell which one fired:
   rebuilds its owner and claim, and the change feed agrees with the revision.
 - ``check_transition(before, after, step)`` judges one step: a settled run
   never changes again; only the owner of record gets a fenced write accepted;
-  a heartbeat never moves backwards under one owner; a run changes hands only
-  through its own grant, and a running run only through a steal (or
+  a heartbeat never moves backwards within one ownership grant (the owner,
+  its grant time and the activation that made it owner: activation stamps
+  the store clock, so a re-activation by the same owner may move it back); a
+  run changes hands only through its own grant, and a running run only
+  through a steal (or
   ``claim_and_own``) granted while its heartbeat was strictly older than
   ``now - 30000`` and the evidence matched; facts are only
   appended; the revision moves exactly by the rows the step wrote; every run
@@ -80,7 +83,8 @@ class UnfencedWriteAccepted(InvariantViolation):
 
 
 class HeartbeatRegressed(InvariantViolation):
-    """A heartbeat moved backwards while the owner stayed the same."""
+    """A heartbeat moved backwards within one ownership grant (same owner, same
+    grant: no activation in between)."""
 
 
 class StealWithoutStaleness(InvariantViolation):
@@ -319,7 +323,7 @@ def check_transition(
     _check_terminal(rows_before, rows_after, step)
     _check_fenced(rows_before, rows_after, step)
     _check_takeover(rows_before, rows_after, _facts(before), step)
-    _check_heartbeats(rows_before, rows_after, before, after, leases=leases)
+    _check_heartbeats(rows_before, rows_after, before, after, step, leases=leases)
     _check_state_preserved(rows_before, rows_after, step)
     _check_fact_growth(before, after, step)
     _check_revision(before, after, rows_before, rows_after, step)
@@ -429,16 +433,34 @@ def _check_fenced(
             )
 
 
+def grant_of(run_id: str, row: RunRow, state: StoreState) -> tuple[object, ...] | None:
+    """The ownership grant ``row``'s owner holds: the owner, the grant time and
+    the position of the ``activated`` fact that made it owner (``None`` when
+    the run has no owner). A steal and its activation, even by the same owner,
+    start a new grant; heartbeats are judged within one."""
+    if row.owner is None:
+        return None
+    for fact in reversed([fact for fact in state.facts if fact.run_id == run_id]):
+        if fact.transition == "activated":
+            return (fact.owner, fact.granted_at_ms, fact.position)
+    return (row.owner,)
+
+
 def _check_heartbeats(
     rows_before: Mapping[str, RunRow],
     rows_after: Mapping[str, RunRow],
     before: StoreState,
     after: StoreState,
+    step: Step,
     *,
     leases: bool,
 ) -> None:
     for run_id, old in rows_before.items():
         new = rows_after[run_id]
+        if _regrants(step, run_id) and grant_of(run_id, old, before) != grant_of(
+            run_id, new, after
+        ):
+            continue
         if (
             old.owner is not None
             and new.owner == old.owner
@@ -448,7 +470,7 @@ def _check_heartbeats(
         ):
             raise HeartbeatRegressed(
                 f"run {run_id!r}: heartbeat {old.heartbeat_at_ms} -> {new.heartbeat_at_ms} "
-                f"under {old.owner!r}"
+                f"under {old.owner!r} within one grant"
             )
     if not leases:
         return
@@ -463,11 +485,31 @@ def _check_heartbeats(
             and old_lease.heartbeat_at_ms is not None
             and new_lease.heartbeat_at_ms is not None
             and new_lease.heartbeat_at_ms < old_lease.heartbeat_at_ms
+            and not (
+                _regrants(step, run_id)
+                and _activations(run_id, before) != _activations(run_id, after)
+            )
         ):
             raise HeartbeatRegressed(
                 f"lease of run {run_id!r}: heartbeat {old_lease.heartbeat_at_ms} -> "
-                f"{new_lease.heartbeat_at_ms} under {old_lease.owner!r}"
+                f"{new_lease.heartbeat_at_ms} under {old_lease.owner!r} within one grant"
             )
+
+
+def _regrants(step: Step, run_id: str) -> bool:
+    """Whether ``step`` could have started a new grant on ``run_id``: an
+    accepted ``activate`` or ``claim_and_own`` of that run."""
+    return (
+        step.method in ("activate", "claim_and_own")
+        and isinstance(step.outcome, Activated)
+        and _step_run(step) == run_id
+    )
+
+
+def _activations(run_id: str, state: StoreState) -> int:
+    return sum(
+        1 for fact in state.facts if fact.run_id == run_id and fact.transition == "activated"
+    )
 
 
 def _check_takeover(

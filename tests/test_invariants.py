@@ -544,3 +544,142 @@ def test_taking_a_running_run_through_a_plain_claim_fires():
                 expected=r.snapshot,
             ),
         )
+
+
+# --- heartbeats are judged within one ownership grant ------------------------------
+
+SELF = OwnerId("h1", 2, "n0")
+
+
+def _self_steal_history(store, clock: ManualClock) -> list[tuple[StoreState, StoreState, Step]]:
+    """An owner takes its own stale run back (``lease-expired``), heartbeats at
+    a reading 10 s ahead of the store clock (inside the skew allowance), then
+    activates; activation stamps the store clock, below that heartbeat."""
+    steps = [
+        ("create", {"run_id": "lin", "state_json": "{}"}, None),
+        (
+            "claim_and_own",
+            {
+                "run_id": "lin",
+                "expected": RunSnapshot("pending", None, None),
+                "owner": SELF,
+                "now_ms": 100_000,
+            },
+            None,
+        ),
+        (
+            "steal",
+            {
+                "run_id": "lin",
+                "expected": RunSnapshot("running", SELF, 100_000),
+                "claimant": SELF,
+                "now_ms": 150_000,
+                "evidence": LivenessEvidence(SELF, 150_000, "lease-expired"),
+            },
+            140_000,
+        ),
+        ("heartbeat", {"run_id": "lin", "owner": SELF, "now_ms": 150_000}, None),
+        (
+            "activate",
+            {
+                "run_id": "lin",
+                "claimant": SELF,
+                "claimed_at_ms": 150_000,
+                "expected": RunSnapshot("running", SELF, 150_000),
+            },
+            None,
+        ),
+    ]
+    history = []
+    before = store.state()
+    for method, arguments, clock_at in steps:
+        if clock_at is not None:
+            clock.set(clock_at)
+        outcome = getattr(store, method)(**arguments)
+        after = store.state()
+        history.append((before, after, Step(Call(method, tuple(arguments.items())), outcome)))
+        before = after
+    return history
+
+
+@pytest.mark.parametrize("kind", ["reference model", "sqlite"])
+def test_reactivation_by_the_same_owner_may_move_the_heartbeat_back(kind: str):
+    """Issue 10, item 9: activation stamps the store clock (the seed), so a
+    self-steal's activation may put the heartbeat below the owner's last
+    (ahead-of-clock) heartbeat. That is a new grant: no invariant fires, on the
+    reference model nor on the SQLite store."""
+    clock = ManualClock(100_000)
+    store = ModelRunStore(clock=clock) if kind == "reference model" else None
+    if store is None:
+        import runstore
+
+        store = runstore.open(":memory:", clock=clock)
+    try:
+        history = _self_steal_history(store, clock)
+    finally:
+        close = getattr(store, "close", None)
+        if callable(close):
+            close()
+    outcomes = [taken.outcome for _, _, taken in history]
+    assert outcomes[1:] == [Activated(), Claimed(150_000), Updated(), Activated()]
+    last_before, last_after, _ = history[-1]
+    assert last_before.rows[0].heartbeat_at_ms == 150_000
+    assert last_after.rows[0].heartbeat_at_ms == 140_000  # activation stamped the store clock
+    for before, after, taken in history:
+        check_state(after)
+        check_transition(before, after, taken)
+
+
+def test_heartbeat_moving_back_inside_one_grant_still_fires_after_a_self_steal():
+    """After the self-steal's activation, the new grant's heartbeat must not move
+    back again: a later heartbeat that lowers it fires ``HeartbeatRegressed``."""
+    clock = ManualClock(100_000)
+    model = ModelRunStore(clock=clock)
+    history = _self_steal_history(model, clock)
+    before = history[-1][1]
+    (r,) = before.rows
+    lowered = attrs.evolve(r, heartbeat_at_ms=r.heartbeat_at_ms - 1)
+    lease = attrs.evolve(before.leases[0], heartbeat_at_ms=lowered.heartbeat_at_ms)
+    after = bumped(before, (lowered,), leases=(lease,))
+    with pytest.raises(HeartbeatRegressed):
+        check_transition(before, after, step("heartbeat", Updated(), run_id="lin", owner=SELF))
+
+
+def test_a_forged_activation_fact_does_not_excuse_a_regressed_heartbeat():
+    """Only an accepted ``activate``/``claim_and_own`` of the run starts a new
+    grant: a heartbeat that appends an ``activated`` fact and moves the stamp
+    back still fires."""
+    r = running(heartbeat=5000)
+    before = state(r)
+    lowered = attrs.evolve(r, heartbeat_at_ms=4000)
+    facts = (*before.facts, OwnershipFact("a", "activated", ALICE, 4000, 3))
+    after = bumped(before, (lowered,), facts=facts, leases=(owner_lease(lowered, 4000),))
+    with pytest.raises(HeartbeatRegressed):
+        check_transition(before, after, step("heartbeat", Updated(), run_id="a", owner=ALICE))
+
+
+def test_a_non_monotonic_strategy_heartbeat_fires_inside_one_grant():
+    """The zoo's ``heartbeat_regresses`` strategy (the caller's time stored,
+    not the larger stamp) on a real SQLite store: a late, older heartbeat
+    inside one grant moves the lease back and fires ``HeartbeatRegressed``."""
+    import runstore
+    from tests.zoo.heartbeat_regresses import factory
+
+    clock = ManualClock(100_000)
+    store = runstore.open(":memory:", clock=clock, consensus=factory())
+    try:
+        store.create("a", "{}")
+        pending = RunSnapshot("pending", None, None)
+        assert store.claim_and_own("a", pending, ALICE, 100_000) == Activated()
+        assert store.heartbeat("a", ALICE, 105_000) == Updated()
+        before = store.state()
+        outcome = store.heartbeat("a", ALICE, 101_000)
+        after = store.state()
+    finally:
+        store.close()
+    assert after.leases[0].heartbeat_at_ms == 101_000  # the row keeps the larger stamp
+    taken = Step(
+        Call("heartbeat", (("run_id", "a"), ("owner", ALICE), ("now_ms", 101_000))), outcome
+    )
+    with pytest.raises(HeartbeatRegressed):
+        check_transition(before, after, taken)
