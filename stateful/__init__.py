@@ -53,6 +53,7 @@ from ._invariants import HeartbeatRegressed as HeartbeatRegressed
 from ._invariants import InvariantViolation as InvariantViolation
 from ._invariants import LeaseRowDisagreement as LeaseRowDisagreement
 from ._invariants import OwnerWithoutGrant as OwnerWithoutGrant
+from ._invariants import ReferenceInvariantViolation as ReferenceInvariantViolation
 from ._invariants import RevisionMismatch as RevisionMismatch
 from ._invariants import RunningOwnershipViolation as RunningOwnershipViolation
 from ._invariants import StateNotPreserved as StateNotPreserved
@@ -61,7 +62,6 @@ from ._invariants import TerminalChangedViolation as TerminalChangedViolation
 from ._invariants import UnfencedWriteAccepted as UnfencedWriteAccepted
 from ._invariants import check_state as check_state
 from ._invariants import check_transition as check_transition
-from ._machine import ReferenceInvariantViolation as ReferenceInvariantViolation
 from ._machine import RunStoreComparison as RunStoreComparison
 from ._machine import comparison_for as comparison_for
 from ._profiles import load_profile as load_profile

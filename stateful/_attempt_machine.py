@@ -73,11 +73,12 @@ from ._capabilities import FULL_STORE, Capabilities
 from ._compare import DifferentialMismatch
 from ._domain import PROCESS_COUNT, RUN_IDS, START_MS
 from ._faults import FAULT_BUDGET, FAULTS, fault_plan, plan_faults
+from ._invariants import ReferenceInvariantViolation
 from ._machine import (
     PROCESSES,
-    ReferenceInvariantViolation,
     RunStoreComparison,
     StoreFactory,
+    check_reference,
 )
 from ._observe import AttemptPerformed, Failure, say
 from ._steps import Call, Crashed, Raised, Step, call
@@ -309,15 +310,14 @@ class RunAttemptComparison(RunStoreComparison):
         config = CONFIGS.get(model_step.call.get("config"))
         cap = None if config is None else config.max_checkpoint_bytes
         try:
-            check_attempt_step(
-                before_store,
-                self.store_attempts,
-                store_step,
-                runs_before=runs_before,
-                revision_before=store_revision,
-                revision_after=self.store.revision(),
-                in_progress_states=IN_PROGRESS,
-                max_checkpoint_bytes=cap,
+            # The reference first, runs and attempts: an invariant it breaks is
+            # the suite's defect, and must never be reported against the store.
+            caps = self.capabilities
+            check_reference(
+                runs_before,
+                self._model_view(),
+                model_step,
+                leases=caps.lease_introspection and caps.whole_state,
             )
             try:
                 check_attempt_step(
@@ -331,21 +331,31 @@ class RunAttemptComparison(RunStoreComparison):
                     max_checkpoint_bytes=cap,
                 )
             except AttemptInvariantViolation as error:
-                raise ReferenceInvariantViolation(f"{type(error).__name__}: {error}") from None
+                raise ReferenceInvariantViolation.of(error) from None
+            check_attempt_step(
+                before_store,
+                self.store_attempts,
+                store_step,
+                runs_before=runs_before,
+                revision_before=store_revision,
+                revision_after=self.store.revision(),
+                in_progress_states=IN_PROGRESS,
+                max_checkpoint_bytes=cap,
+            )
         except AssertionError as error:
             self._report(error)
             raise
         super()._settle(model_step, store_step)
         try:
-            check_attempt_state(
-                self.store_attempts, self.store_state, max_checkpoint_bytes=LARGEST_CAP
-            )
             try:
                 check_attempt_state(
                     self.model_attempts, self.model_state, max_checkpoint_bytes=LARGEST_CAP
                 )
             except AttemptInvariantViolation as error:
-                raise ReferenceInvariantViolation(f"{type(error).__name__}: {error}") from None
+                raise ReferenceInvariantViolation.of(error) from None
+            check_attempt_state(
+                self.store_attempts, self.store_state, max_checkpoint_bytes=LARGEST_CAP
+            )
             if self.model_attempts != self.store_attempts:
                 say(f"reference attempts:\n{shown(self.model_attempts)}")
                 say(f"store attempts:\n{shown(self.store_attempts)}")

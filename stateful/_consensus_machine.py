@@ -48,6 +48,7 @@ from ._domain import (
     TOKENS,
     World,
 )
+from ._invariants import InvariantViolation, ReferenceInvariantViolation, check_leases
 from ._observe import ClockSet, Failure, LogEntry, Transacted, say
 from ._steps import Call, call
 
@@ -206,10 +207,17 @@ class ConsensusComparison(RuleBasedStateMachine):
 
         say(shown)
         before = self.strategy_leases
+        model_before = self.model_leases
         self.model_leases = self._model_leases()
         self.strategy_leases = self._strategy_leases()
         self._observe()
         try:
+            # The reference first: an invariant its leases break is the suite's
+            # defect, and must never be reported against the strategy.
+            try:
+                check_leases(model_before, self.model_leases, calls)
+            except InvariantViolation as error:
+                raise ReferenceInvariantViolation.of(error) from None
             for op, want, got in zip(calls, expected, actual, strict=True):
                 if want != got:
                     raise OutcomeMismatch(

@@ -26,6 +26,7 @@ any test, and from the regression files the fuzzer writes.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import attrs
 
@@ -117,6 +118,22 @@ class FailedOperationVisible(InvariantViolation):
 
 class CommittedStateLost(InvariantViolation):
     """Reopening the store lost or changed committed rows, facts or revisions."""
+
+
+class ReferenceInvariantViolation(AssertionError):
+    """An invariant failed on the reference model's own state or step: a
+    defect of the conformance suite (its model or its invariants), never a
+    failure of the store under test. ``invariant`` names the invariant."""
+
+    def __init__(self, message: str, invariant: str = "") -> None:
+        super().__init__(message)
+        self.invariant = invariant
+
+    @classmethod
+    def of(cls, error: AssertionError) -> ReferenceInvariantViolation:
+        """The suite defect that ``error``, raised on the reference, reveals."""
+        name = type(error).__name__
+        return cls(f"{name} on the reference model's own history: {error}", name)
 
 
 #: Every invariant exception, by class name.
@@ -298,6 +315,51 @@ def _check_changes(state: StoreState, rows: Mapping[str, RunRow]) -> None:
     for change in state.changes:
         if not change.deleted and change.run_id not in rows:
             raise RevisionMismatch(f"live change entry for missing run {change.run_id!r}")
+
+
+def check_leases(
+    before: Iterable[Lease | None], after: Iterable[Lease | None], calls: Iterable[Any] = ()
+) -> None:
+    """The invariants a strategy's leases keep across one transaction (for the
+    strategy machine, where no rows exist): owner, grant time and heartbeat
+    are set together, claimant and claim time are set together, an empty lease
+    is pruned, and within one grant (same owner and grant time, no activation
+    of the run in the transaction) the heartbeat never moves back. ``calls``
+    are the transaction's calls (``Call`` values)."""
+    activated = {
+        op.run_id for op in calls if getattr(op, "method", None) in ("activate", "claim_and_own")
+    }
+    old = {lease.run_id: lease for lease in before if lease is not None}
+    for lease in after:
+        if lease is None:
+            continue
+        if lease.owner is None and lease.claim is None:
+            raise RunningOwnershipViolation(f"lease of run {lease.run_id!r} is empty: {lease!r}")
+        if (
+            not (lease.owner is None)
+            == (lease.granted_at_ms is None)
+            == (lease.heartbeat_at_ms is None)
+        ):
+            raise RunningOwnershipViolation(
+                f"lease of run {lease.run_id!r}: owner, grant and heartbeat not set together"
+                f" ({lease!r})"
+            )
+        if (lease.claim is None) != (lease.claimed_at_ms is None):
+            raise ClaimFieldsViolation(f"lease of run {lease.run_id!r}: {lease!r}")
+        previous = old.get(lease.run_id)
+        if (
+            previous is not None
+            and lease.run_id not in activated
+            and previous.owner is not None
+            and (previous.owner, previous.granted_at_ms) == (lease.owner, lease.granted_at_ms)
+            and previous.heartbeat_at_ms is not None
+            and lease.heartbeat_at_ms is not None
+            and lease.heartbeat_at_ms < previous.heartbeat_at_ms
+        ):
+            raise HeartbeatRegressed(
+                f"lease of run {lease.run_id!r}: heartbeat {previous.heartbeat_at_ms} -> "
+                f"{lease.heartbeat_at_ms} under {lease.owner!r} within one grant"
+            )
 
 
 # --- one step ------------------------------------------------------------------

@@ -79,7 +79,12 @@ from ._faults import (
     faulted_call,
     plan_faults,
 )
-from ._invariants import InvariantViolation, check_state, check_transition
+from ._invariants import (
+    InvariantViolation,
+    ReferenceInvariantViolation,
+    check_state,
+    check_transition,
+)
 from ._malformed import MALFORMED_CASES, malformed_call
 from ._observe import ClockSet, Failure, Faulted, LogEntry, Performed, Reopened, say
 from ._steps import Call, Raised, Step, call, perform
@@ -101,10 +106,6 @@ PROCESSES = st.sampled_from(tuple(range(PROCESS_COUNT)))
 
 #: Single-use grant tokens: ``(run_id, claimant, claimed_at_ms)``.
 Grant = tuple[str, OwnerId, int]
-
-
-class ReferenceInvariantViolation(AssertionError):
-    """The reference model broke an invariant: a bug in the model itself."""
 
 
 class RunStoreComparison(RuleBasedStateMachine):
@@ -218,13 +219,11 @@ class RunStoreComparison(RuleBasedStateMachine):
         caps = self.capabilities
         leases = caps.lease_introspection and caps.whole_state
         try:
+            # The reference first: an invariant it breaks is the suite's defect,
+            # and must never be reported against the store.
+            check_reference(before_model, self.model_state, model_step, leases=leases)
             check_state(self.store_state, leases=leases)
             check_transition(before_store, self.store_state, store_step, leases=leases)
-            try:
-                check_state(self.model_state, leases=leases)
-                check_transition(before_model, self.model_state, model_step, leases=leases)
-            except InvariantViolation as error:
-                raise ReferenceInvariantViolation(f"{type(error).__name__}: {error}") from None
             if store_step.outcome != model_step.outcome:
                 raise OutcomeMismatch(
                     f"{model_step.call.describe()}: reference answered "
@@ -853,6 +852,18 @@ class RunStoreComparison(RuleBasedStateMachine):
         """An operation with one inadmissible argument: both sides refuse it
         with ``invalid_run`` and change nothing."""
         self._do(malformed_call(case, self.world))
+
+
+def check_reference(
+    before: StoreState, after: StoreState, step: Step, *, leases: bool = True
+) -> None:
+    """Every invariant, on the reference model's own state and step; a failure
+    is raised as ``ReferenceInvariantViolation`` (a defect of the suite)."""
+    try:
+        check_state(after, leases=leases)
+        check_transition(before, after, step, leases=leases)
+    except InvariantViolation as error:
+        raise ReferenceInvariantViolation.of(error) from None
 
 
 def _grant(run: str, who: OwnerId, out: object) -> Any:
