@@ -221,8 +221,8 @@ class ModelAttemptStore:
                 raise AttemptStoreError("unknown", "put", "attempt disappeared during put")
             return ExistingSame() if existing == record else Conflict()
 
-    def get(self, attempt_id: AttemptId) -> Attempt | None:
-        """The attempt, or None. Not fenced."""
+    def get(self, attempt_id: AttemptId | Attempt) -> Attempt | None:
+        """The attempt, or None. Not fenced. An ``Attempt`` stands for its own id."""
         ident = admit_get(attempt_id)
         with self._lock:
             record = self._attempts.get(_key(ident))
@@ -292,7 +292,9 @@ class ModelAttemptStore:
                 return FenceLost()
             return StateChanged()
 
-    def patch(self, attempt_id: AttemptId, patch: AttemptPatch, owner: OwnerId) -> PatchOutcome:
+    def patch(
+        self, attempt_id: AttemptId | Attempt, patch: AttemptPatch, owner: OwnerId
+    ) -> PatchOutcome:
         """Replace the given fields in any state, under the fence."""
         ident, fields, who, _ = admit_patch(attempt_id, patch, owner, self._options)
         key = _key(ident)

@@ -120,7 +120,7 @@ class ModelRunStore:
     """
 
     def __init__(self, clock: Clock) -> None:
-        self._clock = clock
+        self._clock = _boundary.admit_clock("ModelRunStore", clock)
         self._state = ModelState()
         self._lock = threading.RLock()
 
@@ -159,7 +159,7 @@ class ModelRunStore:
         rid, state, parent, lineage, ordinal = _boundary.admit_create(
             run_id, state_json, parent_run_id, lineage_id, round_ordinal
         )
-        created_at_ms = self._clock.now_ms()
+        created_at_ms = _boundary.clock_reading("create", self._clock)
         with self._lock:
             draft = self._draft("create")
             if draft.row(rid) is not None:
@@ -423,7 +423,7 @@ class ModelRunStore:
         rid, who, token, snapshot = _boundary.admit_activate(
             run_id, claimant, claimed_at_ms, expected
         )
-        activated_at_ms = self._clock.now_ms()
+        activated_at_ms = _boundary.clock_reading("activate", self._clock)
         with self._lock:
             draft = self._draft("activate")
             row = draft.row(rid)
@@ -564,7 +564,7 @@ class ModelRunStore:
         rid, who, to, state, requirement = _boundary.admit_transition_owned(
             run_id, owner, to_status, state_json, guard
         )
-        transitioned_at_ms = self._clock.now_ms()
+        transitioned_at_ms = _boundary.clock_reading("transition_owned", self._clock)
         with self._lock:
             draft = self._draft("transition_owned")
             held = _leases.holds(draft.lease(rid), who)

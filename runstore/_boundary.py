@@ -277,13 +277,49 @@ def admit_owner(method: str, field: str, value: object) -> OwnerId:
     return value
 
 
+def clock_reading(method: str, clock: Clock) -> int:
+    """The store clock's current reading, in whole milliseconds.
+
+    A fractional reading is floored (upstream's rule: a clock at 10.5 ms
+    stamps 10). Anything else that is not a non-negative safe integer (a
+    negative or non-finite number, nanoseconds past ``2**53 - 1``, ``None``, a
+    ``bool``) is refused with ``invalid_run`` naming the clock; the reading
+    itself is not quoted.
+    """
+    reading: object = clock.now_ms()
+    if type(reading) is float and math.isfinite(reading) and reading >= 0:
+        reading = math.floor(reading)
+    if not is_timestamp(reading):
+        raise invalid(
+            method, "clock", "returned a reading that is not a non-negative safe integer of ms"
+        ) from None
+    return reading  # type: ignore[return-value]
+
+
+def admit_clock(method: str, clock: object) -> Clock:
+    """A store clock: an object with a callable ``now_ms`` whose reading is
+    admissible now (``time.time``, a string or a bare object are refused)."""
+    if not callable(getattr(clock, "now_ms", None)):
+        raise invalid(method, "clock", "must be a runstore.Clock (an object with now_ms())")
+    try:
+        clock_reading(method, clock)  # type: ignore[arg-type]
+    except InvalidRunError:
+        raise
+    except Exception:
+        failure = invalid(method, "clock", "raised an exception from now_ms()")
+    else:
+        return clock  # type: ignore[return-value]
+    # Raised outside the handler: the clock's own error text stays out of the chain.
+    raise failure
+
+
 def admit_lease_reading(
     method: str, value: object, clock: Clock, *, run_id: str, claimed_at_ms: int | None = None
 ) -> int:
     """A caller's lease reading: a timestamp at most the skew allowance ahead of
     the store clock (exactly the allowance is admitted; behind is fine)."""
     now_ms = admit_timestamp(method, "now_ms", value)
-    clock_ms = clock.now_ms()
+    clock_ms = clock_reading(method, clock)
     if now_ms > clock_ms + HEARTBEAT_SKEW_ALLOWANCE_MS:
         cause: dict[str, Any] = {"run_id": run_id}
         if claimed_at_ms is not None:

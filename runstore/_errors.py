@@ -72,14 +72,27 @@ def _rebuild(
     return error
 
 
+def _invalid_text(cause: dict[str, Any]) -> str:
+    """``"<argument> <rule>"`` from an admission cause, never the value."""
+    field = cause.get("field")
+    detail = cause.get("detail")
+    if type(field) is not str or not field:
+        field = "an argument"
+    if type(detail) is not str or not detail:
+        detail = "violates the durable contract"
+    return f"{field} {detail}"
+
+
 class InvalidRunError(RunStoreError, ValueError):
     """Raised by any operation when an argument breaks the durable contract.
 
-    Nothing is written. Raised ``from None``.
+    The message names the argument and the rule it broke (``"invalid_run:
+    claim: expected must be a RunSnapshot or RunRow"``), never the value, which
+    may be run state or a credential. Nothing is written. Raised ``from None``.
     """
 
     def __init__(self, method: str, cause: dict[str, Any]) -> None:
-        super().__init__("invalid_run", method, "run input is invalid", cause)
+        super().__init__("invalid_run", method, _invalid_text(cause), cause)
 
 
 class RunNotFoundError(RunStoreError, LookupError):
@@ -89,17 +102,28 @@ class RunNotFoundError(RunStoreError, LookupError):
         super().__init__("not_found_row", method, "run was not found", {"run_id": run_id})
 
 
+#: What a ``ConstraintError`` says for each named constraint of ``create``.
+CONSTRAINT_TEXTS: dict[str, str] = {
+    "run_id": "a run with this id already exists",
+    "parent_run_id": "the parent run does not exist",
+    "lineage_round": "the lineage already has a run at this round",
+}
+
+
 class ConstraintError(RunStoreError):
     """Raised when the database refuses a write on a constraint: a duplicate run
-    id, a missing parent, a duplicate lineage round. The operation rolled back."""
+    id, a missing parent, a duplicate lineage round. The operation rolled back.
+
+    ``cause["constraint"]``, when known, names which (``"run_id"``,
+    ``"parent_run_id"``, ``"lineage_round"``) and the message says it in words.
+    """
 
     def __init__(self, method: str, cause: dict[str, Any] | None = None) -> None:
-        super().__init__(
-            "constraint",
-            method,
-            "database operation failed",
-            {"category": "constraint", **(cause or {})},
+        details = {"category": "constraint", **(cause or {})}
+        text = CONSTRAINT_TEXTS.get(
+            str(details.get("constraint")), "a database constraint refused the write"
         )
+        super().__init__("constraint", method, text, details)
 
 
 class DecodeFailedError(RunStoreError):

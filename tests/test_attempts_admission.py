@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import pytest
 
 from runstore import OwnerId
@@ -20,6 +21,7 @@ from runstore.attempts import (
     AttemptPatch,
     AttemptStoreError,
     FinishAttempt,
+    Patched,
 )
 
 from .test_attempts_pairs import OWNER, RUN, STEP, Env, env, ident, running
@@ -233,12 +235,16 @@ def test_every_write_refuses_an_invalid_owner(env: Env, owner: object) -> None:
 
 
 def test_records_must_be_the_contracts_classes(env: Env) -> None:
-    """put takes an Attempt, finish a FinishAttempt, get and patch an AttemptId and AttemptPatch."""
+    """put takes an Attempt, finish a FinishAttempt, get and patch an AttemptId (or an
+    Attempt, which stands for its own id) and an AttemptPatch."""
     env.own()
     _refused(lambda: env.attempts.put({"run_id": RUN}, OWNER), "attempt")  # type: ignore[arg-type]
     _refused(lambda: env.attempts.get((RUN, STEP, 1)), "attempt_id")  # type: ignore[arg-type]
     _refused(lambda: env.attempts.finish(running(1), OWNER), "finish")  # type: ignore[arg-type]
-    _refused(lambda: env.attempts.patch(running(1), AttemptPatch(), OWNER), "attempt_id")  # type: ignore[arg-type]
+    _refused(
+        lambda: env.attempts.patch(FinishAttempt(RUN, STEP, 1, "done", 5), AttemptPatch(), OWNER),
+        "attempt_id",
+    )  # type: ignore[arg-type]
     _refused(lambda: env.attempts.patch(ident(1), {}, OWNER), "patch")  # type: ignore[arg-type]
     _refused(lambda: env.attempts.get(AttemptId(RUN, STEP, -1)), "attempt")
 
@@ -288,3 +294,17 @@ def test_refusal_messages_carry_no_value(env: Env) -> None:
     text = f"{caught.value} {caught.value!r} {caught.value.cause}"
     assert secret not in text
     assert "outcome" in text
+
+
+def test_an_attempt_is_accepted_as_its_own_id(env: Env) -> None:
+    """get and patch take the Attempt that put or get returned in place of its AttemptId
+    (upstream: an attempt record is also its id); only its id fields are read."""
+    env.own()
+    record = running(1)
+    env.attempts.put(record, OWNER)
+    assert env.attempts.get(record) == env.attempts.get(ident(1)) is not None
+    fetched = env.attempts.get(ident(1))
+    assert fetched is not None
+    assert env.attempts.patch(fetched, AttemptPatch(), OWNER) == Patched()
+    # A record whose id fields are inadmissible is refused like a bad AttemptId.
+    _refused(lambda: env.attempts.get(attrs.evolve(fetched, attempt=-1)), "attempt")

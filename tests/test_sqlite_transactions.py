@@ -169,3 +169,59 @@ def test_a_closed_connection_is_persistence_failed(store: SqliteRunStore) -> Non
         store._read("probe", lambda c: c.execute("SELECT 1").fetchone())
     with pytest.raises(RunStoreError):
         store._write("probe", lambda tx: None)
+
+
+@pytest.mark.parametrize("links", range(1, 9))
+def test_a_strategy_failure_is_classified_by_the_database_error_behind_it(links: int) -> None:
+    """The store inspects up to 8 links of a strategy error's cause chain,
+    counted from its cause (upstream's depth): a constraint failure 1 to 8
+    links behind a ``ConsensusError`` is ``constraint``, not ``persistence_failed``."""
+    import sqlite3
+
+    from runstore import OwnerId, RunSnapshot
+    from runstore.consensus import ConsensusError, NoopConsensus
+
+    def failure() -> ConsensusError:
+        cause: BaseException = sqlite3.IntegrityError("UNIQUE constraint failed")
+        for layer in range(links - 1):
+            wrapper = RuntimeError(f"layer {layer}")
+            wrapper.__cause__ = cause
+            cause = wrapper
+        error = ConsensusError("persistence_failed", "could not record the claim")
+        error.__cause__ = cause
+        return error
+
+    class Failing(NoopConsensus):
+        def claim(self, tx: Any, run_id: str, claimant: Any, now_ms: int) -> Any:
+            raise failure()
+
+    with runstore.open(":memory:", clock=ManualClock(0), consensus=Failing()) as store:
+        store.create("r", "{}")
+        with pytest.raises(RunStoreError) as caught:
+            store.claim("r", RunSnapshot("pending", None, None), OwnerId("h", 1, "n"), 0)
+    assert (caught.value.code, caught.value.cause["database_code"]) == ("constraint", "constraint")
+
+
+def test_a_database_error_nine_links_behind_is_not_inspected() -> None:
+    """Past the depth the failure is a plain ``persistence_failed``."""
+    import sqlite3
+
+    from runstore import OwnerId, RunSnapshot
+    from runstore.consensus import ConsensusError, NoopConsensus
+
+    class Failing(NoopConsensus):
+        def claim(self, tx: Any, run_id: str, claimant: Any, now_ms: int) -> Any:
+            cause: BaseException = sqlite3.IntegrityError("UNIQUE constraint failed")
+            for layer in range(8):
+                wrapper = RuntimeError(f"layer {layer}")
+                wrapper.__cause__ = cause
+                cause = wrapper
+            error = ConsensusError("persistence_failed")
+            error.__cause__ = cause
+            raise error
+
+    with runstore.open(":memory:", clock=ManualClock(0), consensus=Failing()) as store:
+        store.create("r", "{}")
+        with pytest.raises(RunStoreError) as caught:
+            store.claim("r", RunSnapshot("pending", None, None), OwnerId("h", 1, "n"), 0)
+    assert caught.value.code == "persistence_failed"

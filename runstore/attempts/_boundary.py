@@ -227,12 +227,18 @@ def admit_put(
     return admitted, who, Encoded(checkpoint_text, error_text, outcome_text, meta_text)
 
 
+def _attempt_id(method: str, value: object) -> AttemptId:
+    """An ``AttemptId``, or an ``Attempt`` standing for its own id (upstream:
+    an attempt record is also its id); only the three id fields are read."""
+    if type(value) is not AttemptId and type(value) is not Attempt:
+        raise invalid(method, "attempt_id", "must be an AttemptId or an Attempt") from None
+    given: AttemptId | Attempt = value
+    return _id(method, given.run_id, given.step_key_digest, given.attempt)
+
+
 def admit_get(attempt_id: object) -> AttemptId:
-    """``get(attempt_id)``."""
-    method = "get"
-    _record(method, "attempt_id", attempt_id, AttemptId)
-    ident: AttemptId = attempt_id  # type: ignore[assignment]
-    return _id(method, ident.run_id, ident.step_key_digest, ident.attempt)
+    """``get(attempt_id)``: an ``AttemptId`` or an ``Attempt``."""
+    return _attempt_id("get", attempt_id)
 
 
 def admit_heartbeat(
@@ -290,9 +296,7 @@ def admit_patch(
     """``patch(attempt_id, patch, owner)``: the id, the patch's fields in
     order (the checkpoint against the cap), then the owner."""
     method = "patch"
-    _record(method, "attempt_id", attempt_id, AttemptId)
-    given: AttemptId = attempt_id  # type: ignore[assignment]
-    ident = _id(method, given.run_id, given.step_key_digest, given.attempt)
+    ident = _attempt_id(method, attempt_id)
     _record(method, "patch", patch, AttemptPatch)
     fields: AttemptPatch = patch  # type: ignore[assignment]
     checkpoint, checkpoint_text = _json(

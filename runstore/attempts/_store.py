@@ -281,8 +281,9 @@ class AttemptStore:
 
         return self._write("put", body)
 
-    def get(self, attempt_id: AttemptId) -> Attempt | None:
-        """The attempt, or None when there is none. Not fenced."""
+    def get(self, attempt_id: AttemptId | Attempt) -> Attempt | None:
+        """The attempt, or None when there is none. Not fenced. An ``Attempt``
+        stands for its own id."""
         ident = admit_get(attempt_id)
         params = _id_params(ident)
 
@@ -362,7 +363,9 @@ class AttemptStore:
 
         return self._write("finish", body)
 
-    def patch(self, attempt_id: AttemptId, patch: AttemptPatch, owner: OwnerId) -> PatchOutcome:
+    def patch(
+        self, attempt_id: AttemptId | Attempt, patch: AttemptPatch, owner: OwnerId
+    ) -> PatchOutcome:
         """Replace the given fields of an attempt in any state, under the fence.
 
         An empty patch writes nothing new and still answers ``Patched`` when

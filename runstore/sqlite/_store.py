@@ -224,7 +224,7 @@ class SqliteRunStore:
         rid, state, parent, lineage, ordinal = admit.admit_create(
             run_id, state_json, parent_run_id, lineage_id, round_ordinal
         )
-        created_at = self._clock.now_ms()
+        created_at = admit.clock_reading("create", self._clock)
 
         def body(tx: Transaction) -> None:
             execute = tx.connection.execute
@@ -407,7 +407,7 @@ class SqliteRunStore:
         expected: RunSnapshot | RunRow,
     ) -> ActivateOutcome:
         rid, who, token, snapshot = admit.admit_activate(run_id, claimant, claimed_at_ms, expected)
-        activated_at = self._clock.now_ms()
+        activated_at = admit.clock_reading("activate", self._clock)
         claim = (who.host_id, who.pid, who.nonce, token)
         params = (*_snapshot(rid, snapshot), *claim)
 
@@ -532,7 +532,7 @@ class SqliteRunStore:
         rid, who, status, state, checked = admit.admit_transition_owned(
             run_id, owner, to_status, state_json, guard
         )
-        transitioned_at = self._clock.now_ms()
+        transitioned_at = admit.clock_reading(method, self._clock)
         requirement = None if checked is None else checked.cancel_requested
         params = (rid, who.host_id, who.pid, who.nonce, requirement)
 

@@ -100,16 +100,33 @@ class RollbackAndReturn(Exception, Generic[T]):
 _CLASSIFIED = (RunStoreError, sqlite3.Error, ConsensusError)
 
 
+#: How many links of a failure's cause chain are inspected for the database
+#: error behind it, counted from the failure's own cause (upstream's depth).
+CAUSE_DEPTH = 8
+
+
 def _sqlite_error(error: BaseException) -> sqlite3.Error | None:
-    """The database error behind ``error``, following causes up to 8 deep."""
-    current: BaseException | None = error
-    for _ in range(8):
+    """The database error ``error`` is, or the first one among the next
+    ``CAUSE_DEPTH`` links of its cause chain (a strategy may wrap the driver's
+    error in several layers of its own before raising ``ConsensusError``)."""
+    if isinstance(error, sqlite3.Error):
+        return error
+    current = error.__cause__ or error.__context__
+    for _ in range(CAUSE_DEPTH):
         if current is None:
             return None
         if isinstance(current, sqlite3.Error):
             return current
         current = current.__cause__ or current.__context__
     return None
+
+
+#: ``create``'s constraints by SQLite's extended result code.
+_CREATE_CONSTRAINTS = {
+    1555: "run_id",  # SQLITE_CONSTRAINT_PRIMARYKEY: the id is taken
+    787: "parent_run_id",  # SQLITE_CONSTRAINT_FOREIGNKEY: no such parent
+    2067: "lineage_round",  # SQLITE_CONSTRAINT_UNIQUE: (lineage, round) is taken
+}
 
 
 def is_transient(error: BaseException) -> bool:
@@ -134,6 +151,8 @@ def classify(method: str, error: BaseException) -> RunStoreError:
     if isinstance(error, ConsensusError):
         cause["consensus_code"] = error.code
     if isinstance(found, sqlite3.IntegrityError):
+        if method == "create" and type(code) is int and code in _CREATE_CONSTRAINTS:
+            cause["constraint"] = _CREATE_CONSTRAINTS[code]
         return ConstraintError(method, {"database_code": "constraint", **cause})
     if isinstance(found, sqlite3.OperationalError) and str(found).startswith(_UNDECODABLE):
         # Stored text that is not UTF-8 (written behind the store's back). The
