@@ -60,8 +60,11 @@ from ._invariants import StateNotPreserved as StateNotPreserved
 from ._invariants import StealWithoutStaleness as StealWithoutStaleness
 from ._invariants import TerminalChangedViolation as TerminalChangedViolation
 from ._invariants import UnfencedWriteAccepted as UnfencedWriteAccepted
+from ._invariants import check_leases as check_leases
 from ._invariants import check_state as check_state
 from ._invariants import check_transition as check_transition
+from ._judge import Judge as Judge
+from ._judge import judge_leases as judge_leases
 from ._machine import RunStoreComparison as RunStoreComparison
 from ._machine import comparison_for as comparison_for
 from ._profiles import load_profile as load_profile
@@ -83,6 +86,7 @@ __all__ = [
     "FinishedTerminalViolation",
     "HeartbeatRegressed",
     "InvariantViolation",
+    "Judge",
     "LeaseMismatch",
     "LeaseRowDisagreement",
     "OutcomeMismatch",
@@ -101,11 +105,13 @@ __all__ = [
     "TerminalChangedViolation",
     "UnfencedWriteAccepted",
     "authority_for",
+    "check_leases",
     "check_state",
     "check_transition",
     "comparison_for",
     "conformance_machines",
     "consensus_comparison_for",
+    "judge_leases",
     "load_profile",
     "run_conformance",
 ]

@@ -2,14 +2,23 @@
 
 ``write_regression`` turns a ``Failure`` (the log of the shrunk example) into a
 self-contained pytest module: it opens the store under test, replays every
-step (clock moves, calls, reopens, armed faults, raw edits) and asserts each
-answer and the final state exactly as the reference model computed them. A
-program of the attempt machine also builds one ``AttemptStore`` per set of
-options the machine uses (again after every reopen), makes its attempt calls
-and asserts the attempts left at the end. It
-needs ``pytest`` and ``runstore``; not Hypothesis, not ``runstore.stateful``.
-The file fails while the bug is there and passes once it is fixed, so it can
-live in ``tests/regressions/``.
+step (clock moves, calls, reopens, armed faults, raw edits) through a
+``runstore.stateful.Judge``, which re-runs after each step the invariants the
+machine ran (``check_state``, ``check_transition``, the attempt invariants),
+and asserts each answer and the final state exactly as the reference model
+computed them. A program of the attempt machine also builds one
+``AttemptStore`` per set of options the machine uses (again after every
+reopen), makes its attempt calls and asserts the attempts left at the end. A
+strategy program re-checks the lease invariants after every transaction. So
+the file fails exactly when the original failure recurs, whether a comparison
+or an invariant caught it, and passes once it is fixed: it can live in
+``tests/regressions/``. It needs ``pytest`` and ``runstore`` with the
+``conformance`` extra (for the judge), not Hypothesis itself.
+
+A failure on the reference model's own history (``ReferenceInvariantViolation``)
+is a defect of the suite, not of the store: its file says so, and replays the
+program on the reference model alone (``Judge(..., reference=True)``), failing
+while the suite defect is there.
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ import attrs
 from runstore._values import StoreState
 from runstore.attempts import ABSENT, Attempt
 
-from ._attempt_machine import CONFIGS
+from ._attempt_machine import CONFIGS, IN_PROGRESS, LARGEST_CAP
 from ._consensus_machine import CONSENSUS_RUNS, Refused
 from ._domain import START_MS
 from ._faults import FAULT_BUDGET
@@ -147,23 +156,23 @@ def pretty(value: Any, imports: _Imports, indent: int = 0, width: int = 96) -> s
     return flat
 
 
-def _call_source(target: str, op: Call, imports: _Imports) -> str:
+def _call_source(target: str, op: Call, imports: _Imports, *head: str) -> str:
+    """``judge.call('method', args...)`` (or ``judge.attempt(...)`` with ``head``)."""
     positional = [literal(v, imports) for k, v in op.arguments if k not in op.keywords]
     keywords = [f"{k}={literal(v, imports)}" for k, v in op.arguments if k in op.keywords]
-    return f"{target}.{op.method}({', '.join(positional + keywords)})"
+    leading = [repr(item) for item in head] + [repr(op.method)]
+    return f"{target}({', '.join(leading + positional + keywords)})"
 
 
 def _expect(
     source: str, expected: Any, imports: _Imports, error: tuple[str, str] = _RUN_STORE_ERROR
 ) -> list[str]:
+    """The judged call and the reference's answer (a refusal as ``Raised``:
+    the judge answers an error's code and method rather than raising it)."""
+    del error  # the judge reports both kinds of error as ``Raised``
     if isinstance(expected, Raised):
-        name = imports.need(*error)
-        return [
-            f"with pytest.raises({name}) as raised:",
-            f"    {source}",
-            f"assert (raised.value.code, raised.value.method) == "
-            f"({expected.code!r}, {expected.method!r})",
-        ]
+        name = imports.need("runstore.stateful", "Raised")
+        return [f"assert {source} == {name}({expected.code!r}, {expected.method!r})"]
     if isinstance(expected, Crashed):
         return [f"{source}  # the reference failed here: {expected.exception}"]
     if expected is None or type(expected) is bool:
@@ -171,24 +180,41 @@ def _expect(
     return [f"assert {source} == {literal(expected, imports)}"]
 
 
-def _store_steps(failure: Failure, imports: _Imports, *, faults: bool) -> list[str]:
+def _store_steps(
+    failure: Failure, imports: _Imports, *, faults: bool, reference: bool = False
+) -> list[str]:
+    """The program's steps. On the reference (a suite defect) reopens are left
+    out and a lasting fault, which the machine never applied to the
+    reference, is skipped."""
     lines: list[str] = []
+    attempts = failure.machine == "attempts"
     for entry in failure.log:
         if isinstance(entry, ClockSet):
             lines.append(f"clock.set({entry.ms})")
         elif isinstance(entry, Reopened):
+            if reference:
+                continue
             lines.append("store.close()")
             lines.append("store = reopen(clock, path)")
-            if failure.machine == "attempts":
+            if attempts:
                 lines.append(f"{_ATTEMPTS} = open_attempts(store)")
+                lines.append(f"judge.reopened(store, {_ATTEMPTS})")
+            else:
+                lines.append("judge.reopened(store)")
         elif isinstance(entry, AttemptPerformed):
-            lines.extend(_attempt_step(entry, imports))
+            if reference and entry.plan is not None and _lasting(entry.expected):
+                continue
+            lines.extend(_attempt_step(entry, imports, reference=reference))
         elif isinstance(entry, Faulted):
+            source = _call_source("judge.call", entry.call, imports)
+            if reference:
+                if not _lasting(entry.expected):
+                    lines.extend(_expect(source, entry.expected, imports))
+                continue
             imports.need("runstore.sqlite", "FaultPlan")
             plan = ", ".join(literal(fault, imports) for fault in entry.plan)
             lines.append(f"store._install_faults(FaultPlan({plan}))")
             lines.append("try:")
-            source = _call_source("store", entry.call, imports)
             lines.extend("    " + line for line in _expect(source, entry.expected, imports))
             lines.append("finally:")
             lines.append("    store._install_faults(None)")
@@ -196,20 +222,27 @@ def _store_steps(failure: Failure, imports: _Imports, *, faults: bool) -> list[s
             if entry.call.method == "raw_write_state":
                 run_id, text = entry.call.get("run_id"), entry.call.get("text")
                 lines.append(
-                    f"assert raw_write_state(store, {run_id!r}, {text!r}) is {entry.expected!r}"
+                    f"assert judge.made('raw_write_state', raw_write_state(store, {run_id!r}, "
+                    f"{text!r}), run_id={run_id!r}, text={text!r}) is {entry.expected!r}"
                 )
             else:
-                source = _call_source("store", entry.call, imports)
+                source = _call_source("judge.call", entry.call, imports)
                 lines.extend(_expect(source, entry.expected, imports))
     return lines
 
 
-def _attempt_step(entry: AttemptPerformed, imports: _Imports) -> list[str]:
+def _lasting(expected: Any) -> bool:
+    return isinstance(expected, Raised) and expected.code == "persistence_failed"
+
+
+def _attempt_step(
+    entry: AttemptPerformed, imports: _Imports, *, reference: bool = False
+) -> list[str]:
     """An attempt call on the attempt store its options name, under an armed
     fault when there is one."""
-    source = _call_source(f"{_ATTEMPTS}[{entry.config!r}]", entry.call, imports)
+    source = _call_source("judge.attempt", entry.call, imports, entry.config)
     expect = _expect(source, entry.expected, imports, _ATTEMPT_STORE_ERROR)
-    if entry.plan is None:
+    if entry.plan is None or reference:
         return expect
     imports.need("runstore.sqlite", "FaultPlan")
     plan = ", ".join(literal(fault, imports) for fault in entry.plan)
@@ -222,11 +255,16 @@ def _attempt_step(entry: AttemptPerformed, imports: _Imports) -> list[str]:
     ]
 
 
-def _attempt_opener(attempt_spec: str | None, imports: _Imports) -> tuple[list[str], list[str]]:
+def _attempt_opener(
+    attempt_spec: str | None, imports: _Imports, *, reference: bool = False
+) -> tuple[list[str], list[str]]:
     """Module-level lines defining ``open_attempts`` (one ``AttemptStore`` per
     set of options of the machine, by name), and the import lines they need:
-    ``AttemptStore`` is ``runstore.attempts``'s, or ``attempt_spec``'s factory."""
-    if attempt_spec is None:
+    ``AttemptStore`` is ``runstore.attempts``'s, or ``attempt_spec``'s factory
+    (the reference's ``ModelAttemptStore`` for a suite defect)."""
+    if reference:
+        module_imports = ["from runstore.model import ModelAttemptStore as AttemptStore"]
+    elif attempt_spec is None:
         module_imports = []
         imports.need("runstore.attempts", "AttemptStore")
     else:
@@ -254,9 +292,12 @@ def _final_attempts(attempts: tuple[Attempt, ...], imports: _Imports) -> list[st
     ]
 
 
-def _consensus_steps(failure: Failure, imports: _Imports) -> list[str]:
+def _consensus_steps(failure: Failure, imports: _Imports, *, reference: bool = False) -> list[str]:
     lines: list[str] = []
     runs = literal(CONSENSUS_RUNS, imports)
+    judge = imports.need("runstore.stateful", "judge_leases")
+    lines.append(f"leases = read_leases(host, strategy, {runs})")
+    flag = ", reference=True" if reference else ""
     for entry in failure.log:
         if not isinstance(entry, Transacted):
             continue
@@ -266,9 +307,16 @@ def _consensus_steps(failure: Failure, imports: _Imports) -> list[str]:
         )
         expected = literal(list(entry.expected), imports)
         rollback = ", rollback=True" if entry.rollback else ""
-        lines.append(f"assert transact(host, strategy, [{calls}]{rollback}) == {expected}")
-        # The leases after this transaction, as the reference holds them.
+        lines.append(f"calls = [{calls}]")
+        lines.append("previous = leases")
+        lines.append(f"answers = transact(host, strategy, calls{rollback})")
+        # The leases after this transaction, judged by the lease invariants
+        # (on the reference's own leases first, as the machine does).
         lines.append(f"leases = read_leases(host, strategy, {runs})")
+        lines.append(f"{judge}(previous, leases, calls{flag})")
+        lines.append(f"assert answers == {expected}")
+        if entry.rollback:
+            lines.append("assert leases == previous  # a rolled-back transaction leaves no trace")
     if failure.expected_state is not None:
         by_run = {lease.run_id: lease for lease in failure.expected_state.leases}
         expected_leases = tuple(by_run.get(run_id) for run_id in CONSENSUS_RUNS)
@@ -328,7 +376,19 @@ def _opener(
     target: str, spec: str | None, kind: str, imports: _Imports
 ) -> tuple[list[str], list[str]]:
     """Module-level lines defining ``make_strategy`` and/or ``open_store``,
-    and the import lines they need."""
+    and the import lines they need. ``kind="reference"`` (a suite defect)
+    opens the reference model, and its strategy is ``ModelConsensus``."""
+    if kind == "reference":
+        imports.need("runstore.model", "ModelRunStore")
+        imports.need("runstore.model", "ModelConsensus")
+        return [
+            "def make_strategy():",
+            "    return ModelConsensus()",
+            "",
+            "",
+            "def open_store(clock, path):",
+            "    return ModelRunStore(clock=clock)",
+        ], []
     if spec is not None and kind == "store":
         module, _, attribute = spec.partition(":")
         return [], [f"from {module} import {attribute} as open_store"]
@@ -368,7 +428,11 @@ def render_regression(
     """The source of a pytest module that replays ``failure``.
 
     ``attempt_spec`` (``MODULE:FACTORY``) names the attempt store class under
-    test, used in place of ``runstore.attempts.AttemptStore``."""
+    test, used in place of ``runstore.attempts.AttemptStore``. A suite defect
+    (``ReferenceInvariantViolation``) is replayed on the reference alone."""
+    reference = is_suite_defect(failure)
+    if reference:
+        kind, faults, attempt_spec = "reference", False, None
     imports = _Imports()
     imports.need("runstore", "ManualClock")
     opener, module_imports = _opener(failure.target, spec, kind, imports)
@@ -382,7 +446,7 @@ def render_regression(
             opener = opener[: opener.index("def open_store(clock, path):")]
         while opener and not opener[-1]:
             opener.pop()
-        steps = _consensus_steps(failure, imports)
+        steps = _consensus_steps(failure, imports, reference=reference)
         body = [
             "strategy = make_strategy()",
             'host = runstore.open(":memory:", clock=ManualClock(0), consensus=strategy)',
@@ -396,18 +460,37 @@ def render_regression(
         helpers.append(_CONSENSUS_HELPERS)
         signature = "()"
     else:
-        steps = _store_steps(failure, imports, faults=faults)
-        if failure.expected_state is not None:
+        steps = _store_steps(failure, imports, faults=faults, reference=reference)
+        if failure.expected_state is not None and not reference:
             steps += _final_state(
                 failure.expected_state, imports, whole_state=whole_state, leases=leases
             )
+        judge = imports.need("runstore.stateful", "Judge")
+        options = [f"whole_state={whole_state!r}", f"leases={leases!r}"]
+        if reference:
+            options.append("reference=True")
         if failure.machine == "attempts":
-            attempt_lines, attempt_imports = _attempt_opener(attempt_spec, imports)
+            attempt_lines, attempt_imports = _attempt_opener(
+                attempt_spec, imports, reference=reference
+            )
             opener = [*opener, "", "", *attempt_lines] if opener else attempt_lines
             module_imports = [*module_imports, *attempt_imports]
-            steps = [f"{_ATTEMPTS} = open_attempts(store)", *steps]
-            if failure.expected_attempts is not None:
+            caps = {name: config.max_checkpoint_bytes for name, config in CONFIGS.items()}
+            options += [
+                f"attempts={_ATTEMPTS}",
+                f"in_progress_states={literal(tuple(sorted(IN_PROGRESS)), imports)}",
+                f"caps={literal(caps, imports)}",
+                f"largest_cap={LARGEST_CAP}",
+            ]
+            steps = [
+                f"{_ATTEMPTS} = open_attempts(store)",
+                f"judge = {judge}(store, {', '.join(options)})",
+                *steps,
+            ]
+            if failure.expected_attempts is not None and not reference:
                 steps += _final_attempts(failure.expected_attempts, imports)
+        else:
+            steps = [f"judge = {judge}(store, {', '.join(options)})", *steps]
         body = [
             f"clock = ManualClock({START_MS})",
             'path = tmp_path / "store.db"',
@@ -425,14 +508,37 @@ def render_regression(
         else:
             helpers.append(_REOPEN)
         signature = "(tmp_path)"
+    if reference:
+        body = [_unasserted(line) for line in body]
     seed_note = "" if seed is None else f" (seed {seed})"
     message = textwrap.indent(textwrap.fill(failure.error[:600], 88), "    ")
     uses_pytest = any("pytest." in line for line in body)
+    if reference:
+        invariant = suite_defect_invariant(failure)
+        head = (
+            f'"""Suite defect: the reference model broke {invariant}, found by runstore fuzz.\n\n'
+            "This is a defect of the conformance suite (its reference model or its\n"
+            "invariants), not a failure of the store under test; please report it.\n\n"
+            f"Target under test: {failure.target}{seed_note}.\n\n"
+            f"The failure as the suite reported it:\n\n{message}\n\n"
+            "The program is replayed on the reference model alone; the judge re-checks\n"
+            'every invariant after each step, so this file fails while the defect is there.\n"""'
+        )
+        name = f"test_suite_defect_{_snake(invariant)}"
+        doc = f"The reference model keeps {invariant} on this program."
+    else:
+        head = (
+            f'"""Regression: {check}, found by runstore fuzz.\n\n'
+            f"Target: {failure.target}{seed_note}.\n\n"
+            f"The failure as the suite reported it:\n\n{message}\n\n"
+            "Every expected value below was computed by the reference model; after\n"
+            "every step the judge re-checks the invariants the suite checked, so the\n"
+            'file fails exactly when the original failure recurs.\n"""'
+        )
+        name = f"test_{_snake(check)}_{_snake(failure.target)}"
+        doc = f"The shrunk program gets the reference model's answers ({check})."
     parts = [
-        f'"""Regression: {check}, found by runstore fuzz.\n\n'
-        f"Target: {failure.target}{seed_note}.\n\n"
-        f"The failure as the suite reported it:\n\n{message}\n\n"
-        'Every expected value below was computed by the reference model.\n"""',
+        head,
         "\n".join(
             line
             for line in (
@@ -447,12 +553,38 @@ def render_regression(
         parts.append("\n".join(opener))
     parts.extend(helper.strip("\n") for helper in helpers)
     test = [
-        f"def test_{_snake(check)}_{_snake(failure.target)}{signature}:",
-        f'    """The shrunk program gets the reference model\'s answers ({check})."""',
+        f"def {name}{signature}:",
+        f'    """{doc}"""',
         *(("    " + line) if line else "" for line in body),
     ]
     parts.append("\n".join(test))
     return "\n\n\n".join(parts) + "\n"
+
+
+def is_suite_defect(failure: Failure) -> bool:
+    """Whether ``failure`` is the suite's own: an invariant broken on the
+    reference's own history."""
+    return failure.check == "ReferenceInvariantViolation"
+
+
+def suite_defect_invariant(failure: Failure) -> str:
+    """The invariant the reference broke (from the error text)."""
+    text = failure.error.removeprefix("ReferenceInvariantViolation: ")
+    return text.split(" ", 1)[0].rstrip(":") or "an invariant"
+
+
+def _unasserted(line: str) -> str:
+    """A suite defect's file checks invariants only: the judged call is kept,
+    the comparison with the reference's answer is dropped."""
+    stripped = line.lstrip()
+    pad = line[: len(line) - len(stripped)]
+    if stripped.startswith("assert judge.") and " == " in stripped:
+        return pad + stripped.removeprefix("assert ").rsplit(" == ", 1)[0]
+    if stripped.startswith("assert judge.made(") and stripped.endswith((" is True", " is False")):
+        return pad + stripped.removeprefix("assert ").rsplit(" is ", 1)[0]
+    if stripped.startswith(("assert answers == ", "assert leases ==")):
+        return pad + "pass  # answers and leases are not compared: this is the reference"
+    return line
 
 
 _REOPEN = """
@@ -527,7 +659,10 @@ def write_regression(failure: Failure, out_dir: Path, **options: Any) -> Path:
     """Write the regression module for ``failure`` into ``out_dir``; return its path."""
     source = _formatted(render_regression(failure, **options))
     digest = hashlib.sha256(source.encode()).hexdigest()[:8]
-    name = f"test_regression_{_snake(failure.target)}_{_snake(failure.check)}_{digest}.py"
+    if is_suite_defect(failure):
+        name = f"test_suite_defect_{_snake(suite_defect_invariant(failure))}_{digest}.py"
+    else:
+        name = f"test_regression_{_snake(failure.target)}_{_snake(failure.check)}_{digest}.py"
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / name
     path.write_text(source, encoding="utf-8")
