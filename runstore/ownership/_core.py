@@ -37,7 +37,7 @@ import attrs
 
 from .._clock import Clock
 from .._constants import HEARTBEAT_INTERVAL_MS, HEARTBEAT_WRITE_TOLERANCE_MS
-from .._errors import RunStoreError
+from .._errors import ERROR_CODES, RunStoreError
 from .._outcomes import Updated
 from .._protocol import RunStore
 from .._values import OwnerId
@@ -323,10 +323,32 @@ def _deliver(
 
 
 def _error_code(error: BaseException) -> str:
-    # Only the code or the type name: a driver message may quote run state.
-    if isinstance(error, RunStoreError):
-        return error.code
+    """A store error's code, or else its type's name: never its message.
+
+    A driver's or a store's message may quote run state. A code outside the
+    known ones (a store of one's own may set anything) counts as unknown text.
+    """
+    code = getattr(error, "code", None) if isinstance(error, RunStoreError) else None
+    if type(code) is str and code in ERROR_CODES:
+        return code
     return type(error).__name__
+
+
+def failure_site(error: BaseException) -> str:
+    """Where ``error`` was raised: the innermost frame's module, function and line.
+
+    Code locations only, never the message or a local value, so a log line can
+    say where a failure happened without quoting what the failing code held.
+    """
+    tb = error.__traceback__
+    if tb is None:
+        return "unknown"
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    module = tb.tb_frame.f_globals.get("__name__")
+    prefix = f"{module}." if type(module) is str else ""
+    return f"{prefix}{code.co_qualname}:{tb.tb_lineno}"
 
 
 class Core:
@@ -532,7 +554,10 @@ class Core:
                 self._supervision._confirm(stamp)
                 if self._on_reconfirm is not None:
                     receipt_ok = await self._invoke_bounded(
-                        self._on_reconfirm, unconfirmed, bound=stamp + HEARTBEAT_WRITE_TOLERANCE_MS
+                        "on_reconfirm",
+                        self._on_reconfirm,
+                        unconfirmed,
+                        bound=stamp + HEARTBEAT_WRITE_TOLERANCE_MS,
                     )
                     if not receipt_ok:
                         return await self._lapse(unconfirmed)
@@ -560,7 +585,7 @@ class Core:
         )
         self._interrupt_store()
         if self._on_lapse is not None:
-            await self._invoke_bounded(self._on_lapse, unconfirmed, bound=None)
+            await self._invoke_bounded("on_lapse", self._on_lapse, unconfirmed, bound=None)
         return ending
 
     def _interrupt_store(self) -> None:
@@ -571,8 +596,15 @@ class Core:
         if pending and callable(interrupt):
             try:
                 interrupt()
-            except Exception:
-                logger.debug("store interrupt failed", exc_info=True)
+            except Exception as error:
+                # The code or type only: the store's message may quote run state.
+                code = _error_code(error)
+                logger.debug(
+                    "store interrupt failed (run_id=%s, code=%s)",
+                    self._run_id,
+                    code,
+                    extra={"run_id": self._run_id, "error_code": code, "operation": "interrupt"},
+                )
 
     async def _watch_cancel(self, now: int) -> None:
         # acknowledge_cancel is a constant-cost check (it never reads run
@@ -595,7 +627,9 @@ class Core:
         callback = self._on_cancel_requested
         if callback is not None:
             # Fired in the background: a slow callback must not delay pulses.
-            task = asyncio.ensure_future(self._invoke_bounded(callback, bound=None))
+            task = asyncio.ensure_future(
+                self._invoke_bounded("on_cancel_requested", callback, bound=None)
+            )
             self._background.add(task)
             self._supervision._busy(+1)
             task.add_done_callback(self._background_done)
@@ -642,9 +676,11 @@ class Core:
             return work.result()
         raise _TimedOut
 
-    async def _invoke_bounded(self, callback: Callback, *args: Any, bound: int | None) -> bool:
-        """Run a callback to completion, or until ``bound``. True if it
-        finished in time without raising."""
+    async def _invoke_bounded(
+        self, name: str, callback: Callback, *args: Any, bound: int | None
+    ) -> bool:
+        """Run the callback ``name`` to completion, or until ``bound``. True if
+        it finished in time without raising."""
         try:
             if inspect.iscoroutinefunction(callback):
                 awaitable: Awaitable[object] = callback(*args)
@@ -659,14 +695,16 @@ class Core:
         except _TimedOut:
             return False
         except Exception as error:
-            # The type only: the callback's own message may quote run state.
+            # The type and the callback only, at every level: the callback's
+            # message, its traceback's text and its locals may quote run state.
+            kind = type(error).__name__
             logger.warning(
-                "run supervisor callback failed (run_id=%s, error=%s)",
+                "run supervisor callback failed (run_id=%s, callback=%s, error=%s)",
                 self._run_id,
-                type(error).__name__,
-                extra={"run_id": self._run_id, "error_type": type(error).__name__},
+                name,
+                kind,
+                extra={"run_id": self._run_id, "callback": name, "error_type": kind},
             )
-            logger.debug("callback failure", exc_info=True)
             return False
         return True
 

@@ -35,6 +35,7 @@ from ._core import (
     Supervision,
     _forget_injected,
     _remember_injected,
+    failure_site,
 )
 
 logger = logging.getLogger("runstore.ownership")
@@ -58,6 +59,23 @@ def _crashed(run_id: str) -> LeaseLost:
         f"the supervisor of run {run_id!r} failed; the lease is no longer kept",
         run_id=run_id,
         reason="lapsed",
+    )
+
+
+def _log_crash(run_id: str, error: BaseException) -> None:
+    """Log a supervisor that died: the error's type and where it was raised.
+
+    Never the message or the traceback's text (no ``exc_info``): the failure
+    may come from a store or a callback of the caller's, whose message may
+    quote run state.
+    """
+    kind, site = type(error).__name__, failure_site(error)
+    logger.error(
+        "run supervisor failed (run_id=%s, error=%s, at=%s)",
+        run_id,
+        kind,
+        site,
+        extra={"run_id": run_id, "error_type": kind, "failure_site": site},
     )
 
 
@@ -125,9 +143,9 @@ class ThreadSupervisor:
             ready.set()
             with contextlib.suppress(asyncio.CancelledError):
                 loop.run_until_complete(self._task)
-        except BaseException:
+        except BaseException as error:
             # A supervisor that died cannot keep the lease: stop the work.
-            logger.exception("run supervisor failed (run_id=%s)", self._run_id)
+            _log_crash(self._run_id, error)
             self._interrupt(_crashed(self._run_id))
         finally:
             ready.set()
@@ -219,10 +237,13 @@ class AsyncSupervisor:
         return self._supervision
 
     def _core_done(self, task: asyncio.Future[Ending]) -> None:
-        if task.cancelled() or task.exception() is None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is None:
             return
         # A supervisor that died cannot keep the lease: stop the work.
-        logger.error("run supervisor failed (run_id=%s)", self._run_id, exc_info=task.exception())
+        _log_crash(self._run_id, error)
         self._interrupt(_crashed(self._run_id))
 
     def _interrupt(self, error: LeaseLost) -> None:
