@@ -4,11 +4,15 @@
 transaction. ``LocalConsensus`` keeps them in memory, rolled back with the
 store's transaction and rebuilt from the rows when a store opens; it is for
 one process only. ``NoopConsensus`` grants nothing. The reference semantics
-live in ``runstore.model.ModelConsensus``.
+live in ``runstore.model.ModelConsensus``. ``run_ownership(tx)`` yields what the
+run rows record about each run's holder, for a strategy's ``on_open`` to
+rebuild its leases from (``docs/guides/write-a-strategy.md``).
 """
 
 from ._local import LocalConsensus as LocalConsensus
 from ._noop import NoopConsensus as NoopConsensus
+from ._rows import RunOwnership as RunOwnership
+from ._rows import run_ownership as run_ownership
 from ._sql import SqlConsensus as SqlConsensus
 from ._types import Cleared as Cleared
 from ._types import Consensus as Consensus
@@ -47,6 +51,8 @@ __all__ = [
     "RejectionReason",
     "RenewOutcome",
     "Renewed",
+    "RunOwnership",
     "SqlConsensus",
     "Transaction",
+    "run_ownership",
 ]

@@ -4,8 +4,9 @@ The strategy holds one ``Lease`` per run in a dictionary. Each change it makes
 inside a store transaction registers its undo with ``tx.on_rollback``, so a
 rolled-back operation leaves the leases exactly as they were (the original
 in-memory strategy did not do this; we do). When a store opens a database it
-calls ``on_open``, which rebuilds every lease from the run rows, the same rule
-the lease backfill migration applies for ``SqlConsensus``.
+calls ``on_open``, which rebuilds every lease from the run rows (read with
+``run_ownership``), the same rule the lease backfill migration applies for
+``SqlConsensus``.
 
 It is for one process only. Two processes sharing one database file would each
 hold their own view, and both could grant the same run. Use it for tests, for
@@ -15,14 +16,13 @@ state outside the store's database.
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 
 from .._constants import HEARTBEAT_STALE_AFTER_MS
 from .._values import Lease, LivenessEvidence, OwnerId
+from ._rows import run_ownership
 from ._types import (
     Cleared,
-    ConsensusError,
     FenceLostError,
     Granted,
     GrantOutcome,
@@ -35,15 +35,6 @@ from ._types import (
     RenewOutcome,
     Transaction,
 )
-
-# The rows the lease backfill copies: a running owner, or a pending claim.
-_BACKFILL_QUERY = """
-SELECT run_id, status,
-       owner_host_id, owner_pid, owner_nonce, heartbeat_at_ms,
-       claim_host_id, claim_pid, claim_nonce, claimed_at_ms
-  FROM flows_runs
- WHERE status = 'running' OR claim_host_id IS NOT NULL
-"""
 
 
 def _evidence_matches(
@@ -60,15 +51,6 @@ def _evidence_matches(
         return not same_host
     # "lease-expired" is host-neutral: the staleness cutoff decides.
     return evidence.kind == "lease-expired"
-
-
-def _owner_or_none(host_id: object, pid: object, nonce: object) -> OwnerId | None:
-    if host_id is None:
-        return None
-    if type(host_id) is not str or type(pid) is not int or type(nonce) is not str:
-        # The row constraints make this impossible; name the columns, not the values.
-        raise ConsensusError("persistence_failed", "a run row holds a partial identity")
-    return OwnerId(host_id, pid, nonce)
 
 
 class LocalConsensus:
@@ -109,28 +91,19 @@ class LocalConsensus:
         tx.on_rollback(undo)
 
     def on_open(self, tx: Transaction) -> None:
-        """Forget every lease and rebuild them from the run rows in
-        ``tx.connection``: one lease per running run or run with a pending claim.
+        """Forget every lease and rebuild them from the run rows
+        (``run_ownership(tx)``): one lease per running run or run with a
+        pending claim.
 
         A running row's owner gets its heartbeat as both grant and heartbeat
-        time; other rows' owner times stay ``None``. Calling it again rebuilds
-        again; a rollback restores the leases held before.
+        time (``RunOwnership.lease``, the lease-backfill rule). Calling it again
+        rebuilds again; a rollback restores the leases held before.
         """
-        connection: sqlite3.Connection = tx.connection
         rebuilt: dict[str, Lease] = {}
-        for row in connection.execute(_BACKFILL_QUERY).fetchall():
-            (run_id, status, o_host, o_pid, o_nonce, heartbeat, c_host, c_pid, c_nonce, c_at) = row
-            owner_time = heartbeat if status == "running" else None
-            lease = Lease(
-                run_id=run_id,
-                owner=_owner_or_none(o_host, o_pid, o_nonce),
-                granted_at_ms=owner_time,
-                heartbeat_at_ms=owner_time,
-                claim=_owner_or_none(c_host, c_pid, c_nonce),
-                claimed_at_ms=c_at,
-            )
+        for row in run_ownership(tx):
+            lease = row.lease
             if lease.owner is not None or lease.claim is not None:
-                rebuilt[run_id] = lease
+                rebuilt[row.run_id] = lease
         with self._lock:
             previous = self._leases
             self._leases = rebuilt
