@@ -477,7 +477,7 @@ def operations_from_events(events: Iterable[Mapping[str, Any]]) -> list[Operatio
                 raise ValueError(f"operation id {op_id!r} appears twice (process labels clash)")
             invokes[op_id] = event
         elif kind == "clock":
-            readings.setdefault(op_id, []).append(int(event["ms"]))
+            readings.setdefault(op_id, []).append(event["ms"])
         elif kind in ("return", "error"):
             if op_id in ends:
                 raise ValueError(f"operation {op_id!r} returned twice")
@@ -514,7 +514,9 @@ def _operation(
     if end is None:
         return Operation(returned_ns=None, status="pending", unknown=True, **common)
     if end["e"] == "return":
-        return Operation(returned_ns=int(end["t"]), status="ok", value=decode(end["value"]), **common)
+        return Operation(
+            returned_ns=int(end["t"]), status="ok", value=decode(end["value"]), **common
+        )
     code = end.get("code")
     error = code if type(code) is str else f"exception:{end.get('type')}"
     return Operation(

@@ -38,6 +38,7 @@ never passed silently: the verdict lists them.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final, Literal, TypeAlias
@@ -102,12 +103,16 @@ class ReplayClock:
     def __init__(self) -> None:
         self._readings: Sequence[int] = ()
         self._next = 0
+        self._replaying = False
 
     def load(self, readings: Sequence[int]) -> None:
         self._readings = readings
         self._next = 0
+        self._replaying = True
 
     def now_ms(self) -> int:
+        if not self._replaying:
+            return 0  # the model's construction-time check of its clock
         if self._next >= len(self._readings):
             raise ClockExhausted
         reading = self._readings[self._next]
@@ -191,7 +196,9 @@ def initial_state(initial: StoreState | None, runs: Iterable[str] | None = None)
     rows = {row.run_id: row for row in initial.rows if keep(row.run_id)}
     return ModelState(
         rows=MappingProxyType(rows),
-        leases=MappingProxyType({lease.run_id: lease for lease in initial.leases if keep(lease.run_id)}),
+        leases=MappingProxyType(
+            {lease.run_id: lease for lease in initial.leases if keep(lease.run_id)}
+        ),
         facts=MappingProxyType(facts),
         acknowledgements=MappingProxyType(
             {ack.run_id: ack for ack in initial.acknowledgements if keep(ack.run_id)}
@@ -292,7 +299,11 @@ def _split_heartbeat_many(op: Operation) -> list[Operation] | str:
         return "heartbeat_many without its arguments"
     arguments = dict(zip(("owner", "run_ids", "now_ms"), op.args, strict=False))
     arguments.update(op.kwargs)
-    owner, run_ids, now_ms = arguments.get("owner"), arguments.get("run_ids"), arguments.get("now_ms")
+    owner, run_ids, now_ms = (
+        arguments.get("owner"),
+        arguments.get("run_ids"),
+        arguments.get("now_ms"),
+    )
     if op.status == "error" and not op.unknown:
         return f"refused as a whole ({op.error}): nothing written"
     if op.status == "ok":
@@ -385,7 +396,7 @@ def partition_operations(
             runs = list(op.args[0])
             for run_id in runs:
                 joined.find(run_id)
-            for a, b in zip(runs, runs[1:], strict=False):
+            for a, b in itertools.pairwise(runs):
                 joined.join(a, b)
             if runs:
                 per_object.append((runs[0], op))

@@ -1,0 +1,228 @@
+"""Readable and re-checkable files for a history that is not linearizable.
+
+``write_violation(verdict, directory)`` writes two files for one object's
+violation: ``<name>.txt``, the minimal offending sub-history as a table (one
+line per operation: who, when, what was asked, what came back, the clock
+readings) followed by the search's explanation, and ``<name>.jsonl``, the
+same operations as a history file that ``load_history`` reads and
+``check_history`` checks again. Run state is shown by length and digest only,
+never as text (it may hold credentials); the ``.jsonl`` file holds it whole
+(it is needed to replay) and is created 0600.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from runstore import LivenessEvidence, OwnerId, RunRow, RunSnapshot
+
+from ._codec import encode
+from ._history import Operation
+from ._linearize import PartitionVerdict
+from ._spec import Result
+
+#: Where each method takes run state, so it is shown by digest, not text.
+_STATE_ARGUMENT = {"create": 1, "transition_owned": 3}
+
+
+def _state_text(text: object) -> str:
+    if type(text) is not str:
+        return _value(text)
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"<state {len(text)} chars #{digest}>"
+
+
+def _owner(owner: OwnerId | None) -> str:
+    if owner is None:
+        return "-"
+    return f"{owner.host_id}:{owner.pid}:{owner.nonce}"
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, OwnerId):
+        return _owner(value)
+    if isinstance(value, RunSnapshot):
+        return f"<{value.status} owner={_owner(value.owner)} hb={value.heartbeat_at_ms}>"
+    if isinstance(value, RunRow):
+        parts = [
+            value.run_id,
+            value.status,
+            f"owner={_owner(value.owner)}",
+            f"hb={value.heartbeat_at_ms}",
+        ]
+        if value.claim is not None:
+            parts.append(f"claim={_owner(value.claim)}@{value.claimed_at_ms}")
+        if value.cancel_requested_at_ms is not None:
+            parts.append(f"cancel@{value.cancel_requested_at_ms}")
+        if value.lineage_id is not None:
+            parts.append(f"lineage={value.lineage_id}#{value.round_ordinal}")
+        parts.append(
+            f"created={value.created_at_ms} started={value.started_at_ms} "
+            f"finished={value.finished_at_ms}"
+        )
+        parts.append(_state_text(value.state_json))
+        return "Row(" + " ".join(parts) + ")"
+    if isinstance(value, LivenessEvidence):
+        return f"<{value.kind} of {_owner(value.expected_owner)} at {value.checked_at_ms}>"
+    if isinstance(value, list):
+        return "[" + ", ".join(_value(item) for item in value) + "]"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_value(item) for item in value) + ")"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_value(v)}" for k, v in value.items()) + "}"
+    if attrs.has(type(value)):
+        fields = ", ".join(
+            f"{f.name}={_value(getattr(value, f.name))}" for f in attrs.fields(type(value))
+        )
+        return f"{type(value).__name__}({fields})"
+    return repr(value)
+
+
+def call_text(op: Operation) -> str:
+    """``method(arg, ..., key=value)`` with run state shown by length and digest."""
+    state_at = _STATE_ARGUMENT.get(op.method)
+    shown = [
+        _state_text(arg) if index == state_at else _value(arg) for index, arg in enumerate(op.args)
+    ]
+    shown += [
+        f"{key}={_state_text(v) if key == 'state_json' else _value(v)}"
+        for key, v in op.kwargs.items()
+        if v is not None
+    ]
+    return f"{op.method}({', '.join(shown)})"
+
+
+def answer_text(op: Operation) -> str:
+    """What the operation answered, as recorded."""
+    if op.status == "pending":
+        return "(no return: pending, may or may not have taken effect)"
+    if op.status == "error":
+        suffix = " (unknown outcome)" if op.unknown else ""
+        return f"error {op.error}{suffix}"
+    return _value(op.value)
+
+
+def result_text(result: Result) -> str:
+    kind, payload = result
+    if kind == "ok":
+        return _value(payload)
+    if kind == "error":
+        return f"error {payload}"
+    return f"(cannot replay: {payload})"
+
+
+def render_operations(ops: Sequence[Operation]) -> list[str]:
+    """A table of ``ops``: times in ms since the first invocation."""
+    if not ops:
+        return ["  (no operations)"]
+    origin = min(op.invoked_ns for op in ops)
+    lines = []
+    for number, op in enumerate(ops, 1):
+        start = (op.invoked_ns - origin) / 1e6
+        end = "   ...   " if op.returned_ns is None else f"{(op.returned_ns - origin) / 1e6:9.3f}"
+        clock = f"  clock {list(op.clock_ms)}" if op.clock_ms else ""
+        lines.append(
+            f"  {number:>3}. {op.id:<18} [{start:9.3f}, {end}]  {call_text(op)}\n"
+            f"        -> {answer_text(op)}{clock}"
+        )
+    return lines
+
+
+def render_violation(verdict: PartitionVerdict) -> str:
+    """The readable report of one object's violation."""
+    ops = verdict.minimal if verdict.minimal is not None else verdict.history
+    number = {op.id: index for index, op in enumerate(ops, 1)}
+    lines = [
+        f"Not linearizable: object {verdict.key} (runs: {', '.join(verdict.runs) or '-'})",
+        "",
+        f"No order of these {len(ops)} operations that respects real time is a legal run of",
+        "the reference model (runstore.model.ModelRunStore) answering what each answered.",
+        f"Shrunk from {len(verdict.history)} operations of this object. Times: milliseconds",
+        "since the first invocation, [invoked, returned]; an operation that returned before",
+        "another was invoked must come first.",
+        "",
+        *render_operations(ops),
+    ]
+    explanation = verdict.explanation
+    if explanation is not None:
+        lines += ["", f"The longest legal order found ({len(explanation.order)} of {len(ops)}):"]
+        for op, result in explanation.order:
+            lines.append(f"  #{number.get(op.id, '?')} {op.method} -> {result_text(result)}")
+        if not explanation.order:
+            lines.append("  (none: no operation can go first)")
+        lines.append("After it, every operation that could go next disagrees with the model:")
+        for op, result in explanation.blocked:
+            lines.append(
+                f"  #{number.get(op.id, '?')} {call_text(op)}\n"
+                f"      recorded {answer_text(op)}; the model answers {result_text(result)}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def operation_events(op: Operation) -> list[dict[str, Any]]:
+    """The history lines of one operation (as ``HistoryRecorder`` writes them)."""
+    events: list[dict[str, Any]] = [
+        {
+            "e": "invoke",
+            "op": op.id,
+            "process": op.process,
+            "pid": op.pid,
+            "thread": op.thread,
+            "method": op.method,
+            "args": encode(tuple(op.args)),
+            "kwargs": encode(dict(op.kwargs)),
+            "t": op.invoked_ns,
+        }
+    ]
+    events += [{"e": "clock", "op": op.id, "ms": ms} for ms in op.clock_ms]
+    if op.status == "ok":
+        events.append({"e": "return", "op": op.id, "t": op.returned_ns, "value": encode(op.value)})
+    elif op.status == "error":
+        code, kind = op.error, None
+        if code is not None and code.startswith("exception:"):
+            code, kind = None, op.error.split(":", 1)[1] if op.error else None
+        events.append(
+            {
+                "e": "error",
+                "op": op.id,
+                "t": op.returned_ns,
+                "code": code,
+                "type": kind,
+                "unknown": op.unknown,
+            }
+        )
+    return events
+
+
+def write_history(ops: Iterable[Operation], path: str | os.PathLike[str]) -> Path:
+    """Write ``ops`` as a history file (0600) that ``load_history`` reads back."""
+    target = Path(path)
+    descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        for op in ops:
+            for event in operation_events(op):
+                handle.write(json.dumps(event, separators=(",", ":")) + "\n")
+    return target
+
+
+def _file_name(key: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", key)[:80] or "object"
+
+
+def write_violation(verdict: PartitionVerdict, directory: str | os.PathLike[str]) -> list[Path]:
+    """Write the readable report and the re-checkable history of one violation."""
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    name = f"violation-{_file_name(verdict.key)}"
+    text = folder / f"{name}.txt"
+    text.write_text(render_violation(verdict), encoding="utf-8")
+    ops = verdict.minimal if verdict.minimal is not None else verdict.history
+    return [text, write_history(ops, folder / f"{name}.jsonl")]

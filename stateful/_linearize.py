@@ -1,0 +1,540 @@
+"""Linearizability of recorded histories against the reference model.
+
+``check_history(operations)`` asks, for every independent object of the
+history (a run, or a lineage with its rounds: ``runstore.stateful._spec``),
+whether the object's operations can be put in one order that respects real
+time (an operation that returned before another was invoked comes first) and
+in which the reference model, run one operation at a time, answers exactly
+what each operation answered: outcomes compared with ``==`` (reads by value,
+run state included), errors by ``RunStoreError.code``. Checking objects
+separately is exact (P-compositionality: a history is linearizable iff each
+object's sub-history is).
+
+The search is Wing and Gong's, with Lowe's memoization: walk the calls that
+may go next (those invoked before the earliest unfinished return), try each on
+the model, and go deeper when the model agrees and the pair (model state, set
+of operations placed) was not met before; when an operation's return is
+reached before it was placed, undo the last placement. A partition whose
+search empties is linearizable; one whose search backtracks past its first
+operation is a violation.
+
+Operations of unknown outcome (a ``persistence_failed`` error, or no return
+at all because the process died) may take effect at any point after they were
+invoked, with any answer, or never: they have no return to force them, and
+the search succeeds once every operation of known outcome is placed. Those
+that cannot change state (reads, and calls the model refuses or loses at that
+point) are skipped rather than placed. Each of them can double the search, so
+a partition with more than ``max_unknown`` of them that could write is not
+searched: it is reported ``unchecked`` with the count, never passed. A search
+that runs past ``max_steps`` model applications is reported ``unchecked``
+too, and so is an operation the model cannot replay (no store-clock reading
+recorded where the model needs one).
+
+A violation is shrunk to a minimal offending sub-history of its object
+(operations dropped one chunk at a time while the rest stays
+non-linearizable), and explained: the longest legal order found and what the
+model would answer for each operation that could have gone next.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any, Final, Literal, TypeAlias
+
+import attrs
+
+from runstore import StoreState
+
+from ._history import Operation
+from ._spec import (
+    FINAL_STATE,
+    Node,
+    Partition,
+    Result,
+    Spec,
+    initial_state,
+    make_node,
+    matches,
+    partition_operations,
+)
+
+Verdict: TypeAlias = Literal["linearizable", "violation", "unchecked"]
+
+#: Operations of unknown outcome that may write, per object, before it is left unchecked.
+MAX_UNKNOWN: Final = 24
+#: Model applications per object before its search is abandoned as unchecked.
+MAX_STEPS: Final = 5_000_000
+#: Sub-history checks the shrinker may spend on one violation.
+MAX_SHRINK_CHECKS: Final = 400
+
+_READS: Final = frozenset({"get", "lineage", "latest_round", "ownership_facts", FINAL_STATE})
+
+
+@attrs.frozen
+class Explanation:
+    """Why a (minimal) sub-history is not linearizable, as far as the search saw.
+
+    ``order``: the longest prefix of a legal order the search found, each
+    operation with the model's answer (equal to the recorded one). ``blocked``:
+    every operation that could have gone next after it, with what the model
+    would have answered there instead of what was recorded.
+    """
+
+    order: tuple[tuple[Operation, Result], ...]
+    blocked: tuple[tuple[Operation, Result], ...]
+
+
+@attrs.frozen
+class PartitionVerdict:
+    """The verdict on one independent object (a run, or a lineage).
+
+    ``result`` is ``"linearizable"``, ``"violation"`` or ``"unchecked"``
+    (``reason`` says why: too many operations of unknown outcome, the search
+    budget, an operation the model cannot replay). ``explored`` counts the
+    distinct (state, placed set) pairs the search met, ``steps`` the model
+    applications. On a violation ``minimal`` is the shrunk offending
+    sub-history and ``explanation`` describes it.
+    """
+
+    key: str
+    runs: tuple[str, ...]
+    result: Verdict
+    reason: str | None
+    history: tuple[Operation, ...]
+    unknown: int
+    explored: int
+    steps: int
+    minimal: tuple[Operation, ...] | None = None
+    explanation: Explanation | None = None
+
+
+@attrs.frozen
+class HistoryVerdict:
+    """The verdict on a whole history: one ``PartitionVerdict`` per object.
+
+    ``status`` is ``"violation"`` if any object is one, else ``"unchecked"``
+    if any object could not be checked, else ``"linearizable"``; ``ok`` is
+    True only for ``"linearizable"``. ``excluded`` lists the operations that
+    were not checked, each with the reason (whole-database reads, methods this
+    version does not know).
+    """
+
+    partitions: tuple[PartitionVerdict, ...]
+    excluded: tuple[tuple[Operation, str], ...]
+    operations: int
+    seconds: float
+
+    @property
+    def status(self) -> Verdict:
+        if any(p.result == "violation" for p in self.partitions):
+            return "violation"
+        if any(p.result == "unchecked" for p in self.partitions):
+            return "unchecked"
+        return "linearizable"
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "linearizable"
+
+    @property
+    def violations(self) -> tuple[PartitionVerdict, ...]:
+        return tuple(p for p in self.partitions if p.result == "violation")
+
+    @property
+    def unchecked(self) -> tuple[PartitionVerdict, ...]:
+        return tuple(p for p in self.partitions if p.result == "unchecked")
+
+    @property
+    def checked_operations(self) -> int:
+        """Operations in objects that were searched to a verdict."""
+        return sum(len(p.history) for p in self.partitions if p.result != "unchecked")
+
+    @property
+    def explored(self) -> int:
+        return sum(p.explored for p in self.partitions)
+
+    @property
+    def worst_explored(self) -> int:
+        """The largest search (distinct pairs met) of any one object."""
+        return max((p.explored for p in self.partitions), default=0)
+
+    def summary(self) -> str:
+        """A few lines: the verdict, counts, and each violation or unchecked object."""
+        rate = self.operations / self.seconds if self.seconds > 0 else float("inf")
+        lines = [
+            f"{self.status}: {self.operations} operations in {len(self.partitions)} objects, "
+            f"{len(self.excluded)} excluded, checked in {self.seconds:.2f} s "
+            f"({rate:,.0f} operations/s; largest search {self.worst_explored} states)"
+        ]
+        for p in self.partitions:
+            if p.result == "violation":
+                size = len(p.minimal) if p.minimal is not None else len(p.history)
+                lines.append(
+                    f"  violation on {p.key} (runs {', '.join(p.runs)}): "
+                    f"{len(p.history)} operations, minimal offending sub-history {size}"
+                )
+            elif p.result == "unchecked":
+                lines.append(f"  unchecked {p.key}: {p.reason}")
+        return "\n".join(lines)
+
+
+@attrs.frozen
+class _Search:
+    result: Verdict
+    reason: str | None
+    explored: int
+    steps: int
+    order: tuple[int, ...]
+
+
+def _may_write(op: Operation) -> bool:
+    return op.method not in _READS
+
+
+def _search(
+    ops: Sequence[Operation],
+    start: Node,
+    spec: Spec,
+    *,
+    max_steps: int,
+    track: bool = False,
+) -> _Search:
+    """Wing-Gong with memoization over ``ops`` (one object) from ``start``.
+
+    ``order`` is the linearization found, or with ``track`` the deepest
+    partial one on a violation.
+    """
+    n = len(ops)
+    definite = [op.definite for op in ops]
+    position = [0] * n
+    counts = [0, 0]
+    for i in range(n):
+        kind = 0 if definite[i] else 1
+        position[i] = counts[kind]
+        counts[kind] += 1
+    remaining = counts[0]
+    events: list[tuple[int, int, int]] = []
+    for i, op in enumerate(ops):
+        events.append((op.invoked_ns, 0, 2 * i))
+        if definite[i]:
+            returned = op.returned_ns
+            assert returned is not None
+            events.append((returned, 1, 2 * i + 1))
+    events.sort()
+    head = 2 * n
+    nxt = [-1] * (2 * n + 1)
+    prv = [-1] * (2 * n + 1)
+    last = head
+    for _, _, entry_id in events:
+        nxt[last] = entry_id
+        prv[entry_id] = last
+        last = entry_id
+
+    cache: set[tuple[Any, ...]] = set()
+    # Placements as a linked list of frames (op, node before it, frame below),
+    # so the deepest partial order is kept in O(1).
+    top: tuple[int, Node, Any] | None = None
+    depth = 0
+    best: tuple[int, Node, Any] | None = None
+    best_depth = 0
+    node = start
+    placed_definite = 0
+    placed_unknown = 0
+    steps = 0
+    entry = nxt[head]
+    while True:
+        if remaining == 0:
+            return _Search("linearizable", None, len(cache), steps, _order(top))
+        if entry != -1 and not entry & 1:
+            i = entry >> 1
+            steps += 1
+            if steps > max_steps:
+                return _Search(
+                    "unchecked",
+                    f"search budget exhausted ({max_steps} model steps)",
+                    len(cache),
+                    steps,
+                    (),
+                )
+            op = ops[i]
+            after, result = spec.apply(node, op)
+            if definite[i]:
+                if result[0] == "unreplayable":
+                    return _Search(
+                        "unchecked", f"{op.id} {op.method}: {result[1]}", len(cache), steps, ()
+                    )
+                agrees = matches(op, result)
+            else:
+                agrees = after is not node and after.key != node.key
+            if agrees:
+                if definite[i]:
+                    new_definite = placed_definite | (1 << position[i])
+                    new_unknown = placed_unknown
+                else:
+                    new_definite = placed_definite
+                    new_unknown = placed_unknown | (1 << position[i])
+                low = ((new_definite + 1) & ~new_definite).bit_length() - 1
+                key = (after.key, low, new_definite >> low, new_unknown)
+                before = len(cache)
+                cache.add(key)
+                if len(cache) != before:
+                    top = (i, node, top)
+                    depth += 1
+                    node = after
+                    placed_definite = new_definite
+                    placed_unknown = new_unknown
+                    # Lift the call (and the return) out of the list.
+                    c = 2 * i
+                    p, q = prv[c], nxt[c]
+                    nxt[p] = q
+                    if q != -1:
+                        prv[q] = p
+                    if definite[i]:
+                        r = c + 1
+                        p, q = prv[r], nxt[r]
+                        nxt[p] = q
+                        if q != -1:
+                            prv[q] = p
+                        remaining -= 1
+                    if track and depth > best_depth:
+                        best, best_depth = top, depth
+                    entry = nxt[head]
+                    continue
+            entry = nxt[entry]
+            continue
+        # An operation's return came before it was placed: undo the last placement.
+        if top is None:
+            return _Search("violation", None, len(cache), steps, _order(best))
+        i, node, top = top
+        depth -= 1
+        c = 2 * i
+        if definite[i]:
+            r = c + 1
+            p, q = prv[r], nxt[r]
+            nxt[p] = r
+            if q != -1:
+                prv[q] = r
+            placed_definite &= ~(1 << position[i])
+            remaining += 1
+        else:
+            placed_unknown &= ~(1 << position[i])
+        p, q = prv[c], nxt[c]
+        nxt[p] = c
+        if q != -1:
+            prv[q] = c
+        entry = nxt[c]
+
+
+def _order(frame: tuple[int, Node, Any] | None) -> tuple[int, ...]:
+    order = []
+    while frame is not None:
+        order.append(frame[0])
+        frame = frame[2]
+    return tuple(reversed(order))
+
+
+def _prepare(ops: Iterable[Operation]) -> list[Operation]:
+    """Validate intervals and drop unknown reads (they can never constrain)."""
+    kept = []
+    for op in ops:
+        if op.definite and (op.returned_ns is None or op.returned_ns < op.invoked_ns):
+            raise ValueError(f"operation {op.id} returns before it is invoked")
+        if op.unknown and not _may_write(op):
+            continue
+        kept.append(op)
+    return kept
+
+
+def search_partition(
+    ops: Sequence[Operation],
+    start: Node,
+    *,
+    spec: Spec | None = None,
+    max_unknown: int = MAX_UNKNOWN,
+    max_steps: int = MAX_STEPS,
+) -> _Search:
+    """One object's verdict (no shrinking)."""
+    prepared = _prepare(ops)
+    unknown = sum(1 for op in prepared if op.unknown)
+    if unknown > max_unknown:
+        return _Search(
+            "unchecked",
+            f"too many operations of unknown outcome ({unknown} > {max_unknown})",
+            0,
+            0,
+            (),
+        )
+    return _search(prepared, start, spec or Spec(), max_steps=max_steps)
+
+
+def shrink(
+    ops: Sequence[Operation],
+    start: Node,
+    *,
+    culprits: Sequence[tuple[Operation, Sequence[Operation]]] = (),
+    max_steps: int = MAX_STEPS,
+    max_checks: int = MAX_SHRINK_CHECKS,
+) -> tuple[Operation, ...]:
+    """A small sub-history of ``ops`` (a violation) that is still a violation.
+
+    Dropping operations freely tends to drop the ones that made the state the
+    offending operation needed (a ``create``, say), leaving a trivial
+    violation about a run that does not exist. So the shrink keeps a
+    *culprit*: one operation the search could not place after its deepest
+    legal order (``culprits`` pairs each candidate with that order's
+    operations, its support). A sub-history is kept only when it still holds
+    the culprit, is a violation, and is linearizable without the culprit. The
+    shortest such prefix (by invocation) is taken first, then chunks and
+    single operations are dropped. With no culprit that works, any violating
+    sub-history is accepted.
+    """
+    spec = Spec()
+    budget = [max_checks]
+
+    def verdict(candidate: Sequence[Operation]) -> Verdict | None:
+        if budget[0] <= 0:
+            return None
+        budget[0] -= 1
+        return _search(candidate, start, spec, max_steps=max_steps).result
+
+    def reduce(current: list[Operation], culprit: Operation | None) -> tuple[Operation, ...]:
+        def accept(candidate: list[Operation]) -> bool:
+            if not candidate or (culprit is not None and culprit not in candidate):
+                return False
+            if verdict(candidate) != "violation":
+                return False
+            return culprit is None or verdict([o for o in candidate if o is not culprit]) == (
+                "linearizable"
+            )
+
+        low = 1 if culprit is None else current.index(culprit) + 1
+        high = len(current)
+        while low < high:
+            middle = (low + high) // 2
+            if accept(current[:middle]):
+                high = middle
+            else:
+                low = middle + 1
+        if high < len(current) and accept(current[:high]):
+            current = current[:high]
+        chunk = max(1, len(current) // 2)
+        while budget[0] > 0:
+            changed = False
+            index = 0
+            while index < len(current):
+                candidate = current[:index] + current[index + chunk :]
+                if accept(candidate):
+                    current = candidate
+                    changed = True
+                else:
+                    index += chunk
+            if chunk > 1:
+                chunk //= 2
+            elif not changed:
+                break
+        return tuple(current)
+
+    prepared = _prepare(ops)
+    order = {op.id: index for index, op in enumerate(prepared)}
+    for culprit, support in culprits:
+        chosen = {op.id for op in support} | {culprit.id}
+        candidate = [op for op in prepared if op.id in chosen]
+        if culprit.id in order and verdict(candidate) == "violation":
+            return reduce(candidate, culprit)
+    return reduce(prepared, None)
+
+
+def explain(ops: Sequence[Operation], start: Node) -> Explanation:
+    """The longest legal order the search finds over ``ops`` and, after it,
+    what the model answers for each operation that could go next."""
+    spec = Spec()
+    prepared = _prepare(ops)
+    found = _search(prepared, start, spec, max_steps=MAX_STEPS, track=True)
+    node = start
+    order = []
+    for i in found.order:
+        node, result = spec.apply(node, prepared[i])
+        order.append((prepared[i], result))
+    placed = set(found.order)
+    rest = [op for i, op in enumerate(prepared) if i not in placed]
+    deadline = min((op.returned_ns for op in rest if op.definite and op.returned_ns), default=None)
+    blocked = []
+    for op in rest:
+        if deadline is None or op.invoked_ns <= deadline:
+            blocked.append((op, spec.apply(node, op)[1]))
+    return Explanation(tuple(order), tuple(blocked))
+
+
+def check_partition(
+    partition: Partition,
+    initial: StoreState | None = None,
+    *,
+    max_unknown: int = MAX_UNKNOWN,
+    max_steps: int = MAX_STEPS,
+    shrink_violations: bool = True,
+) -> PartitionVerdict:
+    """The verdict on one object."""
+    start = make_node(initial_state(initial, partition.runs))
+    found = search_partition(
+        partition.operations, start, max_unknown=max_unknown, max_steps=max_steps
+    )
+    unknown = sum(1 for op in partition.operations if op.unknown)
+    minimal = explanation = None
+    if found.result == "violation" and shrink_violations:
+        whole = explain(partition.operations, start)
+        support = [op for op, _ in whole.order]
+        culprits = [(op, support) for op, _ in whole.blocked if op.definite]
+        minimal = shrink(partition.operations, start, culprits=culprits, max_steps=max_steps)
+        explanation = explain(minimal, start)
+    return PartitionVerdict(
+        key=partition.key,
+        runs=partition.runs,
+        result=found.result,
+        reason=found.reason,
+        history=partition.operations,
+        unknown=unknown,
+        explored=found.explored,
+        steps=found.steps,
+        minimal=minimal,
+        explanation=explanation,
+    )
+
+
+def check_history(
+    operations: Iterable[Operation],
+    *,
+    initial: StoreState | None = None,
+    max_unknown: int = MAX_UNKNOWN,
+    max_steps: int = MAX_STEPS,
+    shrink: bool = True,
+) -> HistoryVerdict:
+    """Check a recorded history for linearizability against the reference model.
+
+    ``operations``: the records (``load_history(paths)``,
+    ``HistoryRecorder.operations()``, or built by hand with ``operation``).
+    ``initial``: the store's ``state()`` when recording began (default: an
+    empty store). ``max_unknown`` and ``max_steps`` bound each object's search
+    (past them the object is ``unchecked``); ``shrink`` shrinks each violation
+    to a minimal offending sub-history. Returns a ``HistoryVerdict``; it never
+    raises on a violation.
+    """
+    started = time.perf_counter()
+    history = list(operations)
+    partitions, excluded = partition_operations(history, initial)
+    verdicts = tuple(
+        check_partition(
+            partition,
+            initial,
+            max_unknown=max_unknown,
+            max_steps=max_steps,
+            shrink_violations=shrink,
+        )
+        for partition in partitions
+    )
+    return HistoryVerdict(
+        partitions=verdicts,
+        excluded=tuple(excluded),
+        operations=sum(len(p.operations) for p in partitions),
+        seconds=time.perf_counter() - started,
+    )
