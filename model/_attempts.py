@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from types import MappingProxyType
 from typing import Protocol, TypeAlias
 
@@ -119,6 +119,23 @@ def _table_of(run_store: object) -> _Table:
             return table
         except TypeError:  # not weakly referenceable or not hashable: keep a private table
             return _Table()
+
+
+def forget_attempts(run_store: object, run_ids: Collection[str]) -> None:
+    """Drop every attempt of ``run_ids`` from ``run_store``'s table (the
+    model's ``purge_settled`` deletes a purged run's attempts with it)."""
+    with _TABLES_LOCK:
+        try:
+            table = _TABLES.get(run_store)
+        except TypeError:
+            return
+    if table is None:
+        return
+    gone = set(run_ids)
+    with table.lock:
+        table.attempts = MappingProxyType(
+            {key: record for key, record in table.attempts.items() if record.run_id not in gone}
+        )
 
 
 class ModelAttemptStore:

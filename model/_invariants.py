@@ -113,11 +113,26 @@ def check_state(state: ModelState) -> None:
             _fail("every acknowledgement belongs to a run", run_id)
         elif acknowledged.cancel_requested_at_ms is None:
             _fail("an acknowledged run has a cancellation request", run_id)
-    revisions = list(state.changes.values())
-    if state.revision != max(revisions, default=0):
+    revisions = [*state.changes.values(), *state.tombstones.values()]
+    # The newest change, or the newest tombstone compaction dropped.
+    if state.revision != max([*revisions, state.compacted_through]):
         _fail("revision equals the highest change revision", None, f"{state.revision}")
     if len(set(revisions)) != len(revisions) or any(r <= 0 for r in revisions):
         _fail("change revisions are positive and distinct")
     for run_id in state.changes:
         if run_id not in state.rows:
-            _fail("every change names an existing run (the model deletes nothing)", run_id)
+            _fail("every live change names an existing run", run_id)
+    for run_id in state.tombstones:
+        if run_id in state.rows or run_id in state.changes:
+            _fail("a tombstone names a deleted run only", run_id)
+    check_indexes(state)
+
+
+def check_indexes(state: ModelState) -> None:
+    """The ordered indexes agree with the rows and the change maps."""
+    keys = sorted((row.created_at_ms, run_id) for run_id, row in state.rows.items())
+    if list(state.order) != keys:
+        _fail("the listing index holds exactly every run's (created_at_ms, run_id)")
+    latest = {**state.changes, **state.tombstones}
+    if dict(state.feed) != {revision: run_id for run_id, revision in latest.items()}:
+        _fail("the revision index maps each latest revision to its run id")

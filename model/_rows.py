@@ -137,7 +137,7 @@ def decoded(method: str, row: RunRow) -> RunRow:
                 "claimed_at_ms": row.claimed_at_ms,
                 "has_claim_columns": row.claim is not None,
                 "has_owner_columns": row.owner is not None,
-                "state_json_valid": _parses(row.state_json),
+                "state_json_valid": row.state_json is not None and _parses(row.state_json),
             },
         )
     return row

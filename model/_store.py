@@ -29,12 +29,14 @@ Repetition, in brief: ``create`` of an existing id raises ``constraint``;
 from __future__ import annotations
 
 import threading
+from collections.abc import Collection, Sequence
 from types import TracebackType
 from typing import Literal, Self, TypeAlias
 
 import attrs
 
 from runstore import _boundary
+from runstore._boundary import CLAIMABLE_STATUSES, ListQuery, encode_cursor
 from runstore._clock import Clock
 from runstore._errors import ConstraintError, PersistenceFailedError, RunNotFoundError
 from runstore._outcomes import (
@@ -73,6 +75,7 @@ from runstore._values import (
     OwnerId,
     OwnershipFact,
     RunChange,
+    RunPage,
     RunRow,
     RunSnapshot,
     RunStatus,
@@ -83,6 +86,7 @@ from runstore._values import (
 from runstore.consensus._types import Cleared, Granted, Promoted, Renewed
 
 from . import _leases
+from ._attempts import forget_attempts
 from ._invariants import check_state
 from ._rows import (
     claim_free,
@@ -531,21 +535,10 @@ class ModelRunStore:
         rid, who, now = _boundary.admit_renewal(method, run_id, owner, now_ms, self._clock)
         with self._lock:
             draft = self._draft(method)
-            renew = _leases.heartbeat if method == "heartbeat" else _leases.reconfirm
-            renewal, lease = renew(draft.lease(rid), who, now)
-            row = draft.row(rid)
-            if not isinstance(renewal, Renewed):
-                return NotFound() if row is None else FenceLost()
-            if row is None or not owned_by(row, who) or row.heartbeat_at_ms is None:
-                # A renewed lease over a row the owner does not hold: the lease
-                # and row disagree, which the model's own leases never do. The
-                # renewal is dropped with the draft and the row's answer given.
-                return NotFound() if row is None else FenceLost()
-            draft.set_lease(rid, lease)
-            stamp = max(row.heartbeat_at_ms, renewal.heartbeat_at_ms)
-            draft.write_row(attrs.evolve(row, heartbeat_at_ms=stamp))
-            self._commit(draft)
-            return Updated()
+            outcome = _renew_in(draft, method, rid, who, now)
+            if isinstance(outcome, Updated):
+                self._commit(draft)
+            return outcome
 
     def transition_owned(
         self,
@@ -637,6 +630,193 @@ class ModelRunStore:
             self._commit(draft)
             return Claimed(grant.granted_at_ms)
 
+    # -- finding work, batch renewal, purging (wave 2) --------------------------
+
+    def list_runs(
+        self,
+        *,
+        status: RunStatus | Collection[RunStatus] | None = None,
+        claimable_at: int | None = None,
+        stale_at: int | None = None,
+        claim_stale_at: int | None = None,
+        cancel_requested: bool | None = None,
+        lineage_id: str | None = None,
+        parent_run_id: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
+        with_state: bool = False,
+    ) -> RunPage:
+        """One page of the runs matching every given filter, oldest first.
+
+        Runs are listed by ``(created_at_ms, run_id)``, a key no write changes,
+        so walking pages with ``after=page.next`` returns every run that
+        matched throughout the walk exactly once. Filters (all that are given
+        must hold):
+
+        - ``status``: one status or a collection of them;
+        - ``claimable_at=t``: pending or suspended and unclaimed, so ``claim``
+          or ``claim_and_own`` can take it (a claim blocks, however old: find
+          stale ones with ``claim_stale_at``);
+        - ``stale_at=t``: running with a heartbeat older than
+          ``t - HEARTBEAT_STALE_AFTER_MS`` (takeover candidates);
+        - ``claim_stale_at=t``: holding a claim granted before
+          ``t - HEARTBEAT_STALE_AFTER_MS`` (``recover_claim`` candidates);
+        - ``cancel_requested=True``: cancellation requested and not yet
+          acknowledged; ``False``: every other run;
+        - ``lineage_id=L``: the rounds of lineage ``L`` (as ``lineage(L)``);
+        - ``parent_run_id=P``: the runs forked from ``P``.
+
+        ``limit`` (1 to 1000) caps the page; ``next`` is the cursor of the
+        page's last row when more rows match, else ``None``. Rows carry
+        ``state_json=None`` unless ``with_state=True``; otherwise each is what
+        ``get`` returns. One snapshot: the page reflects one committed state.
+        """
+        query = _boundary.admit_list_runs(
+            status,
+            claimable_at,
+            stale_at,
+            claim_stale_at,
+            cancel_requested,
+            lineage_id,
+            parent_run_id,
+            limit,
+            after,
+            with_state,
+        )
+        with self._lock:
+            state = self._state
+        keys = state.order.irange(minimum=query.after, inclusive=(False, False))
+        found: list[RunRow] = []
+        for _created, rid in keys:
+            row = state.rows[rid]
+            if not _listed(row, query, state):
+                continue
+            if len(found) == query.limit:
+                last = found[-1]
+                return RunPage(tuple(found), encode_cursor(last.created_at_ms, last.run_id))
+            found.append(decoded("list_runs", row) if query.with_state else _stateless(row))
+        return RunPage(tuple(found), None)
+
+    def claim_next_candidates(
+        self, *, status: RunStatus | Collection[RunStatus] = CLAIMABLE_STATUSES
+    ) -> list[str]:
+        """The runs ``claim_next`` may take now, oldest first (a model-only read
+        for the machines: a store under contention may take any of them)."""
+        statuses = _boundary.claim_statuses("claim_next", status)
+        with self._lock:
+            state = self._state
+        return [rid for _created, rid in state.order if _takeable(state.rows[rid], statuses)]
+
+    def claim_next(
+        self,
+        owner: OwnerId,
+        now_ms: int,
+        *,
+        status: RunStatus | Collection[RunStatus] = CLAIMABLE_STATUSES,
+        choose: str | None = None,
+    ) -> RunRow | None:
+        """Claim and activate the oldest run that ``status`` names (pending and
+        suspended by default) with no claim, as ``claim_and_own`` with its
+        current snapshot would; return its row (with state) or None when there
+        is none.
+
+        ``choose`` (model only) takes that candidate instead of the oldest, so
+        the machines can follow a store that skipped runs other callers held;
+        a ``choose`` that is not a candidate raises ``ValueError``.
+        """
+        who, now, statuses = _boundary.admit_claim_next(owner, now_ms, status, self._clock)
+        with self._lock:
+            state = self._state
+            candidates = [
+                rid for _created, rid in state.order if _takeable(state.rows[rid], statuses)
+            ]
+            if choose is not None and choose not in candidates:
+                raise ValueError("claim_next cannot take that run now")
+            if not candidates:
+                return None
+            rid = candidates[0] if choose is None else choose
+            outcome = self.claim_and_own(rid, state.rows[rid].snapshot, who, now)
+            if not isinstance(outcome, Activated):
+                raise AssertionError(f"claim_next could not take an unclaimed run: {outcome!r}")
+            return decoded("claim_next", self._state.rows[rid])
+
+    def heartbeat_many(
+        self, owner: OwnerId, run_ids: Sequence[str], now_ms: int
+    ) -> dict[str, HeartbeatOutcome]:
+        """Renew ``owner``'s leases on many runs in one transaction.
+
+        Each answer is what ``heartbeat(run_id, owner, now_ms)`` alone would
+        give (a lost fence or a missing run does not fail the others); keys in
+        ``run_ids`` order. The renewed rows are written in run id order (one
+        revision each). A repeated or inadmissible id refuses the whole call.
+        """
+        who, ids, now = _boundary.admit_heartbeat_many(owner, run_ids, now_ms, self._clock)
+        with self._lock:
+            draft = self._draft("heartbeat_many")
+            answers = {rid: _renew_in(draft, "heartbeat", rid, who, now) for rid in sorted(ids)}
+            if any(isinstance(answer, Updated) for answer in answers.values()):
+                self._commit(draft)
+        return {rid: answers[rid] for rid in ids}
+
+    def purge_settled(self, before_ms: int, *, limit: int = 1000) -> int:
+        """Delete up to ``limit`` settled runs that finished before ``before_ms``.
+
+        A run is purged with its state, facts, acknowledgement and attempts
+        when it is terminal, ``finished_at_ms < before_ms``, no round of its
+        lineage is still live, and no run names it as parent (children go
+        first; a later call takes the parent). The oldest finished go first;
+        each deletion takes a revision (in run id order) and leaves a
+        tombstone in the change feed; the id may be created again. Answers
+        how many runs were purged.
+        """
+        cutoff, size = _boundary.admit_purge_settled(before_ms, limit)
+        with self._lock:
+            draft = self._draft("purge_settled")
+            rows = draft.rows
+            parents = {row.parent_run_id for row in rows.values() if row.parent_run_id is not None}
+            eligible = sorted(
+                (
+                    row
+                    for row in rows.values()
+                    if row.status in TERMINAL_STATUSES
+                    and row.finished_at_ms is not None
+                    and row.finished_at_ms < cutoff
+                    and row.run_id not in parents
+                    and not any(
+                        member.status not in TERMINAL_STATUSES
+                        for member in lineage_members(rows, row.run_id)
+                    )
+                ),
+                key=lambda row: (row.finished_at_ms, row.run_id),
+            )[:size]
+            purged = sorted(row.run_id for row in eligible)
+            for rid in purged:
+                draft.delete_row(rid)
+            if purged:
+                self._commit(draft)
+        if purged:
+            forget_attempts(self, purged)
+        return len(purged)
+
+    def compact_changes(self, through_revision: int, *, limit: int = 1000) -> int:
+        """Drop up to ``limit`` tombstones whose revision is at most
+        ``through_revision``, oldest first; live entries are never touched and
+        the revision does not move. A consumer whose cursor is below
+        ``through_revision`` may then miss those deletions: compact only below
+        every consumer's cursor. Answers how many tombstones were dropped.
+        """
+        through, size = _boundary.admit_compact_changes(through_revision, limit)
+        with self._lock:
+            draft = self._draft("compact_changes")
+            stale = sorted(
+                (revision, rid) for rid, revision in draft.tombstones.items() if revision <= through
+            )[:size]
+            for _revision, rid in stale:
+                draft.drop_tombstone(rid)
+            if stale:
+                self._commit(draft)
+        return len(stale)
+
     # -- introspection ---------------------------------------------------------
 
     def ownership_facts(self, run_id: str) -> list[OwnershipFact]:
@@ -654,11 +834,8 @@ class ModelRunStore:
         """The latest revision of each run id above ``after_revision``, ascending."""
         after = _boundary.admit_changes(after_revision)
         with self._lock:
-            latest = self._state.changes
-        return sorted(
-            (RunChange(run_id, rev, False) for run_id, rev in latest.items() if rev > after),
-            key=lambda change: change.revision,
-        )
+            state = self._state
+        return _feed_from(state, after)
 
     def state(self) -> StoreState:
         """Everything the model holds, sorted for comparison with ``==``."""
@@ -669,12 +846,7 @@ class ModelRunStore:
             leases=tuple(state.leases[k] for k in sorted(state.leases)),
             facts=tuple(fact for k in sorted(state.facts) for fact in state.facts[k]),
             revision=state.revision,
-            changes=tuple(
-                sorted(
-                    (RunChange(k, rev, False) for k, rev in state.changes.items()),
-                    key=lambda change: change.revision,
-                )
-            ),
+            changes=tuple(_feed_from(state, -1)),
             acknowledgements=tuple(
                 state.acknowledgements[k] for k in sorted(state.acknowledgements)
             ),
@@ -759,3 +931,75 @@ def _terminal(status: RunStatus) -> TerminalStatus:
     if status == "completed" or status == "failed" or status == "cancelled":
         return status
     raise AssertionError(f"{status!r} is not a terminal status")
+
+
+def _renew_in(
+    draft: Draft, method: _RenewMethod, rid: str, who: OwnerId, now: int
+) -> HeartbeatOutcome:
+    """One renewal decided on ``draft``; ``Updated`` means it wrote the row."""
+    renew = _leases.heartbeat if method == "heartbeat" else _leases.reconfirm
+    renewal, lease = renew(draft.lease(rid), who, now)
+    row = draft.row(rid)
+    if not isinstance(renewal, Renewed):
+        return NotFound() if row is None else FenceLost()
+    if row is None or not owned_by(row, who) or row.heartbeat_at_ms is None:
+        # A renewed lease over a row the owner does not hold: the lease and row
+        # disagree, which the model's own leases never do. The renewal is not
+        # kept and the row's answer is given.
+        return NotFound() if row is None else FenceLost()
+    draft.set_lease(rid, lease)
+    stamp = max(row.heartbeat_at_ms, renewal.heartbeat_at_ms)
+    draft.write_row(attrs.evolve(row, heartbeat_at_ms=stamp))
+    return Updated()
+
+
+def _feed_from(state: ModelState, after: int) -> list[RunChange]:
+    """The change feed above ``after``, from the revision index."""
+    tombstones = state.tombstones
+    feed = state.feed
+    return [
+        RunChange(feed[revision], revision, tombstones.get(feed[revision]) == revision)
+        for revision in feed.irange(minimum=after + 1)
+    ]
+
+
+def _stale(stamp: int | None, at: int) -> bool:
+    return stamp is not None and _leases.is_stale(stamp, at)
+
+
+def _listed(row: RunRow, query: ListQuery, state: ModelState) -> bool:
+    """Whether ``row`` passes every filter of ``query``."""
+    if query.statuses is not None and row.status not in query.statuses:
+        return False
+    if query.claimable_at is not None and not (row.status in _CLAIMABLE and row.claim is None):
+        return False
+    if query.stale_at is not None and not (
+        row.status == "running" and _stale(row.heartbeat_at_ms, query.stale_at)
+    ):
+        return False
+    if query.claim_stale_at is not None and not (
+        row.claim is not None and _stale(row.claimed_at_ms, query.claim_stale_at)
+    ):
+        return False
+    if query.cancel_requested is not None:
+        waiting = row.cancel_requested_at_ms is not None and row.run_id not in (
+            state.acknowledgements
+        )
+        if waiting != query.cancel_requested:
+            return False
+    if query.lineage_id is not None:
+        lineage = query.lineage_id
+        member = row.lineage_id == lineage or (
+            row.run_id == lineage and row.lineage_id in (None, lineage)
+        )
+        if not member:
+            return False
+    return query.parent_run_id is None or row.parent_run_id == query.parent_run_id
+
+
+def _takeable(row: RunRow, statuses: tuple[str, ...]) -> bool:
+    return row.status in statuses and row.claim is None
+
+
+def _stateless(row: RunRow) -> RunRow:
+    return attrs.evolve(row, state_json=None)

@@ -69,6 +69,7 @@ from ._values import OwnerId as OwnerId
 from ._values import OwnershipFact as OwnershipFact
 from ._values import OwnershipTransition as OwnershipTransition
 from ._values import RunChange as RunChange
+from ._values import RunPage as RunPage
 from ._values import RunRow as RunRow
 from ._values import RunSnapshot as RunSnapshot
 from ._values import RunStatus as RunStatus
@@ -127,6 +128,7 @@ __all__ = [
     "RequestCancelOutcome",
     "RunChange",
     "RunNotFoundError",
+    "RunPage",
     "RunRow",
     "RunSnapshot",
     "RunStatus",

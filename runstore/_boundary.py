@@ -22,17 +22,24 @@ operation's documented order and return them admitted.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import math
 import re
 from typing import Any, Final
+
+import attrs
 
 from ._clock import Clock
 from ._constants import (
     COMPANION_PREFIX,
     HEARTBEAT_SKEW_ALLOWANCE_MS,
     MAX_SAFE_INTEGER,
+    MAXIMUM_HEARTBEAT_BATCH,
     MAXIMUM_IDENTIFIER_LENGTH,
+    MAXIMUM_PAGE_SIZE,
+    MAXIMUM_PURGE_BATCH,
     MAXIMUM_RUN_JSON_DEPTH,
     MAXIMUM_RUN_JSON_NODES,
 )
@@ -314,14 +321,19 @@ def admit_clock(method: str, clock: object) -> Clock:
 
 
 def admit_lease_reading(
-    method: str, value: object, clock: Clock, *, run_id: str, claimed_at_ms: int | None = None
+    method: str,
+    value: object,
+    clock: Clock,
+    *,
+    run_id: str | None,
+    claimed_at_ms: int | None = None,
 ) -> int:
     """A caller's lease reading: a timestamp at most the skew allowance ahead of
     the store clock (exactly the allowance is admitted; behind is fine)."""
     now_ms = admit_timestamp(method, "now_ms", value)
     clock_ms = clock_reading(method, clock)
     if now_ms > clock_ms + HEARTBEAT_SKEW_ALLOWANCE_MS:
-        cause: dict[str, Any] = {"run_id": run_id}
+        cause: dict[str, Any] = {} if run_id is None else {"run_id": run_id}
         if claimed_at_ms is not None:
             cause["claimed_at_ms"] = claimed_at_ms
         cause.update(
@@ -551,3 +563,196 @@ def admit_steal(
 
 def admit_changes(after_revision: object) -> int:
     return admit_timestamp("changes", "after_revision", after_revision)
+
+
+# --- wave 2: finding work, batch renewal, purging ------------------------------
+
+#: ``claim_next``'s statuses when the caller names none.
+CLAIMABLE_STATUSES: Final = ("pending", "suspended")
+
+_CURSOR_PREFIX: Final = "rs1."
+
+
+def encode_cursor(created_at_ms: int, run_id: str) -> str:
+    """The opaque ``list_runs`` cursor for a listing key.
+
+    Pages are ordered by ``(created_at_ms, run_id)`` (ids by code point), a key
+    no write changes, so a cursor names a place in the order, not a run.
+    """
+    text = json.dumps([created_at_ms, run_id], ensure_ascii=True, separators=(",", ":"))
+    return _CURSOR_PREFIX + base64.urlsafe_b64encode(text.encode("ascii")).decode("ascii")
+
+
+def decode_cursor(method: str, value: object) -> tuple[int, str] | None:
+    """The listing key of an ``after`` cursor (``None``: from the start)."""
+    if value is None:
+        return None
+    bad = invalid(method, "after", "must be a cursor from a previous page's next")
+    if type(value) is not str or not value.startswith(_CURSOR_PREFIX):
+        raise bad from None
+    try:
+        raw = base64.urlsafe_b64decode(value[len(_CURSOR_PREFIX) :].encode("ascii"))
+        key = json.loads(raw.decode("ascii"))
+    except (ValueError, UnicodeError, binascii.Error):
+        raise bad from None
+    if (
+        type(key) is not list
+        or len(key) != 2
+        or not is_timestamp(key[0])
+        or not is_identifier(key[1])
+        or encode_cursor(key[0], key[1]) != value
+    ):
+        raise bad from None
+    return key[0], key[1]
+
+
+def _statuses(method: str, value: object, allowed: frozenset[str]) -> tuple[str, ...]:
+    """One status or a non-empty collection of them, as a sorted tuple."""
+    choices = ", ".join(sorted(allowed))
+    if type(value) is str:
+        items: tuple[object, ...] = (value,)
+    elif isinstance(value, (tuple, list, set, frozenset)) and type(value) in (
+        tuple,
+        list,
+        set,
+        frozenset,
+    ):
+        items = tuple(value)
+        if not items:
+            raise invalid(method, "status", "must name at least one status") from None
+    else:
+        raise invalid(method, "status", f"must be a status or a collection of ({choices})")
+    for item in items:
+        if type(item) is not str or item not in allowed:
+            raise invalid(method, "status", f"must name only statuses among ({choices})") from None
+    return tuple(sorted(set(items)))  # type: ignore[arg-type]
+
+
+def _bound(method: str, field: str, value: object, maximum: int) -> int:
+    if type(value) is not int or not 1 <= value <= maximum:
+        raise invalid(method, field, f"must be an int from 1 to {maximum}") from None
+    return value
+
+
+def _optional_time(method: str, field: str, value: object) -> int | None:
+    return None if value is None else admit_timestamp(method, field, value)
+
+
+def _optional_flag(method: str, field: str, value: object) -> bool | None:
+    if value is not None and type(value) is not bool:
+        raise invalid(method, field, "must be True, False or None") from None
+    return value
+
+
+@attrs.frozen
+class ListQuery:
+    """The admitted filters of one ``list_runs`` call (each None: no filter)."""
+
+    statuses: tuple[str, ...] | None
+    claimable_at: int | None
+    stale_at: int | None
+    claim_stale_at: int | None
+    cancel_requested: bool | None
+    lineage_id: str | None
+    parent_run_id: str | None
+    limit: int
+    after: tuple[int, str] | None
+    with_state: bool
+
+
+def admit_list_runs(
+    status: object,
+    claimable_at: object,
+    stale_at: object,
+    claim_stale_at: object,
+    cancel_requested: object,
+    lineage_id: object,
+    parent_run_id: object,
+    limit: object,
+    after: object,
+    with_state: object,
+) -> ListQuery:
+    """``list_runs``'s keywords, in signature order. The ``*_at`` readings are
+    plain timestamps (a listing judges nothing, so no skew bound)."""
+    method = "list_runs"
+    statuses = None if status is None else _statuses(method, status, RUN_STATUSES)
+    claimable = _optional_time(method, "claimable_at", claimable_at)
+    stale = _optional_time(method, "stale_at", stale_at)
+    claim_stale = _optional_time(method, "claim_stale_at", claim_stale_at)
+    cancel = _optional_flag(method, "cancel_requested", cancel_requested)
+    lineage = None if lineage_id is None else admit_identifier(method, "lineage_id", lineage_id)
+    parent = (
+        None if parent_run_id is None else admit_identifier(method, "parent_run_id", parent_run_id)
+    )
+    size = _bound(method, "limit", limit, MAXIMUM_PAGE_SIZE)
+    key = decode_cursor(method, after)
+    if type(with_state) is not bool:
+        raise invalid(method, "with_state", "must be True or False") from None
+    return ListQuery(
+        statuses, claimable, stale, claim_stale, cancel, lineage, parent, size, key, with_state
+    )
+
+
+def admit_claim_next(
+    owner: object, now_ms: object, status: object, clock: Clock
+) -> tuple[OwnerId, int, tuple[str, ...]]:
+    """``claim_next(owner, now_ms, *, status)``: the owner, the lease reading
+    (skew bound), then the statuses to take from (``pending``/``suspended``)."""
+    method = "claim_next"
+    who = admit_owner(method, "owner", owner)
+    now = admit_lease_reading(method, now_ms, clock, run_id=None)
+    return who, now, claim_statuses(method, status)
+
+
+def claim_statuses(method: str, status: object) -> tuple[str, ...]:
+    """The statuses ``claim_next`` may take runs from: ``pending`` and/or ``suspended``."""
+    return _statuses(method, status, frozenset(CLAIMABLE_STATUSES))
+
+
+def admit_heartbeat_many(
+    owner: object, run_ids: object, now_ms: object, clock: Clock
+) -> tuple[OwnerId, tuple[str, ...], int]:
+    """``heartbeat_many(owner, run_ids, now_ms)``: the owner, the ids (a list
+    or tuple of distinct identifiers), then the lease reading (skew bound).
+    One bad or repeated id refuses the whole call."""
+    method = "heartbeat_many"
+    who = admit_owner(method, "owner", owner)
+    if type(run_ids) is not list and type(run_ids) is not tuple:
+        raise invalid(method, "run_ids", "must be a list or tuple of run ids") from None
+    ids: tuple[object, ...] = tuple(run_ids)
+    if len(ids) > MAXIMUM_HEARTBEAT_BATCH:
+        raise invalid(
+            method, "run_ids", f"must hold at most {MAXIMUM_HEARTBEAT_BATCH} run ids"
+        ) from None
+    for index, rid in enumerate(ids):
+        if not is_identifier(rid):
+            raise InvalidRunError(
+                method,
+                {
+                    "field": "run_ids",
+                    "index": index,
+                    "detail": "must hold well-formed durable text",
+                },
+            ) from None
+    if len(set(ids)) != len(ids):
+        raise invalid(method, "run_ids", "must not name a run twice") from None
+    now = admit_lease_reading(method, now_ms, clock, run_id=None)
+    return who, ids, now  # type: ignore[return-value]
+
+
+def admit_purge_settled(before_ms: object, limit: object) -> tuple[int, int]:
+    """``purge_settled(before_ms, *, limit)``."""
+    method = "purge_settled"
+    return (
+        admit_timestamp(method, "before_ms", before_ms),
+        _bound(method, "limit", limit, MAXIMUM_PURGE_BATCH),
+    )
+
+
+def admit_compact_changes(through_revision: object, limit: object) -> tuple[int, int]:
+    """``compact_changes(through_revision, *, limit)``."""
+    method = "compact_changes"
+    return (
+        admit_timestamp(method, "through_revision", through_revision),
+        _bound(method, "limit", limit, MAXIMUM_PURGE_BATCH),
+    )

@@ -28,3 +28,10 @@ MAX_SAFE_INTEGER: Final = 2**53 - 1
 
 #: Run ids with this prefix name the store's own companion fact streams.
 COMPANION_PREFIX: Final = "flows.companion/"
+
+#: The most rows one ``list_runs`` page may ask for.
+MAXIMUM_PAGE_SIZE: Final = 1000
+#: The most run ids one ``heartbeat_many`` call may renew.
+MAXIMUM_HEARTBEAT_BATCH: Final = 100_000
+#: The most runs (or tombstones) one ``purge_settled`` (``compact_changes``) call removes.
+MAXIMUM_PURGE_BATCH: Final = 10_000

@@ -231,7 +231,7 @@ class _Worker:
                 run=row.run_id,
                 from_pid=row.owner.pid,
                 kind=evidence.kind,
-                step=json.loads(row.state_json)["step"],
+                step=json.loads(_state_of(row))["step"],
             )
         return True
 
@@ -503,7 +503,7 @@ class _Demo:
 
         for run_id in run_ids:
             row = store.get(run_id)
-            state = json.loads(row.state_json)
+            state = json.loads(_state_of(row))
             settled = [
                 f
                 for f in store.ownership_facts(run_id)
@@ -611,3 +611,10 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+def _state_of(row: RunRow) -> str:
+    """A row's state; every read the demo makes returns it."""
+    if row.state_json is None:
+        raise AssertionError("the demo reads rows with their state")
+    return row.state_json

@@ -63,7 +63,12 @@ class RunSnapshot:
 
 @attrs.frozen
 class RunRow:
-    """A decoded run row. ``state_json`` is the caller's text, byte for byte."""
+    """A decoded run row. ``state_json`` is the caller's text, byte for byte.
+
+    ``state_json`` is ``None`` only in the rows of a ``list_runs`` page asked
+    for without state (``with_state=False``, the default); every other read
+    returns it.
+    """
 
     run_id: str
     status: RunStatus
@@ -78,7 +83,7 @@ class RunRow:
     cancel_requested_at_ms: int | None
     lineage_id: str | None
     round_ordinal: int | None
-    state_json: str = attrs.field(repr=False)
+    state_json: str | None = attrs.field(repr=False)
 
     @property
     def snapshot(self) -> RunSnapshot:
@@ -122,6 +127,17 @@ class OwnershipFact:
     owner: OwnerId
     granted_at_ms: int | None
     position: int
+
+
+@attrs.frozen
+class RunPage:
+    """One page of ``list_runs``: the matching rows in listing order, and the
+    cursor to pass as ``after`` for the next page (``None`` when this page is
+    the last). The cursor is opaque text; it only means something to a store.
+    """
+
+    runs: tuple[RunRow, ...]
+    next: str | None
 
 
 @attrs.frozen

@@ -435,7 +435,7 @@ def _check_state_preserved(
         if row.state_json != expected:
             raise StateNotPreserved(
                 f"run {run_id!r}: state is not the text last written "
-                f"({len(row.state_json)} chars, expected {len(str(expected))})"
+                f"({len(row.state_json or '')} chars, expected {len(str(expected))})"
             )
 
 
