@@ -1,4 +1,4 @@
-"""``check_invariants()`` for the SQLite store: consistency queries over the file.
+"""``check_invariants()`` for the SQL stores: consistency queries over the database.
 
 Each check raises ``AssertionError`` whose message starts with the invariant's
 name. Checked, in order:
@@ -15,52 +15,20 @@ name. Checked, in order:
   the row's. With ``SqlConsensus`` this is one join (which also finds orphan
   and empty lease rows, and checks the grant time against the last
   activation); any other strategy is asked for each run's ``lease()``.
+
+The queries are the backend's (``INVARIANT_QUERIES``, ``SQL_LEASE_CHECKS``,
+``ALL_RUNS``, ``ALL_FACTS`` of its queries module); the judging is shared.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+from types import ModuleType
+from typing import Any
 
 from .._errors import RunStoreError
 from .._values import OwnerId, RunRow
 from ..consensus._sql import SqlConsensus
-from . import _queries as q
 from ._decode import decode_run
-from ._tx import Transaction
-
-_SQL_LEASE_CHECKS: Final[tuple[tuple[str, str], ...]] = (
-    (
-        "lease and row agree",
-        """SELECT r.run_id FROM flows_runs AS r
-           LEFT JOIN flows_consensus_leases AS l ON l.run_id = r.run_id
-           WHERE NOT (l.owner_host_id IS r.owner_host_id AND l.owner_pid IS r.owner_pid
-                      AND l.owner_nonce IS r.owner_nonce
-                      AND l.heartbeat_at_ms IS r.heartbeat_at_ms
-                      AND l.claim_host_id IS r.claim_host_id AND l.claim_pid IS r.claim_pid
-                      AND l.claim_nonce IS r.claim_nonce
-                      AND l.claimed_at_ms IS r.claimed_at_ms)
-           LIMIT 1""",
-    ),
-    (
-        "leases belong to a run",
-        """SELECT l.run_id FROM flows_consensus_leases AS l
-           WHERE NOT EXISTS (SELECT 1 FROM flows_runs WHERE run_id = l.run_id) LIMIT 1""",
-    ),
-    (
-        "empty leases are deleted",
-        """SELECT run_id FROM flows_consensus_leases
-           WHERE owner_host_id IS NULL AND claim_host_id IS NULL LIMIT 1""",
-    ),
-    (
-        "an owner's lease was granted at its last activation",
-        """SELECT l.run_id FROM flows_consensus_leases AS l
-           WHERE l.owner_host_id IS NOT NULL AND l.granted_at_ms IS NOT (
-             SELECT f.granted_at_ms FROM flows_ownership_facts AS f
-             WHERE f.run_id = l.run_id AND f.transition = 'activated'
-             ORDER BY f.position DESC LIMIT 1)
-           LIMIT 1""",
-    ),
-)
 
 
 def _fail(invariant: str, found: Any) -> AssertionError:
@@ -84,7 +52,8 @@ def _replay(facts: list[tuple[Any, ...]]) -> tuple[OwnerId | None, tuple[OwnerId
     return owner, claim
 
 
-def check_store_invariants(tx: Transaction) -> None:
+def check_store_invariants(tx: Any, q: ModuleType) -> None:
+    """Run the checks on ``tx`` (a snapshot transaction) with queries ``q``."""
     execute = tx.connection.execute
     for invariant, query in q.INVARIANT_QUERIES:
         found = execute(query).fetchone()
@@ -109,7 +78,7 @@ def check_store_invariants(tx: Transaction) -> None:
 
     consensus = tx.consensus
     if isinstance(consensus, SqlConsensus):
-        for invariant, query in _SQL_LEASE_CHECKS:
+        for invariant, query in q.SQL_LEASE_CHECKS:
             found = execute(query).fetchone()
             if found is not None:
                 raise _fail(invariant, found[0])

@@ -92,6 +92,12 @@ _CLEARED_CLAIM: Final = (
     "claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL"
 )
 
+# -- the run lock ------------------------------------------------------------------
+
+#: Nothing to run: ``BEGIN IMMEDIATE`` already serializes every writer of the
+#: file (PostgreSQL locks the run row here; see ``runstore.postgres._queries``).
+LOCK_RUN: Final = ""
+
 # -- create, get, lineage, latest_round ----------------------------------------
 
 CREATE_RUN: Final = """
@@ -340,5 +346,40 @@ INVARIANT_QUERIES: Final[tuple[tuple[str, str], ...]] = (
         "finished_at_ms is set exactly on terminal runs",
         f"""SELECT run_id FROM flows_runs
            WHERE (status IN {_TERMINAL}) <> (finished_at_ms IS NOT NULL) LIMIT 1""",
+    ),
+)
+
+#: The lease checks ``check_invariants`` runs when the strategy is ``SqlConsensus``.
+SQL_LEASE_CHECKS: Final[tuple[tuple[str, str], ...]] = (
+    (
+        "lease and row agree",
+        """SELECT r.run_id FROM flows_runs AS r
+           LEFT JOIN flows_consensus_leases AS l ON l.run_id = r.run_id
+           WHERE NOT (l.owner_host_id IS r.owner_host_id AND l.owner_pid IS r.owner_pid
+                      AND l.owner_nonce IS r.owner_nonce
+                      AND l.heartbeat_at_ms IS r.heartbeat_at_ms
+                      AND l.claim_host_id IS r.claim_host_id AND l.claim_pid IS r.claim_pid
+                      AND l.claim_nonce IS r.claim_nonce
+                      AND l.claimed_at_ms IS r.claimed_at_ms)
+           LIMIT 1""",
+    ),
+    (
+        "leases belong to a run",
+        """SELECT l.run_id FROM flows_consensus_leases AS l
+           WHERE NOT EXISTS (SELECT 1 FROM flows_runs WHERE run_id = l.run_id) LIMIT 1""",
+    ),
+    (
+        "empty leases are deleted",
+        """SELECT run_id FROM flows_consensus_leases
+           WHERE owner_host_id IS NULL AND claim_host_id IS NULL LIMIT 1""",
+    ),
+    (
+        "an owner's lease was granted at its last activation",
+        """SELECT l.run_id FROM flows_consensus_leases AS l
+           WHERE l.owner_host_id IS NOT NULL AND l.granted_at_ms IS NOT (
+             SELECT f.granted_at_ms FROM flows_ownership_facts AS f
+             WHERE f.run_id = l.run_id AND f.transition = 'activated'
+             ORDER BY f.position DESC LIMIT 1)
+           LIMIT 1""",
     ),
 )

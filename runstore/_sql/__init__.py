@@ -1,0 +1,10 @@
+"""The backend-neutral SQL store (private).
+
+``SqlRunStore`` makes every decision once: admission, the classify query, the
+strategy call, the guarded write, the fact. It runs each backend's named
+queries (``runstore.sqlite._queries``, ``runstore.postgres._queries``, the
+same names) through that backend's transaction manager; decoding and the
+invariant checks are shared too. ``runstore.sqlite`` and
+``runstore.postgres`` hold each backend's connection, transactions,
+migrations, error mapping and SQL text.
+"""
