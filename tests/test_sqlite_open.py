@@ -1,7 +1,8 @@
 """``runstore.open``: the file it creates, the modes it sets, its lifetime.
 
-The file is created 0600 before SQLite opens it, so the WAL files SQLite
-derives from it are 0600 too; an existing readable file is tightened. WAL,
+A new file is created 0600 before SQLite opens it, so the WAL files SQLite
+derives from it are 0600 too; an existing database keeps the mode its owner
+gave it (``tests/test_sqlite_open_files.py`` has the rest of that story). WAL,
 foreign keys and secure_delete are on; durability picks SQLite's synchronous
 mode. Defaults are ``SystemClock`` and ``SqlConsensus``; a strategy's
 ``on_open`` runs once inside a write transaction.
@@ -55,14 +56,20 @@ def test_the_file_and_its_wal_files_are_0600(tmp_path: Path, clock: ManualClock)
         assert _mode(shm) == 0o600
 
 
-def test_an_existing_readable_file_is_tightened(tmp_path: Path, clock: ManualClock) -> None:
-    """A runstore file others could read is made 0600 when opened."""
+@pytest.mark.usefixtures("umask_zero")
+def test_an_existing_database_keeps_its_mode(tmp_path: Path, clock: ManualClock) -> None:
+    """A deliberate 0640 survives every open; the WAL files SQLite makes follow it."""
     path = tmp_path / "runs.db"
     with runstore.open(path, clock=clock):
         pass
-    os.chmod(path, 0o644)
-    with runstore.open(path, clock=clock):
-        assert _mode(path) == 0o600
+    os.chmod(path, 0o640)
+    for number in range(2):
+        with runstore.open(path, clock=clock) as store:
+            store.create(f"run-{number}", "{}")
+            assert _mode(path) == 0o640
+            assert _mode(Path(str(path) + "-wal")) == 0o640
+            assert _mode(Path(str(path) + "-shm")) == 0o640
+    assert _mode(path) == 0o640
 
 
 @pytest.mark.parametrize(("durability", "synchronous"), [("full", 2), ("normal", 1)])

@@ -25,8 +25,10 @@ from typing import Literal
 
 from .._boundary import admit_identifier, admit_owner
 from .._clock import Clock
+from .._errors import InvalidRunError
 from .._protocol import RunStore
 from .._values import OwnerId
+from ..consensus._admit import missing_methods
 from ._core import (
     Callback,
     Core,
@@ -79,7 +81,16 @@ def _log_crash(run_id: str, error: BaseException) -> None:
     )
 
 
-def _admit(run_id: object, owner: object, method: str) -> tuple[str, OwnerId]:
+#: What a supervisor calls on its store: anything offering these is a store
+#: (a wrapper that delegates, ``NoopRunStore``, a test double).
+_STORE_METHODS = ("heartbeat", "reconfirm", "ownership_facts", "acknowledge_cancel")
+
+
+def _admit(store: object, run_id: object, owner: object, method: str) -> tuple[str, OwnerId]:
+    missing = missing_methods(store, _STORE_METHODS)
+    if missing:
+        detail = f"must be a run store (missing or not callable: {', '.join(missing)})"
+        raise InvalidRunError(method, {"field": "store", "detail": detail, "missing": missing})
     return admit_identifier(method, "run_id", run_id), admit_owner(method, "owner", owner)
 
 
@@ -99,7 +110,7 @@ class ThreadSupervisor:
         interrupt_thread: bool,
     ) -> None:
         self._store = store
-        self._run_id, self._owner = _admit(run_id, owner, "supervise")
+        self._run_id, self._owner = _admit(store, run_id, owner, "supervise")
         self._clock = clock
         self._callbacks = (on_reconfirm, on_lapse, on_cancel_requested)
         self._interrupt_thread = interrupt_thread and _set_async_exc is not None
@@ -206,7 +217,7 @@ class AsyncSupervisor:
         on_cancel_requested: Callback | None,
     ) -> None:
         self._store = store
-        self._run_id, self._owner = _admit(run_id, owner, "asupervise")
+        self._run_id, self._owner = _admit(store, run_id, owner, "asupervise")
         self._clock = clock
         self._callbacks = (on_reconfirm, on_lapse, on_cancel_requested)
         self._block_done = False
