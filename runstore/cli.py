@@ -3,8 +3,10 @@
 Subcommands:
 
 - ``runstore fuzz [--target NAME | --consensus MODULE:FACTORY | --store MODULE:FACTORY]
-  [--minutes N | --examples N] [--seed N] [--db DIR] [--out DIR]``: a randomized
-  conformance campaign; on a failure it writes a regression test file and exits 1.
+  [--capabilities NAME=BOOL,... | --no-reopen] [--minutes N | --examples N] [--seed N]
+  [--db DIR] [--out DIR]``: a randomized conformance campaign; it ends with one
+  summary (what was found, the seed to replay it, whether shrinking finished,
+  every file written); on a failure it writes a regression test file and exits 1.
 - ``runstore replay FILE``: run a regression file under pytest.
 - ``runstore demo ...``: the ownership demonstration (``runstore._demo``).
 
@@ -59,10 +61,25 @@ def _parser() -> argparse.ArgumentParser:
         help="an attempt store factory (store, **options) -> attempt store to test in place of"
         " AttemptStore, over the target's SQLite stores (attempt machine only)",
     )
+    fuzz.add_argument(
+        "--capabilities",
+        metavar="NAME=BOOL,...",
+        help="what the store under test can do, over what its factory declares"
+        " (reopen, whole_state, lease_introspection, fault_injection), e.g."
+        " reopen=false,fault_injection=true",
+    )
+    fuzz.add_argument(
+        "--no-reopen",
+        action="store_true",
+        help="the store cannot be reopened on its path (an in-memory store):"
+        " the same as --capabilities reopen=false",
+    )
     budget = fuzz.add_mutually_exclusive_group()
     budget.add_argument("--minutes", type=float, help="time budget, shrinking included (default 1)")
     budget.add_argument("--examples", type=int, help="example budget per target")
-    fuzz.add_argument("--seed", type=int, help="make the campaign reproducible")
+    fuzz.add_argument(
+        "--seed", type=int, help="replay a campaign (default: a random seed, printed)"
+    )
     fuzz.add_argument(
         "--db",
         default=".runstore-fuzz/db",

@@ -23,12 +23,14 @@ two apart by the factory's signature (no parameters: a strategy).
 from __future__ import annotations
 
 import inspect
+import random
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+import attrs
 from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test
@@ -39,14 +41,16 @@ from ._attempt_machine import attempt_comparison_for, builds_sqlite_stores
 from ._consensus_machine import consensus_comparison_for
 from ._machine import comparison_for
 from ._observe import CampaignOver, Failure, Observer, observing
-from ._regression import write_regression
+from ._regression import is_suite_defect, suite_defect_invariant, write_regression
 from ._targets import (
     BUILTIN_TARGETS,
     Target,
+    capability_overrides,
     consensus_target,
     load_factory,
     raw_writer_for,
     store_target,
+    with_capabilities,
 )
 
 #: The targets a campaign without ``--target`` rotates through.
@@ -125,7 +129,7 @@ def _settings(
         database=database,
         derandomize=False,
         deadline=None,
-        print_blob=True,
+        print_blob=False,  # its @reproduce_failure hint cannot work from the CLI
         report_multiple_bugs=False,
         suppress_health_check=list(HealthCheck),
         phases=phases if shrink else phases[:-1],
@@ -145,7 +149,38 @@ class _Progress:
         self.stream.flush()
 
 
-def fuzz_target(
+@attrs.frozen
+class TargetResult:
+    """What a campaign on one target found.
+
+    ``shrink`` is ``"finished"``, ``"cut by the time budget"``, ``"skipped"``
+    (shrinking off) or ``""`` (nothing to shrink). ``failures`` counts every
+    failing execution, shrink attempts included; ``checks`` counts them by
+    the check that fired.
+    """
+
+    target: Target
+    examples: int
+    steps: int
+    failures: int = 0
+    found: Failure | None = None
+    path: Path | None = None
+    shrink: str = ""
+    checks: tuple[tuple[str, int], ...] = ()
+    seconds: float = 0.0
+
+    @property
+    def suite_defect(self) -> bool:
+        return self.found is not None and is_suite_defect(self.found)
+
+
+def fuzz_target(target: Target, **options: Any) -> Path | None:
+    """Run one campaign (see ``campaign_target``); return the regression file
+    written, if it failed."""
+    return campaign_target(target, **options).path
+
+
+def campaign_target(
     target: Target,
     *,
     seconds: float | None,
@@ -156,8 +191,8 @@ def fuzz_target(
     stream: TextIO,
     attempt_store: str | None = None,
     shrink: bool = True,
-) -> Path | None:
-    """Run one campaign; return the regression file written, if any failed.
+) -> TargetResult:
+    """Run one campaign and say what it found.
 
     ``attempt_store`` (``MODULE:FACTORY``) puts that attempt store under test
     in place of ``AttemptStore``, with the attempt machine alone. Without
@@ -175,6 +210,7 @@ def fuzz_target(
     progress = _Progress(stream, target.name)
     observer = Observer(deadline=deadline, progress=progress)
     error: BaseException | None = None
+    cut = False
     batch = 0
     with observing(observer):
         while True:
@@ -195,12 +231,21 @@ def fuzz_target(
             try:
                 test()
             except CampaignOver:
+                cut = observer.failures > 0
                 break
             except Exception as failure:
                 error = failure
                 break
     progress(observer)
     found: Failure | None = observer.last_failure if error is not None else observer.failure
+    result = TargetResult(
+        target,
+        observer.examples,
+        observer.steps,
+        observer.failures,
+        checks=tuple(sorted(observer.checks.items())),
+        seconds=observer.elapsed,
+    )
     if found is None:
         if error is not None:
             # A failure the machines did not record (a defect in the harness or
@@ -208,11 +253,18 @@ def fuzz_target(
             stream.write(f"fuzz {target.name}: FAILED ({type(error).__name__}: {error})\n")
             raise error
         stream.write(f"fuzz {target.name}: clean\n")
-        return None
+        return result
     if error is not None:
-        notes = getattr(error, "__notes__", [])
-        stream.write("\n".join(str(n) for n in notes) + "\n")
-    stream.write(f"fuzz {target.name}: FAILED {found.error.splitlines()[0]}\n")
+        # Hypothesis's notes: the falsifying program as machine rules. Its
+        # ``@reproduce_failure`` hint cannot work from the command line (the
+        # summary gives the ``runstore fuzz --seed`` line instead).
+        notes = [
+            str(n) for n in getattr(error, "__notes__", []) if "reproduce_failure" not in str(n)
+        ]
+        if notes:
+            stream.write("\n".join(notes) + "\n")
+    label = "SUITE DEFECT" if is_suite_defect(found) else "FAILED"
+    stream.write(f"fuzz {target.name}: {label} {found.error.splitlines()[0]}\n")
     # The whole failure, so a log that outlives the regression file still says it.
     for line in found.error.splitlines()[1:]:
         stream.write(f"fuzz {target.name}:   {line}\n")
@@ -228,8 +280,76 @@ def fuzz_target(
         seed=seed_value,
         attempt_spec=attempt_store,
     )
-    stream.write(f"fuzz {target.name}: regression written to {path}\n")
-    return path
+    if not shrink:
+        state = "skipped"
+    elif cut or observer.cut_after is not None:
+        state = "cut by the time budget"
+    else:
+        state = "finished"
+    return attrs.evolve(result, found=found, path=path, shrink=state)
+
+
+def _explain_count(result: TargetResult) -> str:
+    """Why ``failures`` failing executions gave one file."""
+    if result.failures <= 1:
+        return "1 failing execution, 1 file"
+    by_check = ", ".join(f"{check} {count}" for check, count in result.checks)
+    return (
+        f"{result.failures} failing executions ({by_check}): the campaign stops at its first "
+        "failure and shrinks it, and every shrink attempt that still fails counts; one "
+        "file holds the shortest program"
+    )
+
+
+def replay_line(target: Target, seed_value: int, extra: Sequence[str] = ()) -> str:
+    """The command line that runs ``target``'s campaign again with its seed."""
+    if target.kind == "builtin":
+        which = f"--target {target.name}"
+    elif target.kind == "consensus":
+        which = f"--consensus {target.spec}"
+    else:
+        which = f"--store {target.spec}"
+    return " ".join(["runstore fuzz", which, *extra, f"--seed {seed_value}"])
+
+
+def summarize(
+    results: Sequence[TargetResult], seed_value: int, stream: TextIO, extra: Sequence[str] = ()
+) -> None:
+    """Say once, at the end, what the campaign found."""
+    examples = sum(r.examples for r in results)
+    steps = sum(r.steps for r in results)
+    found = [r for r in results if r.found is not None]
+    stream.write(
+        f"\nfuzz summary: {len(results)} target(s), {examples} examples, {steps} steps, "
+        f"seed {seed_value}: "
+        + ("nothing found\n" if not found else f"{len(found)} target(s) failed\n")
+    )
+    for result in results:
+        name = result.target.name
+        if result.found is None:
+            stream.write(f"  {name}: clean ({result.examples} examples, {result.steps} steps)\n")
+            continue
+        first = result.found.error.splitlines()[0]
+        if result.suite_defect:
+            stream.write(
+                f"  {name}: SUITE DEFECT, not a failure of the store under test: the "
+                f"reference model broke {suite_defect_invariant(result.found)} on its own "
+                f"history ({first}); please report it\n"
+            )
+        else:
+            stream.write(f"  {name}: FAILED {first}\n")
+        if result.found.check == "CommittedStateLost" and result.target.capabilities.reopen:
+            stream.write(
+                "    (a store that cannot be reopened on its path, such as an in-memory one,"
+                " declares Capabilities(reopen=False) as its factory's or module's"
+                " `capabilities`, or is fuzzed with --no-reopen)\n"
+            )
+        stream.write(f"    shrinking: {result.shrink}\n")
+        stream.write(f"    {_explain_count(result)}\n")
+        stream.write(f"    file written: {result.path}\n")
+        stream.write(f"    replay the file: runstore replay {result.path}\n")
+        stream.write(f"    replay the campaign: {replay_line(result.target, seed_value, extra)}\n")
+    stream.flush()
 
 
 def run_campaign(
@@ -240,35 +360,47 @@ def run_campaign(
     seed_value: int | None = None,
     db_dir: Path = Path(".runstore-fuzz/db"),
     out_dir: Path = Path(".runstore-fuzz/out"),
-    stream: TextIO = sys.stdout,
+    stream: TextIO | None = None,
     attempt_store: str | None = None,
+    extra: Sequence[str] = (),
 ) -> int:
     """Fuzz each target in turn, sharing the time budget (one minute when
-    neither budget is given); 0 when all ran clean, 1 when any failed (a
-    regression file was written for each). With ``attempt_store``
-    (``MODULE:FACTORY``) that attempt store is under test, over each target's
-    stores, in place of ``AttemptStore``."""
+    neither budget is given), then print one summary; 0 when all ran clean,
+    1 when any failed (a regression file was written for each). Without a
+    seed, one is chosen and printed, so every campaign can be replayed. With
+    ``attempt_store`` (``MODULE:FACTORY``) that attempt store is under test,
+    over each target's stores, in place of ``AttemptStore``. ``extra`` are
+    the command-line options the replay line repeats."""
+    stream = sys.stdout if stream is None else stream
     if minutes is None and examples is None:
         minutes = 1.0
+    if seed_value is None:
+        seed_value = random.SystemRandom().randrange(1, 2**31)
+        stream.write(f"fuzz: seed {seed_value} (chosen at random)\n")
     seconds = None if minutes is None else minutes * 60 / max(1, len(targets))
-    failed = 0
+    results: list[TargetResult] = []
     for target in targets:
-        path = fuzz_target(
-            target,
-            seconds=seconds,
-            examples=examples,
-            seed_value=seed_value,
-            db_dir=db_dir,
-            out_dir=out_dir,
-            stream=stream,
-            attempt_store=attempt_store,
+        results.append(
+            campaign_target(
+                target,
+                seconds=seconds,
+                examples=examples,
+                seed_value=seed_value,
+                db_dir=db_dir,
+                out_dir=out_dir,
+                stream=stream,
+                attempt_store=attempt_store,
+            )
         )
-        failed += path is not None
-    return 1 if failed else 0
+    summarize(results, seed_value, stream, extra)
+    return 1 if any(r.found is not None for r in results) else 0
 
 
-def main_fuzz(args: Any, stream: TextIO = sys.stdout) -> int:
+def main_fuzz(args: Any, stream: TextIO | None = None) -> int:
     """``runstore fuzz`` with parsed arguments."""
+    overrides = capability_overrides(
+        getattr(args, "capabilities", None), no_reopen=getattr(args, "no_reopen", False)
+    )
     targets: list[Target]
     if args.store:
         targets = [store_target(args.store)]
@@ -278,6 +410,17 @@ def main_fuzz(args: Any, stream: TextIO = sys.stdout) -> int:
         targets = [resolve_target(args.target)]
     else:
         targets = [BUILTIN_TARGETS[name] for name in DEFAULT_TARGETS]
+    targets = [with_capabilities(target, overrides) for target in targets]
+    extra: list[str] = []
+    if getattr(args, "attempt_store", None):
+        extra.append(f"--attempt-store {args.attempt_store}")
+    if overrides:
+        spec = ",".join(f"{k}={str(v).lower()}" for k, v in overrides.items())
+        extra.append(f"--capabilities {spec}")
+    if args.examples is not None:
+        extra.append(f"--examples {args.examples}")
+    elif args.minutes is not None:
+        extra.append(f"--minutes {args.minutes:g}")
     return run_campaign(
         targets,
         minutes=args.minutes,
@@ -287,4 +430,5 @@ def main_fuzz(args: Any, stream: TextIO = sys.stdout) -> int:
         out_dir=Path(args.out),
         stream=stream,
         attempt_store=getattr(args, "attempt_store", None),
+        extra=extra,
     )

@@ -115,6 +115,10 @@ class Observer:
     first_failure_example: int | None = None
     failure: Failure | None = None
     last_failure: Failure | None = None
+    #: Failing executions seen when the deadline cut the shrinking of one.
+    cut_after: int | None = None
+    #: Failing executions by the check that fired.
+    checks: dict[str, int] = attrs.field(factory=dict)
     started: float = attrs.field(factory=time.monotonic)
     _last_progress: float = attrs.field(factory=time.monotonic)
 
@@ -124,6 +128,10 @@ class Observer:
 
     def example_started(self) -> None:
         if self.deadline is not None and time.monotonic() >= self.deadline:
+            if self.failures and self.cut_after is None:
+                # The deadline ended the campaign while a failure was being
+                # shrunk (Hypothesis then reports the shortest program so far).
+                self.cut_after = self.failures
             raise CampaignOver
         self.examples += 1
         self._tick()
@@ -133,6 +141,7 @@ class Observer:
 
     def failed(self, failure: Failure) -> None:
         self.failures += 1
+        self.checks[failure.check] = self.checks.get(failure.check, 0) + 1
         if self.first_failure_example is None:
             self.first_failure_example = self.examples
         self.last_failure = failure

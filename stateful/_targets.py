@@ -215,3 +215,40 @@ def consensus_target(spec: str) -> Target:
         spec=spec,
         kind="consensus",
     )
+
+
+def capability_overrides(text: str | None, *, no_reopen: bool = False) -> dict[str, bool]:
+    """``--capabilities reopen=false,fault_injection=true`` (and ``--no-reopen``)
+    as field overrides of ``Capabilities``."""
+    known = {field.name for field in attrs.fields(Capabilities)}
+    overrides: dict[str, bool] = {}
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, value = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if name not in known:
+            raise ValueError(
+                f"unknown capability {name!r} in {text!r}; known: {', '.join(sorted(known))}"
+            )
+        flag = value.strip().lower() if sep else "true"
+        if flag not in ("true", "false", "1", "0", "yes", "no"):
+            raise ValueError(f"capability {name!r} wants true or false, got {value!r}")
+        overrides[name] = flag in ("true", "1", "yes")
+    if no_reopen:
+        overrides["reopen"] = False
+    return overrides
+
+
+def with_capabilities(target: Target, overrides: dict[str, bool]) -> Target:
+    """``target`` with the capabilities given on the command line applied over
+    the ones its factory declares."""
+    if not overrides:
+        return target
+    caps = attrs.evolve(target.capabilities, **overrides)
+    if target.kind == "consensus" and target.consensus_factory is not None:
+        # The adapter over the strategy lives on a file only when it can reopen.
+        factory = sqlite_store_factory(target.consensus_factory, file=caps.reopen)
+        return attrs.evolve(target, capabilities=caps, store_factory=factory)
+    return attrs.evolve(target, capabilities=caps)

@@ -124,10 +124,8 @@ def test_a_planted_invariant_failing_on_the_reference_is_a_suite_defect(monkeypa
     assert observer.failure.log[-1].call.method == "activate"
 
 
-def test_a_broken_reference_step_is_a_suite_defect(monkeypatch):
-    """A reference model whose heartbeat also rewrites the run's state text
-    breaks ``StateNotPreserved`` on its own history; the correct store under
-    test is not blamed (no ``StateMismatch``)."""
+def plant_broken_reference_heartbeat(monkeypatch) -> None:
+    """Break the reference model: its heartbeat also rewrites the run's state."""
     original = ModelRunStore.heartbeat
 
     def heartbeat(self, run_id, owner, now_ms):
@@ -136,6 +134,13 @@ def test_a_broken_reference_step_is_a_suite_defect(monkeypatch):
         return outcome
 
     monkeypatch.setattr(ModelRunStore, "heartbeat", heartbeat)
+
+
+def test_a_broken_reference_step_is_a_suite_defect(monkeypatch):
+    """A reference model whose heartbeat also rewrites the run's state text
+    breaks ``StateNotPreserved`` on its own history; the correct store under
+    test is not blamed (no ``StateMismatch``)."""
+    plant_broken_reference_heartbeat(monkeypatch)
     machine = _machine()
     try:
         machine.setup((0,) * 6, [])
