@@ -71,24 +71,23 @@ def _refused(tmp_path: Path, where: str, **arguments: Any) -> RunStoreError:
     return error
 
 
+CLOCKS = {
+    "time.time": time.time,
+    "a string": "clock",
+    "an object": object(),
+    "the ManualClock class": ManualClock,
+    "reads None": ReadingClock(None),
+    "reads -1": ReadingClock(-1),
+    "reads nanoseconds": ReadingClock(1_767_000_000_000_000_000),  # past 2**53 - 1
+    "reads NaN": ReadingClock(float("nan")),
+    "reads a string": ReadingClock("10"),
+    "reads True": ReadingClock(True),
+    "raises": ReadingClock(RuntimeError("the clock broke; secret-7f3a")),
+}
+
+
 @pytest.mark.parametrize("where", WHERE)
-@pytest.mark.parametrize(
-    "clock",
-    [
-        time.time,
-        "clock",
-        object(),
-        ManualClock,  # the class, not a clock
-        ReadingClock(None),
-        ReadingClock(-1),
-        ReadingClock(time.time_ns()),  # nanoseconds: past 2**53 - 1
-        ReadingClock(float("nan")),
-        ReadingClock("10"),
-        ReadingClock(True),
-        ReadingClock(RuntimeError("the clock broke; secret-7f3a")),
-    ],
-    ids=repr,
-)
+@pytest.mark.parametrize("clock", CLOCKS.values(), ids=list(CLOCKS))
 def test_open_refuses_a_clock_that_is_not_a_clock(tmp_path: Path, where: str, clock: Any) -> None:
     """invalid_run naming ``clock``, whose message never quotes the clock's own error."""
     error = _refused(tmp_path, where, clock=clock)
