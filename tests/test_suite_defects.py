@@ -210,3 +210,18 @@ def test_a_planted_attempt_invariant_failing_on_the_reference_is_a_suite_defect(
             settings=settings(max_examples=20, phases=[Phase.generate], report_multiple_bugs=False),
         )
     assert caught.value.invariant == "AttemptHeartbeatRegressed"
+
+
+def test_the_self_steal_regression_file_fails_while_the_defect_is_there(monkeypatch):
+    """``tests/regressions/test_regression_self_steal_regrant.py`` passes now;
+    with the old owner-only heartbeat invariant planted it fails, as a suite
+    defect on the reference and as ``HeartbeatRegressed`` on the store."""
+    from tests.regressions import test_regression_self_steal_regrant as regression
+
+    regression.test_self_steal_regrant_keeps_every_invariant("reference")
+    regression.test_self_steal_regrant_keeps_every_invariant("sqlite")
+    monkeypatch.setattr(_invariants, "_check_heartbeats", _owner_only_heartbeats)
+    with pytest.raises(ReferenceInvariantViolation):
+        regression.test_self_steal_regrant_keeps_every_invariant("reference")
+    with pytest.raises(_invariants.HeartbeatRegressed):
+        regression.test_self_steal_regrant_keeps_every_invariant("sqlite")
