@@ -2,14 +2,17 @@
 
 Each run's lease is one row of ``flows_consensus_leases`` (owner, grant time,
 heartbeat, pending claim), read and written through ``tx.connection`` inside
-the store's write transaction, so a rolled-back operation leaves no lease
-change behind and nothing needs an undo hook. A row with neither owner nor
-claim is deleted. Each method is a single guarded statement where SQL can say
-it; when the guard misses, one more read names the reason.
+the store's write transaction, with the statements of ``tx.dialect``
+(``runstore.sqlite._lease_queries`` or ``runstore.postgres._lease_queries``),
+so a rolled-back operation leaves no lease change behind and nothing needs an
+undo hook. A row with neither owner nor claim is deleted. Each method is a
+single guarded statement where SQL can say it; when the guard misses, one more
+read names the reason.
 
 Storage failures are raised as ``ConsensusError("persistence_failed")`` caused
-by the database error, so the store can still tell a transient ``SQLITE_BUSY``
-(and retry) from a lasting failure.
+by the database error, so the store can still tell a transient failure
+(``SQLITE_BUSY``, a PostgreSQL serialization failure) and retry it from a
+lasting one.
 
 Staleness is judged against the caller's ``now_ms``: a lease is stale when its
 heartbeat is strictly older than ``now_ms - HEARTBEAT_STALE_AFTER_MS``.
@@ -17,12 +20,13 @@ heartbeat is strictly older than ``now_ms - HEARTBEAT_STALE_AFTER_MS``.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
-from typing import Any, Final, TypeVar
+from types import ModuleType
+from typing import Any, TypeVar
 
 from .._constants import HEARTBEAT_STALE_AFTER_MS
 from .._values import Lease, LivenessEvidence, OwnerId
+from ..sqlite import _lease_queries as sqlite
 from ._types import (
     Cleared,
     ConsensusError,
@@ -41,70 +45,17 @@ from ._types import (
 
 T = TypeVar("T")
 
-_OWNER_IS: Final = "owner_host_id = ?2 AND owner_pid = ?3 AND owner_nonce = ?4"
-_CLAIM_IS: Final = (
-    "claim_host_id = ?2 AND claim_pid = ?3 AND claim_nonce = ?4 AND claimed_at_ms = ?5"
-)
 
-_CLAIM: Final = """
-INSERT INTO flows_consensus_leases (run_id, claim_host_id, claim_pid, claim_nonce, claimed_at_ms)
-VALUES (?1, ?2, ?3, ?4, ?5)
-ON CONFLICT (run_id) DO UPDATE SET
-  claim_host_id = excluded.claim_host_id, claim_pid = excluded.claim_pid,
-  claim_nonce = excluded.claim_nonce, claimed_at_ms = excluded.claimed_at_ms
-WHERE claim_host_id IS NULL AND owner_host_id IS NULL
-"""
-_STEAL: Final = f"""
-UPDATE flows_consensus_leases
-SET claim_host_id = ?5, claim_pid = ?6, claim_nonce = ?7, claimed_at_ms = ?8
-WHERE run_id = ?1 AND {_OWNER_IS} AND claim_host_id IS NULL
-  AND heartbeat_at_ms IS NOT NULL AND heartbeat_at_ms < ?9
-"""
-_ACTIVATE: Final = f"""
-UPDATE flows_consensus_leases
-SET owner_host_id = ?2, owner_pid = ?3, owner_nonce = ?4, granted_at_ms = ?5,
-    heartbeat_at_ms = ?6,
-    claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL
-WHERE run_id = ?1 AND {_CLAIM_IS}
-"""
-_HEARTBEAT: Final = f"""
-UPDATE flows_consensus_leases SET heartbeat_at_ms = MAX(COALESCE(heartbeat_at_ms, ?5), ?5)
-WHERE run_id = ?1 AND {_OWNER_IS}
-RETURNING heartbeat_at_ms
-"""
-_RECONFIRM: Final = f"""
-UPDATE flows_consensus_leases SET heartbeat_at_ms = MAX(COALESCE(heartbeat_at_ms, ?5), ?5)
-WHERE run_id = ?1 AND {_OWNER_IS} AND claim_host_id IS NULL
-RETURNING heartbeat_at_ms
-"""
-_RECOVER: Final = f"""
-UPDATE flows_consensus_leases
-SET claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL
-WHERE run_id = ?1 AND {_CLAIM_IS} AND claimed_at_ms < ?6
-"""
-_RELEASE_CLAIM: Final = f"""
-UPDATE flows_consensus_leases
-SET claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL
-WHERE run_id = ?1 AND {_CLAIM_IS}
-RETURNING owner_host_id
-"""
-# Dropping ownership also drops any pending claim, which empties the lease.
-_RELEASE_OWNERSHIP: Final = f"DELETE FROM flows_consensus_leases WHERE run_id = ?1 AND {_OWNER_IS}"
-_PRUNE: Final = (
-    "DELETE FROM flows_consensus_leases "
-    "WHERE run_id = ?1 AND owner_host_id IS NULL AND claim_host_id IS NULL"
-)
-_GUARD: Final = f"SELECT 1 FROM flows_consensus_leases WHERE run_id = ?1 AND {_OWNER_IS}"
-_LEASE: Final = """
-SELECT owner_host_id, owner_pid, owner_nonce, granted_at_ms, heartbeat_at_ms,
-       claim_host_id, claim_pid, claim_nonce, claimed_at_ms
-FROM flows_consensus_leases WHERE run_id = ?1
-"""
-_ALL_LEASES: Final = """
-SELECT run_id, owner_host_id, owner_pid, owner_nonce, granted_at_ms, heartbeat_at_ms,
-       claim_host_id, claim_pid, claim_nonce, claimed_at_ms
-FROM flows_consensus_leases ORDER BY run_id
-"""
+def _statements(tx: Transaction) -> ModuleType:
+    """The lease statements in ``tx.dialect`` (SQLite's when it has none)."""
+    dialect = getattr(tx, "dialect", "sqlite")
+    if dialect == "postgresql":
+        from ..postgres import _lease_queries as postgres
+
+        return postgres
+    if dialect != "sqlite":
+        raise ConsensusError("persistence_failed", "SqlConsensus knows no such SQL dialect")
+    return sqlite
 
 
 def evidence_matches(
@@ -149,28 +100,30 @@ class SqlConsensus:
     def __repr__(self) -> str:
         return "SqlConsensus()"
 
-    def _run(self, fn: Callable[[], T]) -> T:
+    def _run(self, tx: Transaction, fn: Callable[[ModuleType], T]) -> T:
+        """Run ``fn`` with the statements of ``tx``'s dialect."""
+        statements = _statements(tx)
         try:
-            return fn()
-        except sqlite3.Error as error:
+            return fn(statements)
+        except statements.DATABASE_ERRORS as error:
             failure = error
         # Chained so the store can classify (and retry) the database error.
         raise ConsensusError("persistence_failed", "lease storage failed") from failure
 
     def claim(self, tx: Transaction, run_id: str, claimant: OwnerId, now_ms: int) -> GrantOutcome:
-        def run() -> GrantOutcome:
+        def run(s: ModuleType) -> GrantOutcome:
             execute = tx.connection.execute
             granted = execute(
-                _CLAIM, (run_id, claimant.host_id, claimant.pid, claimant.nonce, now_ms)
+                s.CLAIM, (run_id, claimant.host_id, claimant.pid, claimant.nonce, now_ms)
             ).rowcount
             if granted:
                 return Granted(now_ms)
-            lease = execute(_LEASE, (run_id,)).fetchone()
+            lease = execute(s.LEASE, (run_id,)).fetchone()
             if lease is not None and lease[5] is not None:
                 return Rejected("already_claimed")
             return Rejected("owner_held")
 
-        return self._run(run)
+        return self._run(tx, run)
 
     def steal(
         self,
@@ -184,10 +137,10 @@ class SqlConsensus:
         if not evidence_matches(expected, claimant, now_ms, evidence):
             return Rejected("evidence_invalid")
 
-        def run() -> GrantOutcome:
+        def run(s: ModuleType) -> GrantOutcome:
             execute = tx.connection.execute
             granted = execute(
-                _STEAL,
+                s.STEAL,
                 (
                     run_id,
                     expected.host_id,
@@ -202,7 +155,7 @@ class SqlConsensus:
             ).rowcount
             if granted:
                 return Granted(now_ms)
-            row = execute(_LEASE, (run_id,)).fetchone()
+            row = execute(s.LEASE, (run_id,)).fetchone()
             if row is None:
                 return Rejected("evidence_invalid")
             lease = _lease(run_id, row)
@@ -212,36 +165,36 @@ class SqlConsensus:
                 return Rejected("evidence_invalid")
             return Rejected("owner_live")
 
-        return self._run(run)
+        return self._run(tx, run)
 
     def activate(
         self, tx: Transaction, run_id: str, owner: OwnerId, granted_at_ms: int, now_ms: int
     ) -> PromoteOutcome:
-        def run() -> PromoteOutcome:
+        def run(s: ModuleType) -> PromoteOutcome:
             promoted = tx.connection.execute(
-                _ACTIVATE,
+                s.ACTIVATE,
                 (run_id, owner.host_id, owner.pid, owner.nonce, granted_at_ms, now_ms),
             ).rowcount
             return Promoted() if promoted else Lost()
 
-        return self._run(run)
+        return self._run(tx, run)
 
     def _renew(
         self, statement: str, tx: Transaction, run_id: str, owner: OwnerId, now_ms: int
     ) -> RenewOutcome:
-        def run() -> RenewOutcome:
+        def run(s: ModuleType) -> RenewOutcome:
             renewed = tx.connection.execute(
-                statement, (run_id, owner.host_id, owner.pid, owner.nonce, now_ms)
+                getattr(s, statement), (run_id, owner.host_id, owner.pid, owner.nonce, now_ms)
             ).fetchone()
             return Lost() if renewed is None else Renewed(renewed[0])
 
-        return self._run(run)
+        return self._run(tx, run)
 
     def heartbeat(self, tx: Transaction, run_id: str, owner: OwnerId, now_ms: int) -> RenewOutcome:
-        return self._renew(_HEARTBEAT, tx, run_id, owner, now_ms)
+        return self._renew("HEARTBEAT", tx, run_id, owner, now_ms)
 
     def reconfirm(self, tx: Transaction, run_id: str, owner: OwnerId, now_ms: int) -> RenewOutcome:
-        return self._renew(_RECONFIRM, tx, run_id, owner, now_ms)
+        return self._renew("RECONFIRM", tx, run_id, owner, now_ms)
 
     def recover(
         self,
@@ -256,7 +209,7 @@ class SqlConsensus:
         if not evidence_matches(stale_claimant, observer, now_ms, evidence):
             return Rejected("evidence_invalid")
 
-        def run() -> RecoverOutcome:
+        def run(s: ModuleType) -> RecoverOutcome:
             execute = tx.connection.execute
             claim = (
                 run_id,
@@ -266,10 +219,10 @@ class SqlConsensus:
                 granted_at_ms,
                 now_ms - HEARTBEAT_STALE_AFTER_MS,
             )
-            if execute(_RECOVER, claim).rowcount:
-                execute(_PRUNE, (run_id,))
+            if execute(s.RECOVER, claim).rowcount:
+                execute(s.PRUNE, (run_id,))
                 return Cleared()
-            row = execute(_LEASE, (run_id,)).fetchone()
+            row = execute(s.LEASE, (run_id,)).fetchone()
             if row is None:
                 return Rejected("claim_changed")
             lease = _lease(run_id, row)
@@ -277,54 +230,54 @@ class SqlConsensus:
                 return Rejected("claim_changed")
             return Rejected("claim_fresh")
 
-        return self._run(run)
+        return self._run(tx, run)
 
     def release_claim(
         self, tx: Transaction, run_id: str, claimant: OwnerId, granted_at_ms: int
     ) -> None:
-        def run() -> None:
+        def run(s: ModuleType) -> None:
             execute = tx.connection.execute
             released = execute(
-                _RELEASE_CLAIM,
+                s.RELEASE_CLAIM,
                 (run_id, claimant.host_id, claimant.pid, claimant.nonce, granted_at_ms),
             ).fetchone()
             # (Tested in Python: SQLite 3.40 answers ``x IS NULL`` wrongly
             # inside RETURNING.)
             if released is not None and released[0] is None:
-                execute(_PRUNE, (run_id,))
+                execute(s.PRUNE, (run_id,))
 
-        self._run(run)
+        self._run(tx, run)
 
     def release_ownership(self, tx: Transaction, run_id: str, owner: OwnerId) -> None:
-        def run() -> None:
+        def run(s: ModuleType) -> None:
             tx.connection.execute(
-                _RELEASE_OWNERSHIP, (run_id, owner.host_id, owner.pid, owner.nonce)
+                s.RELEASE_OWNERSHIP, (run_id, owner.host_id, owner.pid, owner.nonce)
             )
 
-        self._run(run)
+        self._run(tx, run)
 
     def guard(self, tx: Transaction, run_id: str, owner: OwnerId) -> None:
-        def run() -> bool:
+        def run(s: ModuleType) -> bool:
             row = tx.connection.execute(
-                _GUARD, (run_id, owner.host_id, owner.pid, owner.nonce)
+                s.GUARD, (run_id, owner.host_id, owner.pid, owner.nonce)
             ).fetchone()
             return row is not None
 
-        if not self._run(run):
+        if not self._run(tx, run):
             raise FenceLostError(run_id)
 
     def lease(self, tx: Transaction, run_id: str) -> Lease | None:
-        def run() -> Lease | None:
-            row = tx.connection.execute(_LEASE, (run_id,)).fetchone()
+        def run(s: ModuleType) -> Lease | None:
+            row = tx.connection.execute(s.LEASE, (run_id,)).fetchone()
             return None if row is None else _lease(run_id, row)
 
-        return self._run(run)
+        return self._run(tx, run)
 
     def leases(self, tx: Transaction) -> list[Lease]:
         """Every lease, by run id (one query; ``state()`` uses it when present)."""
 
-        def run() -> list[Lease]:
-            rows = tx.connection.execute(_ALL_LEASES).fetchall()
+        def run(s: ModuleType) -> list[Lease]:
+            rows = tx.connection.execute(s.ALL_LEASES).fetchall()
             return [_lease(row[0], row[1:]) for row in rows]
 
-        return self._run(run)
+        return self._run(tx, run)

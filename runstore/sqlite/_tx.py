@@ -19,18 +19,19 @@
   classified error is raised outside the ``except`` block so no exception
   chain leads back to it.
 - ``Transaction`` is the object strategies receive (``runstore.consensus``):
-  ``connection``, ``on_commit`` and ``on_rollback``. Rollback callbacks run in
-  reverse registration order.
+  ``connection``, ``dialect == "sqlite"``, ``on_commit`` and ``on_rollback``.
+  Rollback callbacks run in reverse registration order.
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, Literal, TypeVar
 
 from .._errors import ConstraintError, DecodeFailedError, PersistenceFailedError, RunStoreError
 from ..consensus._types import ConsensusError
@@ -64,6 +65,8 @@ class Transaction:
     """One open write transaction (or savepoint), as the store and strategies see it."""
 
     __slots__ = ("_commit", "_connection", "_rollback", "consensus")
+
+    dialect: Final[Literal["sqlite"]] = "sqlite"
 
     def __init__(self, connection: sqlite3.Connection, consensus: Any) -> None:
         self._connection = connection
@@ -366,3 +369,15 @@ class TransactionManager:
                 _run_callbacks(list(reversed(tx._rollback)))
 
         return self.read(method, run)
+
+    # -- lifetime -------------------------------------------------------------
+
+    def interrupt(self) -> None:
+        """Abort the statement running right now, from any thread (no lock:
+        the call it aborts holds it). An idle connection is unaffected."""
+        # Closed between the caller's check and this call: nothing is running.
+        with contextlib.suppress(sqlite3.ProgrammingError):
+            self.connection.interrupt()
+
+    def close(self) -> None:
+        self.connection.close()

@@ -1,0 +1,815 @@
+"""``SqlRunStore``: every ``RunStore`` operation, decided once for both backends.
+
+Each operation admits its arguments through ``runstore._boundary`` (shared
+with the model, so both refuse the same inputs in the same order), then runs as
+one write transaction of the backend's transaction manager. A write on an
+existing run first runs ``LOCK_RUN`` (nothing on SQLite, whose ``BEGIN
+IMMEDIATE`` serializes the file; the run row ``FOR UPDATE`` on PostgreSQL)
+unless its first statement is the guarded UPDATE itself; then a
+``*_CLASSIFY`` query evaluates the operation's compare-and-swap predicate in SQL over the row's
+metadata, the strategy is asked (it is authoritative: where it refuses what the
+row admitted, the row-classified loss is the answer), and a ``*_WRITE`` query
+repeats the predicate in its ``WHERE`` clause and reports by its change count
+whether it wrote. Ownership facts are
+appended in the same transaction. Lost races are outcome values; nothing here
+reads run state on a write path.
+
+Reads (``get``, ``lineage``, ``latest_round``, ``ownership_facts``,
+``revision``, ``changes``) are plain SELECTs, re-validating every row.
+
+The SQL is the backend's: ``_queries`` is its queries module
+(``runstore.sqlite._queries`` or ``runstore.postgres._queries``, the same
+names), ``_tm`` its transaction manager (``write``, ``read``, ``snapshot``,
+``lock``, ``faults``, ``retry``, ``interrupt``, ``close``). A subclass sets
+``_queries`` and builds ``_tm``; everything else is here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from types import ModuleType, TracebackType
+from typing import Any, ClassVar, Final, Protocol, Self, TypeVar
+
+from .. import _boundary as admit
+from .._clock import Clock
+from .._constants import HEARTBEAT_STALE_AFTER_MS
+from .._errors import DecodeFailedError, PersistenceFailedError, RunNotFoundError
+from .._outcomes import (
+    AbandonClaimOutcome,
+    Abandoned,
+    Activated,
+    ActivateOutcome,
+    AlreadyClaimed,
+    AlreadyRequested,
+    CancelRequested,
+    ClaimAndOwnOutcome,
+    ClaimChanged,
+    Claimed,
+    ClaimFresh,
+    ClaimLost,
+    ClaimOutcome,
+    EvidenceRequired,
+    FenceLost,
+    GuardFailed,
+    HeartbeatFresh,
+    HeartbeatOutcome,
+    LivenessUnconfirmed,
+    NotFound,
+    RecoverClaimOutcome,
+    Recovered,
+    RequestCancelOutcome,
+    SnapshotChanged,
+    StealOutcome,
+    Terminal,
+    Transitioned,
+    TransitionOutcome,
+    Updated,
+)
+from .._values import (
+    RUN_STATUSES,
+    TERMINAL_STATUSES,
+    LivenessEvidence,
+    OwnerId,
+    OwnershipFact,
+    RunChange,
+    RunRow,
+    RunSnapshot,
+    RunStatus,
+    StoreState,
+    TransitionGuard,
+)
+from ..consensus._types import FenceLostError, Granted, Lost, Promoted, Rejected
+from ..sqlite._faults import FaultPlan, RetryPolicy
+from ..sqlite._tx import RollbackAndReturn
+from ._decode import (
+    acknowledgement_json,
+    decode_acknowledgement,
+    decode_change,
+    decode_fact,
+    decode_run,
+    raw_fact,
+    raw_run,
+)
+from ._invariants import check_store_invariants
+
+#: A backend's write transaction (``connection``, ``consensus``, ``dialect``,
+#: ``on_commit``, ``on_rollback``); each backend's ``_tx`` defines it.
+Transaction = Any
+
+
+class TransactionManager(Protocol):
+    """What the core needs of a backend's transaction manager."""
+
+    lock: Any
+    faults: FaultPlan | None
+    retry: RetryPolicy
+    connection: Any
+
+    def write(self, method: str, body: Callable[[Any], T]) -> T: ...
+
+    def read(self, method: str, body: Callable[[Any], T]) -> T: ...
+
+    def snapshot(self, method: str, body: Callable[[Any], T]) -> T: ...
+
+    def interrupt(self) -> None: ...
+
+    def close(self) -> None: ...
+
+T = TypeVar("T")
+
+_LOSSES: Final[dict[str, AlreadyClaimed | HeartbeatFresh | SnapshotChanged]] = {
+    "already_claimed": AlreadyClaimed(),
+    "heartbeat_fresh": HeartbeatFresh(),
+    "snapshot_changed": SnapshotChanged(),
+}
+_NOT_FOUND: Final = NotFound()
+_UPDATED: Final = Updated()
+_FENCE_LOST: Final = FenceLost()
+_CLAIM_LOST: Final = ClaimLost()
+_ACTIVATED: Final = Activated()
+_SNAPSHOT_CHANGED: Final = SnapshotChanged()
+
+
+def _snapshot(run_id: str, expected: RunSnapshot) -> tuple[Any, ...]:
+    """``?1`` and the snapshot parameters ``?2``-``?6`` of every classify query."""
+    owner = expected.owner
+    if owner is None:
+        return (run_id, expected.status, None, None, None, expected.heartbeat_at_ms)
+    return (
+        run_id,
+        expected.status,
+        owner.host_id,
+        owner.pid,
+        owner.nonce,
+        expected.heartbeat_at_ms,
+    )
+
+
+def _evidence_matches(
+    expected_owner: OwnerId, observer: OwnerId, now_ms: int, evidence: LivenessEvidence
+) -> bool:
+    """The evidence names ``expected_owner``, was taken at exactly ``now_ms``,
+    and its kind fits the host relation between that owner and ``observer``."""
+    if evidence.checked_at_ms != now_ms or evidence.expected_owner != expected_owner:
+        return False
+    if evidence.kind == "same-host-pid-dead":
+        return expected_owner.host_id == observer.host_id
+    if evidence.kind == "cross-host-unreachable-stale":
+        return expected_owner.host_id != observer.host_id
+    return True
+
+
+def _write_invariant(method: str, run_id: str) -> PersistenceFailedError:
+    # The guarded write missed a row its classify query admitted moments before
+    # in the same serialized transaction: something wrote behind the store.
+    return PersistenceFailedError(
+        method,
+        "guarded update missed a row it had admitted",
+        {"run_id": run_id, "stage": "write-invariant"},
+    )
+
+
+class SqlRunStore:
+    """A ``RunStore`` over a SQL database; ``SqliteRunStore`` and
+    ``PostgresRunStore`` are its backends.
+
+    One store object may be shared by several threads (a worker and its
+    heartbeat thread, say): it serializes its use of its connection. It is a
+    context manager, and closing it twice does nothing.
+    """
+
+    #: The backend's named queries.
+    _queries: ClassVar[ModuleType]
+
+    def __init__(self, tm: TransactionManager, *, clock: Clock, consensus: Any) -> None:
+        self._clock = clock
+        self._consensus = consensus
+        self._tm = tm
+        self._closed = False
+
+    # -- the seams other modules use ------------------------------------------
+
+    @property
+    def clock(self) -> Clock:
+        """The store clock (lifecycle stamps, the skew bound)."""
+        return self._clock
+
+    @property
+    def consensus(self) -> Any:
+        """The strategy this store arbitrates with."""
+        return self._consensus
+
+    @property
+    def dialect(self) -> str:
+        """``"sqlite"`` or ``"postgresql"``: which SQL ``tx.connection`` speaks."""
+        raise NotImplementedError
+
+    def _write(self, method: str, body: Callable[[Transaction], T]) -> T:
+        """Run ``body`` in one write transaction: the backend's ``BEGIN``,
+        retry of transient failures, the fault seam, error classification."""
+        return self._tm.write(method, body)
+
+    def _read(self, method: str, body: Callable[[Any], T]) -> T:
+        """Run ``body`` on the connection outside any write transaction."""
+        return self._tm.read(method, body)
+
+    def _install_faults(self, plan: FaultPlan | None) -> None:
+        """Arm a fault plan for the following write attempts (None disarms)."""
+        if plan is not None and type(plan) is not FaultPlan:
+            raise TypeError("expected a FaultPlan or None")
+        with self._tm.lock:
+            self._tm.faults = plan
+
+    @property
+    def _retry_policy(self) -> RetryPolicy:
+        return self._tm.retry
+
+    @_retry_policy.setter
+    def _retry_policy(self, policy: RetryPolicy) -> None:
+        if type(policy) is not RetryPolicy:
+            raise TypeError("expected a RetryPolicy")
+        self._tm.retry = policy
+
+    @property
+    def _connection(self) -> Any:
+        return self._tm.connection
+
+    def _lock(self, tx: Transaction, run_id: str) -> None:
+        """Serialize this run's compare-and-swap (see ``LOCK_RUN``)."""
+        lock = self._queries.LOCK_RUN
+        if lock:
+            tx.connection.execute(lock, (run_id,))
+
+    # -- create and reads --------------------------------------------------------
+
+    def create(
+        self,
+        run_id: str,
+        state_json: str,
+        *,
+        parent_run_id: str | None = None,
+        lineage_id: str | None = None,
+        round_ordinal: int | None = None,
+    ) -> None:
+        q = self._queries
+        rid, state, parent, lineage, ordinal = admit.admit_create(
+            run_id, state_json, parent_run_id, lineage_id, round_ordinal
+        )
+        created_at = admit.clock_reading("create", self._clock)
+
+        def body(tx: Transaction) -> None:
+            execute = tx.connection.execute
+            execute(q.CREATE_RUN, (rid, created_at, parent, lineage, ordinal))
+            execute(q.CREATE_STATE, (rid, state))
+
+        self._tm.write("create", body)
+
+    def get(self, run_id: str) -> RunRow:
+        q = self._queries
+        rid = admit.admit_run_id("get", run_id)
+        row = self._tm.read("get", lambda c: c.execute(q.GET, (rid,)).fetchone())
+        if row is None:
+            raise RunNotFoundError("get", rid)
+        return decode_run("get", row)
+
+    def lineage(self, run_id: str) -> list[RunRow]:
+        q = self._queries
+        rid = admit.admit_run_id("lineage", run_id)
+        rows = self._tm.read("lineage", lambda c: c.execute(q.LINEAGE, (rid,)).fetchall())
+        return [decode_run("lineage", row) for row in rows]
+
+    def latest_round(self, run_id: str) -> RunRow:
+        q = self._queries
+        rid = admit.admit_run_id("latest_round", run_id)
+        row = self._tm.read("latest_round", lambda c: c.execute(q.LATEST_ROUND, (rid,)).fetchone())
+        if row is None:
+            raise RunNotFoundError("latest_round", rid)
+        return decode_run("latest_round", row)
+
+    # -- cancellation --------------------------------------------------------------
+
+    def request_cancel(self, run_id: str, now_ms: int) -> RequestCancelOutcome:
+        q = self._queries
+        rid, now = admit.admit_request_cancel("request_cancel", run_id, now_ms)
+
+        def body(tx: Transaction) -> RequestCancelOutcome:
+            execute = tx.connection.execute
+            if execute(q.REQUEST_CANCEL_WRITE, (rid, now)).rowcount:
+                return CancelRequested(now)
+            rows = execute(q.REQUEST_CANCEL_MISS, (rid,)).fetchall()
+            return _classify_cancellation_miss("request_cancel", rid, rows)
+
+        return self._tm.write("request_cancel", body)
+
+    def request_cancel_lineage(self, run_id: str, now_ms: int) -> RequestCancelOutcome:
+        """One set-based UPDATE over the lineage's metadata, however long its
+        history. SQLite applies it (and its revision triggers) in run id order,
+        so the rounds it marks get consecutive revisions in run id order."""
+        q = self._queries
+        method = "request_cancel_lineage"
+        rid, now = admit.admit_request_cancel(method, run_id, now_ms)
+
+        def body(tx: Transaction) -> RequestCancelOutcome:
+            execute = tx.connection.execute
+            if execute(q.REQUEST_CANCEL_LINEAGE_WRITE, (rid, now)).rowcount:
+                return CancelRequested(now)
+            rows = execute(q.REQUEST_CANCEL_LINEAGE_MISS, (rid,)).fetchall()
+            return _classify_cancellation_miss(method, rid, rows)
+
+        return self._tm.write(method, body)
+
+    def acknowledge_cancel(self, run_id: str, owner: OwnerId, now_ms: int) -> bool:
+        q = self._queries
+        rid, who, now = admit.admit_acknowledge_cancel(run_id, owner, now_ms)
+        params = (rid, who.host_id, who.pid, who.nonce, acknowledgement_json(now, who))
+
+        def body(tx: Transaction) -> bool:
+            return bool(tx.connection.execute(q.ACKNOWLEDGE_CANCEL_WRITE, params).rowcount > 0)
+
+        return self._tm.write("acknowledge_cancel", body)
+
+    # -- claims ----------------------------------------------------------------------
+
+    def claim(
+        self, run_id: str, expected: RunSnapshot | RunRow, claimant: OwnerId, now_ms: int
+    ) -> ClaimOutcome:
+        q = self._queries
+        rid, snapshot, who, now = admit.admit_claim(run_id, expected, claimant, now_ms, self._clock)
+        classify_params = (*_snapshot(rid, snapshot), now - HEARTBEAT_STALE_AFTER_MS)
+
+        def body(tx: Transaction) -> ClaimOutcome:
+            execute = tx.connection.execute
+            self._lock(tx, rid)
+            row = execute(q.CLAIM_CLASSIFY, classify_params).fetchone()
+            if row is None:
+                return _NOT_FOUND
+            admissible, loss, last = row
+            if not admissible:
+                return _LOSSES[loss]
+            grant = tx.consensus.claim(tx, rid, who, now)
+            if type(grant) is not Granted:
+                # The strategy is authoritative: the row admitted what it refused.
+                return _LOSSES[loss]
+            granted = grant.granted_at_ms
+            wrote = execute(
+                q.CLAIM_WRITE, (*classify_params, who.host_id, who.pid, who.nonce, granted)
+            ).rowcount
+            if wrote != 1:
+                raise _write_invariant("claim", rid)
+            self._fact(tx, rid, "claimed", who, granted, last + 1)
+            return Claimed(granted)
+
+        return self._tm.write("claim", body)
+
+    def claim_and_own(
+        self,
+        run_id: str,
+        expected: RunSnapshot | RunRow,
+        owner: OwnerId,
+        now_ms: int,
+        evidence: LivenessEvidence | None = None,
+    ) -> ClaimAndOwnOutcome:
+        q = self._queries
+        method = "claim_and_own"
+        rid, snapshot, who, now, proof = admit.admit_claim_and_own(
+            run_id, expected, owner, now_ms, evidence, self._clock
+        )
+        classify_params = (*_snapshot(rid, snapshot), now - HEARTBEAT_STALE_AFTER_MS)
+        previous = snapshot.owner
+        if (
+            snapshot.status == "running"
+            and previous != who
+            and not (
+                proof is not None
+                and previous is not None
+                and _evidence_matches(previous, who, now, proof)
+            )
+        ):
+            # Replacing another owner without matching evidence: no
+            # compare-and-swap runs. An unchanged stale row asks for evidence;
+            # a fresh heartbeat is reported as such (evidence cannot beat it).
+            def precheck(connection: Any) -> ClaimAndOwnOutcome:
+                row = connection.execute(q.CLAIM_AND_OWN_PRECHECK, classify_params).fetchone()
+                if row is None:
+                    return _NOT_FOUND
+                loss, unchanged = row
+                if loss == "snapshot_changed" and unchanged:
+                    return EvidenceRequired()
+                return _LOSSES[loss]
+
+            return self._tm.read(method, precheck)
+
+        def body(tx: Transaction) -> ClaimAndOwnOutcome:
+            execute = tx.connection.execute
+            self._lock(tx, rid)
+            row = execute(q.CLAIM_AND_OWN_CLASSIFY, classify_params).fetchone()
+            if row is None:
+                return _NOT_FOUND
+            admissible, loss_tag, last = row
+            loss = _LOSSES[loss_tag]
+            if not admissible:
+                return loss
+            consensus = tx.consensus
+            transition = "claimed"
+            if previous is None:
+                grant = consensus.claim(tx, rid, who, now)
+            elif previous == who:
+                # Re-owning one's own stale run: release, then a fresh grant
+                # (a new generation, fenced by the new grant time).
+                consensus.release_ownership(tx, rid, who)
+                last += 1
+                self._fact(tx, rid, "released", who, None, last)
+                grant = consensus.claim(tx, rid, who, now)
+            else:
+                assert proof is not None
+                grant = consensus.steal(tx, rid, who, now, proof)
+                transition = "stolen"
+            if type(grant) is not Granted:
+                # Nothing of this operation may stay (contract.md, Decided here 1).
+                raise RollbackAndReturn(loss)
+            granted = grant.granted_at_ms
+            if type(consensus.activate(tx, rid, who, granted, now)) is not Promoted:
+                raise RollbackAndReturn(loss)
+            execute(q.FACTS_GRANT_ACTIVATED_AT, (rid, transition, *_who(who), granted, last + 1))
+            wrote = execute(
+                q.CLAIM_AND_OWN_WRITE, (*classify_params, who.host_id, who.pid, who.nonce, now)
+            ).rowcount
+            if wrote != 1:
+                raise _write_invariant(method, rid)
+            return _ACTIVATED
+
+        return self._tm.write(method, body)
+
+    def activate(
+        self,
+        run_id: str,
+        claimant: OwnerId,
+        claimed_at_ms: int,
+        expected: RunSnapshot | RunRow,
+    ) -> ActivateOutcome:
+        q = self._queries
+        rid, who, token, snapshot = admit.admit_activate(run_id, claimant, claimed_at_ms, expected)
+        activated_at = admit.clock_reading("activate", self._clock)
+        claim = (who.host_id, who.pid, who.nonce, token)
+        params = (*_snapshot(rid, snapshot), *claim)
+
+        def body(tx: Transaction) -> ActivateOutcome:
+            execute = tx.connection.execute
+            self._lock(tx, rid)
+            row = execute(q.ACTIVATE_CLASSIFY, params).fetchone()
+            if row is None or not row[0]:
+                return _CLAIM_LOST  # a foreign claim is never cleared
+            consensus = tx.consensus
+            last = row[2]
+            if not row[1]:
+                # The claim stands but the snapshot moved: give the claim back
+                # (this clean-up commits with the loss).
+                consensus.release_claim(tx, rid, who, token)
+                self._fact(tx, rid, "released", who, token, last + 1)
+                execute(q.CLEAR_CLAIM, (rid, *claim))
+                return _SNAPSHOT_CHANGED
+            if type(consensus.activate(tx, rid, who, token, activated_at)) is not Promoted:
+                # The strategy no longer holds this claim: the row follows it.
+                execute(q.CLEAR_CLAIM, (rid, *claim))
+                return _CLAIM_LOST
+            if execute(q.ACTIVATE_WRITE, (*params, activated_at)).rowcount != 1:
+                raise _write_invariant("activate", rid)
+            self._fact(tx, rid, "activated", who, token, last + 1)
+            return _ACTIVATED
+
+        return self._tm.write("activate", body)
+
+    def abandon_claim(
+        self, run_id: str, claimant: OwnerId, claimed_at_ms: int
+    ) -> AbandonClaimOutcome:
+        q = self._queries
+        rid, who, token = admit.admit_abandon_claim(run_id, claimant, claimed_at_ms)
+
+        def body(tx: Transaction) -> AbandonClaimOutcome:
+            cleared = tx.connection.execute(
+                q.CLEAR_CLAIM, (rid, who.host_id, who.pid, who.nonce, token)
+            ).rowcount
+            if not cleared:
+                return _CLAIM_LOST
+            tx.consensus.release_claim(tx, rid, who, token)
+            self._fact(tx, rid, "released", who, token)
+            return Abandoned()
+
+        return self._tm.write("abandon_claim", body)
+
+    def recover_claim(
+        self,
+        run_id: str,
+        stale_claimant: OwnerId,
+        claimed_at_ms: int,
+        observer: OwnerId,
+        now_ms: int,
+        evidence: LivenessEvidence,
+    ) -> RecoverClaimOutcome:
+        q = self._queries
+        rid, stale, token, who, now, proof = admit.admit_recover_claim(
+            run_id, stale_claimant, claimed_at_ms, observer, now_ms, evidence, self._clock
+        )
+        if not _evidence_matches(stale, who, now, proof):
+            return LivenessUnconfirmed()
+        claim = (stale.host_id, stale.pid, stale.nonce, token)
+
+        def body(tx: Transaction) -> RecoverClaimOutcome:
+            execute = tx.connection.execute
+            self._lock(tx, rid)
+            row = execute(
+                q.RECOVER_CLAIM_CLASSIFY, (rid, *claim, now - HEARTBEAT_STALE_AFTER_MS)
+            ).fetchone()
+            if row is None:
+                return _NOT_FOUND
+            matches, fresh, last = row
+            if not matches:
+                return ClaimChanged()
+            if fresh:
+                return ClaimFresh()
+            outcome = tx.consensus.recover(tx, rid, stale, token, who, now, proof)
+            if type(outcome) is Rejected:
+                return ClaimChanged()  # as the strategy knows it, the claim moved on
+            if execute(q.CLEAR_CLAIM, (rid, *claim)).rowcount != 1:
+                raise _write_invariant("recover_claim", rid)
+            self._fact(tx, rid, "expired", stale, token, last + 1)
+            return Recovered()
+
+        return self._tm.write("recover_claim", body)
+
+    # -- the owner's operations -------------------------------------------------------
+
+    def heartbeat(self, run_id: str, owner: OwnerId, now_ms: int) -> HeartbeatOutcome:
+        return self._renew("heartbeat", run_id, owner, now_ms)
+
+    def reconfirm(self, run_id: str, owner: OwnerId, now_ms: int) -> HeartbeatOutcome:
+        return self._renew("reconfirm", run_id, owner, now_ms)
+
+    def _renew(
+        self, method: str, run_id: object, owner: object, now_ms: object
+    ) -> HeartbeatOutcome:
+        q = self._queries
+        rid, who, now = admit.admit_renewal(method, run_id, owner, now_ms, self._clock)
+
+        def body(tx: Transaction) -> HeartbeatOutcome:
+            self._lock(tx, rid)
+            consensus = tx.consensus
+            renew = consensus.heartbeat if method == "heartbeat" else consensus.reconfirm
+            outcome = renew(tx, rid, who, now)
+            execute = tx.connection.execute
+            if type(outcome) is not Lost:
+                # The row mirrors the strategy's stamp; a renewed lease over a
+                # row this owner does not hold is reported, never hidden.
+                stamp = outcome.heartbeat_at_ms
+                if execute(q.RENEW_WRITE, (rid, who.host_id, who.pid, who.nonce, stamp)).rowcount:
+                    return _UPDATED
+            exists = execute(q.RUN_EXISTS, (rid,)).fetchone()
+            return _NOT_FOUND if exists is None else _FENCE_LOST
+
+        return self._tm.write(method, body)
+
+    def transition_owned(
+        self,
+        run_id: str,
+        owner: OwnerId,
+        to_status: RunStatus,
+        state_json: str | None = None,
+        guard: TransitionGuard | None = None,
+    ) -> TransitionOutcome:
+        q = self._queries
+        method = "transition_owned"
+        rid, who, status, state, checked = admit.admit_transition_owned(
+            run_id, owner, to_status, state_json, guard
+        )
+        transitioned_at = admit.clock_reading(method, self._clock)
+        requirement = None if checked is None else checked.cancel_requested
+        params = (rid, who.host_id, who.pid, who.nonce, requirement)
+
+        def body(tx: Transaction) -> TransitionOutcome:
+            execute = tx.connection.execute
+            self._lock(tx, rid)
+            consensus = tx.consensus
+            try:
+                consensus.guard(tx, rid, who)
+                held = True
+            except FenceLostError:
+                held = False
+            if held:
+                if status == "running":
+                    wrote = execute(q.TRANSITION_RUNNING_WRITE, params).rowcount
+                else:
+                    finished = transitioned_at if status in TERMINAL_STATUSES else None
+                    wrote = execute(q.TRANSITION_SETTLE_WRITE, (*params, status, finished)).rowcount
+                if wrote:
+                    if state is not None:
+                        execute(q.STATE_WRITE, (rid, state))
+                    if status != "running":
+                        consensus.release_ownership(tx, rid, who)
+                        self._fact(tx, rid, "released", who, None)
+                    return Transitioned()
+            row = execute(q.TRANSITION_CLASSIFY, params).fetchone()
+            if row is None:
+                return _NOT_FOUND
+            owned, blocked = row
+            if not held or not owned:
+                return _FENCE_LOST
+            if blocked:
+                return GuardFailed()
+            raise _write_invariant(method, rid)
+
+        return self._tm.write(method, body)
+
+    def steal(
+        self,
+        run_id: str,
+        expected: RunSnapshot | RunRow,
+        claimant: OwnerId,
+        now_ms: int,
+        evidence: LivenessEvidence,
+    ) -> StealOutcome:
+        q = self._queries
+        rid, snapshot, who, now, proof = admit.admit_steal(
+            run_id, expected, claimant, now_ms, evidence, self._clock
+        )
+        previous = snapshot.owner
+        if (
+            snapshot.status != "running"
+            or previous is None
+            or not _evidence_matches(previous, who, now, proof)
+        ):
+            return LivenessUnconfirmed()
+        classify_params = (*_snapshot(rid, snapshot), now - HEARTBEAT_STALE_AFTER_MS)
+
+        def body(tx: Transaction) -> StealOutcome:
+            execute = tx.connection.execute
+            self._lock(tx, rid)
+            row = execute(q.STEAL_CLASSIFY, classify_params).fetchone()
+            if row is None:
+                return _NOT_FOUND
+            admissible, loss, last = row
+            if not admissible:
+                return _LOSSES[loss]
+            grant = tx.consensus.steal(tx, rid, who, now, proof)
+            if type(grant) is not Granted:
+                return _LOSSES[loss]
+            granted = grant.granted_at_ms
+            wrote = execute(
+                q.STEAL_WRITE, (*classify_params, who.host_id, who.pid, who.nonce, granted)
+            ).rowcount
+            if wrote != 1:
+                raise _write_invariant("steal", rid)
+            self._fact(tx, rid, "stolen", who, granted, last + 1)
+            return Claimed(granted)
+
+        return self._tm.write("steal", body)
+
+    # -- facts, revisions, whole state --------------------------------------------------
+
+    def ownership_facts(self, run_id: str) -> list[OwnershipFact]:
+        q = self._queries
+        rid = admit.admit_run_id("ownership_facts", run_id)
+        rows = self._tm.read(
+            "ownership_facts", lambda c: c.execute(q.FACTS_OF_RUN, (rid,)).fetchall()
+        )
+        return [decode_fact("ownership_facts", row) for row in rows]
+
+    def revision(self) -> int:
+        q = self._queries
+        row = self._tm.read("revision", lambda c: c.execute(q.REVISION).fetchone())
+        if row is None or not admit.is_timestamp(row[0]):
+            raise PersistenceFailedError(
+                "revision", "execution source identity is missing", {"stage": "revision-source"}
+            )
+        return int(row[0])
+
+    def changes(self, after_revision: int) -> list[RunChange]:
+        q = self._queries
+        after = admit.admit_changes(after_revision)
+        rows = self._tm.read("changes", lambda c: c.execute(q.CHANGES, (after,)).fetchall())
+        return [decode_change("changes", row) for row in rows]
+
+    def state(self) -> StoreState:
+        """Everything the store holds. Never raises on a corrupt row: rows are
+        reported as stored (a corrupt state is returned as its raw text)."""
+        q = self._queries
+
+        def body(tx: Transaction) -> StoreState:
+            execute = tx.connection.execute
+            rows = tuple(raw_run(row) for row in execute(q.ALL_RUNS).fetchall())
+            consensus = tx.consensus
+            bulk = getattr(consensus, "leases", None)
+            if callable(bulk):
+                leases = tuple(bulk(tx))
+            else:
+                found = (consensus.lease(tx, row.run_id) for row in rows)
+                leases = tuple(lease for lease in found if lease is not None)
+            facts = tuple(raw_fact(row) for row in execute(q.ALL_FACTS).fetchall())
+            source = execute(q.REVISION).fetchone()
+            changes = tuple(
+                RunChange(run_id, revision, bool(deleted))
+                for run_id, revision, deleted in execute(q.CHANGES, (-1,)).fetchall()
+            )
+            acknowledgements = tuple(
+                ack
+                for run_id, text in execute(q.ALL_ACKNOWLEDGEMENTS).fetchall()
+                if (ack := decode_acknowledgement(run_id, text)) is not None
+            )
+            return StoreState(
+                rows=tuple(sorted(rows, key=lambda r: r.run_id)),
+                leases=tuple(sorted(leases, key=lambda lease: lease.run_id)),
+                facts=facts,
+                revision=source[0] if source is not None else -1,
+                changes=changes,
+                acknowledgements=acknowledgements,
+            )
+
+        return self._tm.snapshot("state", body)
+
+    def check_invariants(self) -> None:
+        """Raise ``AssertionError`` naming the first broken invariant."""
+        self._tm.snapshot("check_invariants", lambda tx: check_store_invariants(tx, self._queries))
+
+    def _fact(
+        self,
+        tx: Transaction,
+        run_id: str,
+        transition: str,
+        owner: OwnerId,
+        granted_at_ms: int | None,
+        position: int | None = None,
+    ) -> None:
+        """Append one fact: at ``position`` when a classify query told it, else
+        one past the run's last."""
+        q = self._queries
+        params = (run_id, transition, owner.host_id, owner.pid, owner.nonce, granted_at_ms)
+        if position is None:
+            tx.connection.execute(q.FACT_APPEND, params)
+        else:
+            tx.connection.execute(q.FACT_AT, (*params, position))
+
+    # -- lifetime -------------------------------------------------------------------------
+
+    def interrupt(self) -> None:
+        """Abort the SQL statement this store is running right now, from any thread.
+
+        The interrupted operation rolls back whole and raises
+        ``persistence_failed``; an idle store is unaffected. The heartbeat
+        supervisor calls this when a write it is waiting for outlives the lease
+        budget. It takes no lock on purpose: the call it aborts holds it.
+        """
+        if self._closed:
+            return
+        self._tm.interrupt()
+
+    def close(self) -> None:
+        """Close the connection; closing twice does nothing."""
+        with self._tm.lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._tm.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _who(owner: OwnerId) -> tuple[str, int, str]:
+    return (owner.host_id, owner.pid, owner.nonce)
+
+
+def _classify_cancellation_miss(
+    method: str, run_id: str, rows: Sequence[tuple[Any, Any]]
+) -> RequestCancelOutcome:
+    """Name the outcome of a guarded cancellation UPDATE that matched nothing.
+
+    ``rows`` are the run (or the lineage's rounds in order). A live request
+    anywhere dominates a settled round; otherwise the last round's ending is
+    reported. A live unrequested row cannot survive the UPDATE in one
+    serialized transaction, so meeting one is a persistence failure.
+    """
+    outcome: RequestCancelOutcome = _NOT_FOUND
+    for requested_at, status in rows:
+        if type(status) is not str or status not in RUN_STATUSES:
+            raise DecodeFailedError(
+                method, "could not decode flows_runs status", {"run_id": run_id, "stage": "status"}
+            )
+        if status in TERMINAL_STATUSES:
+            if type(outcome) is not AlreadyRequested:
+                outcome = Terminal(status)  # type: ignore[arg-type]
+            continue
+        if requested_at is None:
+            raise PersistenceFailedError(
+                method,
+                "guarded cancellation update missed a live unrequested row",
+                {"run_id": run_id, "stage": "write-invariant"},
+            )
+        outcome = AlreadyRequested(requested_at)
+    return outcome

@@ -1,0 +1,79 @@
+"""``SqlConsensus``'s statements in SQLite (``runstore.postgres._lease_queries``
+has the same names in PostgreSQL; a test checks both define the same).
+
+Parameters are numbered; each statement's parameters are listed where
+``runstore.consensus._sql`` binds them.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Final
+
+#: The errors a statement here raises when storage fails.
+DATABASE_ERRORS: Final = (sqlite3.Error,)
+
+_OWNER_IS: Final = "owner_host_id = ?2 AND owner_pid = ?3 AND owner_nonce = ?4"
+_CLAIM_IS: Final = (
+    "claim_host_id = ?2 AND claim_pid = ?3 AND claim_nonce = ?4 AND claimed_at_ms = ?5"
+)
+
+CLAIM: Final = """
+INSERT INTO flows_consensus_leases (run_id, claim_host_id, claim_pid, claim_nonce, claimed_at_ms)
+VALUES (?1, ?2, ?3, ?4, ?5)
+ON CONFLICT (run_id) DO UPDATE SET
+  claim_host_id = excluded.claim_host_id, claim_pid = excluded.claim_pid,
+  claim_nonce = excluded.claim_nonce, claimed_at_ms = excluded.claimed_at_ms
+WHERE claim_host_id IS NULL AND owner_host_id IS NULL
+"""
+STEAL: Final = f"""
+UPDATE flows_consensus_leases
+SET claim_host_id = ?5, claim_pid = ?6, claim_nonce = ?7, claimed_at_ms = ?8
+WHERE run_id = ?1 AND {_OWNER_IS} AND claim_host_id IS NULL
+  AND heartbeat_at_ms IS NOT NULL AND heartbeat_at_ms < ?9
+"""
+ACTIVATE: Final = f"""
+UPDATE flows_consensus_leases
+SET owner_host_id = ?2, owner_pid = ?3, owner_nonce = ?4, granted_at_ms = ?5,
+    heartbeat_at_ms = ?6,
+    claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL
+WHERE run_id = ?1 AND {_CLAIM_IS}
+"""
+HEARTBEAT: Final = f"""
+UPDATE flows_consensus_leases SET heartbeat_at_ms = MAX(COALESCE(heartbeat_at_ms, ?5), ?5)
+WHERE run_id = ?1 AND {_OWNER_IS}
+RETURNING heartbeat_at_ms
+"""
+RECONFIRM: Final = f"""
+UPDATE flows_consensus_leases SET heartbeat_at_ms = MAX(COALESCE(heartbeat_at_ms, ?5), ?5)
+WHERE run_id = ?1 AND {_OWNER_IS} AND claim_host_id IS NULL
+RETURNING heartbeat_at_ms
+"""
+RECOVER: Final = f"""
+UPDATE flows_consensus_leases
+SET claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL
+WHERE run_id = ?1 AND {_CLAIM_IS} AND claimed_at_ms < ?6
+"""
+RELEASE_CLAIM: Final = f"""
+UPDATE flows_consensus_leases
+SET claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL
+WHERE run_id = ?1 AND {_CLAIM_IS}
+RETURNING owner_host_id
+"""
+# Dropping ownership also drops any pending claim, which empties the lease.
+RELEASE_OWNERSHIP: Final = f"DELETE FROM flows_consensus_leases WHERE run_id = ?1 AND {_OWNER_IS}"
+PRUNE: Final = (
+    "DELETE FROM flows_consensus_leases "
+    "WHERE run_id = ?1 AND owner_host_id IS NULL AND claim_host_id IS NULL"
+)
+GUARD: Final = f"SELECT 1 FROM flows_consensus_leases WHERE run_id = ?1 AND {_OWNER_IS}"
+LEASE: Final = """
+SELECT owner_host_id, owner_pid, owner_nonce, granted_at_ms, heartbeat_at_ms,
+       claim_host_id, claim_pid, claim_nonce, claimed_at_ms
+FROM flows_consensus_leases WHERE run_id = ?1
+"""
+ALL_LEASES: Final = """
+SELECT run_id, owner_host_id, owner_pid, owner_nonce, granted_at_ms, heartbeat_at_ms,
+       claim_host_id, claim_pid, claim_nonce, claimed_at_ms
+FROM flows_consensus_leases ORDER BY run_id
+"""
