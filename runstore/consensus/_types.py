@@ -28,7 +28,8 @@ when it opens a database, so a strategy that keeps its leases elsewhere
 migration does for ``SqlConsensus``.
 
 A strategy that keeps its state in the store's database uses
-``tx.connection``; one that keeps it elsewhere registers the undo of each
+``tx.connection``, in the SQL of ``tx.dialect`` (``"sqlite"`` or
+``"postgresql"``); one that keeps it elsewhere registers the undo of each
 change with ``tx.on_rollback`` so a rolled-back operation leaves no trace.
 Staleness is always judged against the caller's ``now_ms``, never a clock the
 strategy reads.
@@ -36,9 +37,8 @@ strategy reads.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
-from typing import Literal, Protocol, TypeAlias, runtime_checkable
+from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
@@ -119,12 +119,18 @@ class FenceLostError(ConsensusError):
 
 @runtime_checkable
 class Transaction(Protocol):
-    """The store's open write transaction, as a strategy sees it."""
+    """The store's open write transaction, as a strategy sees it.
+
+    A SQL store's transaction also has ``dialect``: ``"sqlite"`` (``connection``
+    is a ``sqlite3.Connection``, parameters ``?1``) or ``"postgresql"``
+    (``connection`` is a ``psycopg.Connection`` whose ``execute`` takes
+    ``$1``-style parameters). A transaction without ``dialect`` is SQLite's.
+    """
 
     @property
-    def connection(self) -> sqlite3.Connection:
-        """The store's connection, inside the transaction. Stores without a
-        database (the model) raise ``RuntimeError``."""
+    def connection(self) -> Any:
+        """The store's connection, inside the transaction (see ``dialect``).
+        Stores without a database (the model) raise ``RuntimeError``."""
         ...
 
     def on_commit(self, fn: Callable[[], None]) -> None:
