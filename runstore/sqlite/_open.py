@@ -326,7 +326,7 @@ def _inspect(real: str) -> None:
     refusal: PersistenceFailedError | None = None
     problem: sqlite3.Error | None = None
     try:
-        refusal = _judge_schema(connection)
+        refusal = _in_one_snapshot(connection, _judge_schema)
     except sqlite3.Error as error:
         problem = error
     finally:
@@ -340,6 +340,22 @@ def _inspect(real: str) -> None:
         raise problem
     if refusal is not None:
         raise refusal
+
+
+def _in_one_snapshot(connection: sqlite3.Connection, read: Callable[[sqlite3.Connection], T]) -> T:
+    """Run the statements of ``read`` in one read transaction.
+
+    In autocommit each statement would see the file as it is at that moment,
+    so "no bookkeeping table" and "sixteen tables" could straddle another
+    opener's migration and make a runstore database look foreign.
+    """
+    execute = sqlite3.Connection.execute
+    execute(connection, "BEGIN")
+    try:
+        return read(connection)
+    finally:
+        if connection.in_transaction:
+            execute(connection, "ROLLBACK")
 
 
 def _judge_schema(connection: sqlite3.Connection) -> PersistenceFailedError | None:
@@ -546,7 +562,9 @@ def _migrate(connection: Connection) -> None:
     """Apply the pending migrations (one ``BEGIN IMMEDIATE`` that re-reads the record)."""
     failure: PersistenceFailedError | None = None
     try:
-        needed = _step("migration-record", lambda: _migrations.pending(connection))
+        needed = _step(
+            "migration-record", lambda: _in_one_snapshot(connection, _migrations.pending)
+        )
         if needed:
             _migrations.apply(connection, run=lambda step: _step("migrate", step))
     except _migrations.SchemaRefused as refused:
