@@ -98,7 +98,8 @@ def test_fuzz_on_an_attempt_zoo_store_writes_a_regression_that_fails_until_fixed
     assert broken in source
     assert "attempts = open_attempts(store)" in source
     assert "assert attempts['insert'].state() == expected_attempts" in source.replace('"', "'")
-    assert "import hypothesis" not in source and "from hypothesis" not in source
+    assert "import hypothesis" not in source
+    assert "from hypothesis" not in source
     # Each call goes through the judge, which re-checks the invariants.
     assert "judge = Judge(" in source
     assert "judge.attempt(" in source
@@ -215,8 +216,9 @@ def test_fuzz_command_line_passes_the_attempt_store_on(monkeypatch: pytest.Monke
 
     def campaign(target, **options):
         seen.append((target.name, options["attempt_store"]))
+        return _fuzz.TargetResult(target, examples=0, steps=0)
 
-    monkeypatch.setattr(_fuzz, "fuzz_target", campaign)
+    monkeypatch.setattr(_fuzz, "campaign_target", campaign)
     arguments = ["fuzz", "--attempt-store", ZOO_ATTEMPT_STORE, "--examples", "1"]
     assert cli.main(arguments) == 0
     assert seen == [(name, ZOO_ATTEMPT_STORE) for name in DEFAULT_TARGETS]

@@ -142,7 +142,7 @@ def test_fuzz_on_a_zoo_store_writes_a_regression_that_fails_until_fixed(tmp_path
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "examples" in done.stdout
-    assert "regression written" in done.stdout
+    assert "file written:" in done.stdout
     (written,) = (tmp_path / "out").glob("test_regression_*.py")
     replayed = _cli("replay", str(written))
     assert replayed.returncode == 1, replayed.stdout

@@ -2,7 +2,8 @@
 of the old and new stamps, so a late, older heartbeat moves the lease back."""
 
 from runstore.consensus import SqlConsensus
-from runstore.consensus._sql import _OWNER_IS
+from runstore.consensus._types import Lost, Renewed
+from runstore.sqlite._lease_queries import _OWNER_IS
 
 KIND = "consensus"
 EXPECTED_CHECK = "OutcomeMismatch"
@@ -16,7 +17,10 @@ RETURNING heartbeat_at_ms
 
 class Regresses(SqlConsensus):
     def heartbeat(self, tx, run_id, owner, now_ms):
-        return self._renew(_NOT_MONOTONIC, tx, run_id, owner, now_ms)
+        renewed = tx.connection.execute(
+            _NOT_MONOTONIC, (run_id, owner.host_id, owner.pid, owner.nonce, now_ms)
+        ).fetchone()
+        return Lost() if renewed is None else Renewed(renewed[0])
 
 
 def factory():
