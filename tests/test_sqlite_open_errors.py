@@ -154,6 +154,25 @@ def test_a_new_file_in_a_folder_this_process_may_not_write(shared: Path) -> None
     assert "could not create the database file" in found["message"]
 
 
+@pytest.mark.processes
+@pytest.mark.timeout(60)
+def test_a_folder_this_process_may_not_enter(shared: Path) -> None:
+    inner = shared / "private"
+    inner.mkdir(mode=0o700)
+    _database(inner / "runs.db")
+    found = _open_unprivileged(inner / "runs.db")
+    assert found["cause"] == {"stage": "permissions", "errno": 13}
+    assert "folder cannot be entered" in found["message"]
+
+
+def test_a_path_through_a_file(tmp_path: Path) -> None:
+    """A path whose folder is a file cannot even be looked up."""
+    (tmp_path / "notes.txt").write_text("hello")
+    error = _refusal(tmp_path / "notes.txt" / "runs.db")
+    assert error.cause == {"stage": "stat", "errno": 20}
+    assert "could not look up the database file" in str(error)
+
+
 def test_a_file_that_is_not_sqlite(tmp_path: Path) -> None:
     path = tmp_path / "notes.txt"
     path.write_text("hello\n" * 100)

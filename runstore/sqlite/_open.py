@@ -218,11 +218,18 @@ def _stat_or_create(real: str) -> tuple[os.stat_result, bool]:
                 return os.stat(real), False
             except FileNotFoundError:
                 pass
+            except PermissionError as error:
+                failure = PersistenceFailedError(
+                    "open",
+                    "the database file's folder cannot be entered by this process",
+                    {"stage": "permissions", "errno": error.errno},
+                )
+                break
             except OSError as error:
                 failure = PersistenceFailedError(
                     "open",
-                    "the database file is not reachable by this process",
-                    {"stage": "permissions", "errno": error.errno},
+                    "could not look up the database file",
+                    {"stage": "stat", "errno": error.errno},
                 )
                 break
             try:
