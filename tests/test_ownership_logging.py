@@ -105,11 +105,11 @@ class Owned:
         self.stalled = threading.Event()
         self.failure: type[BaseException] = RuntimeError
 
-    def state(self) -> str:
-        return self.store.get(RUN).state_json
+    def run_state(self) -> str:
+        return str(self.store.get(RUN).state_json)
 
     def quoting(self, operation: str) -> BaseException:
-        return self.failure(f"{operation} failed in state {self.state()}")
+        return self.failure(f"{operation} failed in state {self.run_state()}")
 
     # -- the store the supervisor sees -------------------------------------
 
@@ -131,7 +131,7 @@ class Owned:
 
     def interrupt(self) -> None:
         if "interrupt" in self.failing:
-            raise RuntimeError(f"cannot interrupt in state {self.state()}")
+            raise RuntimeError(f"cannot interrupt in state {self.run_state()}")
 
 
 @pytest.fixture
@@ -177,7 +177,7 @@ def callback_records(capture: Capture, name: str) -> list[logging.LogRecord]:
 def quoting_callback(env: Owned, fired: threading.Event) -> Any:
     def callback(*_args: object) -> None:
         fired.set()
-        raise ValueError(f"cannot go on in state {env.state()}")
+        raise ValueError(f"cannot go on in state {env.run_state()}")
 
     return callback
 
@@ -262,7 +262,7 @@ def test_a_store_error_with_an_unknown_code_is_logged_by_type(owned: Owned) -> N
         return error
 
     owned.failing = {"heartbeat"}
-    owned.quoting = lambda operation: odd(owned.state())  # type: ignore[method-assign]
+    owned.quoting = lambda operation: odd(owned.run_state())  # type: ignore[method-assign]
     with (
         everything_logged() as capture,
         supervise(owned, RUN, ME, clock=owned.clock, interrupt_thread=False) as lease,
@@ -331,7 +331,7 @@ def test_the_asyncio_face_logs_the_same_way(owned: Owned) -> None:
 
     async def on_cancel_requested() -> None:
         fired.set()
-        raise KeyError(owned.state())
+        raise KeyError(owned.run_state())
 
     async def work() -> None:
         owned.store.request_cancel(RUN, 0)
