@@ -66,7 +66,7 @@ MAX_UNKNOWN: Final = 24
 #: Model applications per object before its search is abandoned as unchecked.
 MAX_STEPS: Final = 5_000_000
 #: Sub-history checks the shrinker may spend on one violation.
-MAX_SHRINK_CHECKS: Final = 400
+MAX_SHRINK_CHECKS: Final = 2000
 
 _READS: Final = frozenset({"get", "lineage", "latest_round", "ownership_facts", FINAL_STATE})
 
@@ -372,7 +372,7 @@ def shrink(
     ops: Sequence[Operation],
     start: Node,
     *,
-    culprits: Sequence[tuple[Operation, Sequence[Operation]]] = (),
+    culprits: Sequence[tuple[Operation, Result, Sequence[Operation]]] = (),
     max_steps: int = MAX_STEPS,
     max_checks: int = MAX_SHRINK_CHECKS,
 ) -> tuple[Operation, ...]:
@@ -381,13 +381,16 @@ def shrink(
     Dropping operations freely tends to drop the ones that made the state the
     offending operation needed (a ``create``, say), leaving a trivial
     violation about a run that does not exist. So the shrink keeps a
-    *culprit*: one operation the search could not place after its deepest
-    legal order (``culprits`` pairs each candidate with that order's
-    operations, its support). A sub-history is kept only when it still holds
-    the culprit, is a violation, and is linearizable without the culprit. The
-    shortest such prefix (by invocation) is taken first, then chunks and
-    single operations are dropped. With no culprit that works, any violating
-    sub-history is accepted.
+    *culprit*: an operation the search could not place after its deepest
+    legal order, with what the model answered for it there (``culprits``
+    holds each candidate, that answer, and the order's operations, its
+    support). A sub-history is kept only when it still holds the culprit, is
+    a violation, is linearizable without the culprit, and its own deepest
+    legal order ends where the model gives the culprit that same answer: the
+    same disagreement, with less around it. The shortest such prefix (by
+    invocation) is taken first, then chunks and single operations are
+    dropped. With no culprit that works, any violating sub-history is
+    accepted.
     """
     spec = Spec()
     budget = [max_checks]
@@ -398,15 +401,23 @@ def shrink(
         budget[0] -= 1
         return _search(candidate, start, spec, max_steps=max_steps).result
 
-    def reduce(current: list[Operation], culprit: Operation | None) -> tuple[Operation, ...]:
+    def reduce(
+        current: list[Operation], culprit: Operation | None, answer: Result | None = None
+    ) -> tuple[Operation, ...]:
         def accept(candidate: list[Operation]) -> bool:
             if not candidate or (culprit is not None and culprit not in candidate):
                 return False
             if verdict(candidate) != "violation":
                 return False
-            return culprit is None or verdict([o for o in candidate if o is not culprit]) == (
-                "linearizable"
-            )
+            if culprit is None:
+                return True
+            if verdict([o for o in candidate if o is not culprit]) != "linearizable":
+                return False
+            if budget[0] <= 0:
+                return False
+            budget[0] -= 1
+            blocked = explain(candidate, start, spec).blocked
+            return any(op is culprit and result == answer for op, result in blocked)
 
         low = 1 if culprit is None else current.index(culprit) + 1
         high = len(current)
@@ -437,18 +448,18 @@ def shrink(
 
     prepared = _prepare(ops)
     order = {op.id: index for index, op in enumerate(prepared)}
-    for culprit, support in culprits:
+    for culprit, answer, support in culprits:
         chosen = {op.id for op in support} | {culprit.id}
         candidate = [op for op in prepared if op.id in chosen]
         if culprit.id in order and verdict(candidate) == "violation":
-            return reduce(candidate, culprit)
+            return reduce(candidate, culprit, answer)
     return reduce(prepared, None)
 
 
-def explain(ops: Sequence[Operation], start: Node) -> Explanation:
+def explain(ops: Sequence[Operation], start: Node, spec: Spec | None = None) -> Explanation:
     """The longest legal order the search finds over ``ops`` and, after it,
     what the model answers for each operation that could go next."""
-    spec = Spec()
+    spec = spec or Spec()
     prepared = _prepare(ops)
     found = _search(prepared, start, spec, max_steps=MAX_STEPS, track=True)
     node = start
@@ -484,7 +495,7 @@ def check_partition(
     if found.result == "violation" and shrink_violations:
         whole = explain(partition.operations, start)
         support = [op for op, _ in whole.order]
-        culprits = [(op, support) for op, _ in whole.blocked if op.definite]
+        culprits = [(op, result, support) for op, result in whole.blocked if op.definite]
         minimal = shrink(partition.operations, start, culprits=culprits, max_steps=max_steps)
         explanation = explain(minimal, start)
     return PartitionVerdict(

@@ -1,0 +1,101 @@
+"""The zoo's concurrency bugs: stores that are wrong only when processes race.
+
+The differential machines run one operation at a time in one process, so
+these bugs hide from them; ``runstore torture`` (real worker processes on one
+SQLite file, the recorded history checked for linearizability) must find each
+of them. Every module in ``RACES`` holds one bug in the real SQLite store and
+a torture factory, ``factory(clock, path) -> store``, opening the file (so
+``runstore torture --store tests.zoo.<module>:factory`` runs it).
+``CONTROLS`` are stores that do things differently but correctly; the
+torture must pass them.
+
+``deferred_write`` is the write path the transaction-mode bugs share: a
+transaction begun by ``BEGIN`` (deferred) instead of ``BEGIN IMMEDIATE``, or
+by the sqlite3 driver itself, with the store's retry of transient failures.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import time
+from collections.abc import Callable
+from typing import Any, Literal
+
+import runstore
+from runstore import AlreadyClaimed, HeartbeatFresh, SnapshotChanged
+from runstore.sqlite._tx import RollbackAndReturn, Transaction, classify, is_transient
+
+RACES = (
+    "race_classify_before_begin",
+    "race_driver_deferred_begin",
+    "race_retry_replays_half",
+)
+CONTROLS = ("deferred_begin_full_replay",)
+
+#: A classify query's loss tag, as the outcome it names.
+LOSSES = {
+    "already_claimed": AlreadyClaimed(),
+    "heartbeat_fresh": HeartbeatFresh(),
+    "snapshot_changed": SnapshotChanged(),
+}
+
+
+def open_file(clock, path, **options):
+    """The real SQLite store on ``path`` (what every race factory starts from)."""
+    return runstore.open(path, clock=clock, durability="normal", **options)
+
+
+def deferred_write(
+    tm: Any,
+    begin: Literal["explicit", "driver"],
+    connection_for: Callable[[sqlite3.Connection, int], Any] | None = None,
+) -> Callable[[str, Callable[[Transaction], Any]], Any]:
+    """A ``write(method, body)`` for ``tm`` whose transactions are deferred.
+
+    ``"explicit"`` issues ``BEGIN``: SQLite takes the snapshot at the first
+    read and refuses to upgrade a stale one to a write (``SQLITE_BUSY``), so
+    with the whole body replayed on that failure this is correct, only slower.
+    ``"driver"`` leaves the transaction to the sqlite3 module (its default
+    ``isolation_level``), which issues ``BEGIN`` just before the first INSERT,
+    UPDATE or DELETE: every SELECT before it runs outside any transaction.
+    ``connection_for(connection, attempt)`` may wrap the connection the body
+    sees on each attempt.
+    """
+
+    def write(method: str, body: Callable[[Transaction], Any]) -> Any:
+        with tm.lock:
+            connection = tm.connection
+            started = time.monotonic()
+            attempt = 0
+            while True:
+                attempt += 1
+                seen = connection if connection_for is None else connection_for(connection, attempt)
+                tx = Transaction(seen, tm.consensus)
+                try:
+                    if begin == "explicit":
+                        sqlite3.Connection.execute(connection, "BEGIN")
+                    else:
+                        connection.isolation_level = "DEFERRED"
+                    result = body(tx)
+                    _end(connection, "COMMIT")
+                    return result
+                except RollbackAndReturn as rolled_back:
+                    _end(connection, "ROLLBACK")
+                    return rolled_back.value
+                except Exception as failure:
+                    _end(connection, "ROLLBACK")
+                    if is_transient(failure) and time.monotonic() - started < 5.0:
+                        time.sleep(random.uniform(0, 0.002 * min(attempt, 10)))
+                        continue
+                    error = classify(method, failure)
+                finally:
+                    connection.isolation_level = None
+                raise error
+
+    return write
+
+
+def _end(connection: sqlite3.Connection, statement: str) -> None:
+    if connection.in_transaction:
+        sqlite3.Connection.execute(connection, statement)
