@@ -9,9 +9,12 @@ Subcommands:
   every file written); on a failure it writes a regression test file and exits 1.
 - ``runstore replay FILE``: run a regression file under pytest.
 - ``runstore demo ...``: the ownership demonstration (``runstore._demo``).
+- ``runstore torture --db TARGET ...``: worker processes race on one database
+  with kills and stops; the recorded history is checked for linearizability
+  (``runstore.stateful._torture``; exits 1 on a violation).
 
-``fuzz`` and ``replay`` need the ``conformance`` extra (Hypothesis and pytest);
-without it they say so and exit 2.
+``fuzz``, ``replay`` and ``torture`` need the ``conformance`` extra (Hypothesis
+and pytest); without it they say so and exit 2.
 """
 
 from __future__ import annotations
@@ -99,6 +102,11 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("file", type=Path)
 
     commands.add_parser("demo", help="the ownership demonstration", add_help=False)
+    commands.add_parser(
+        "torture",
+        help="race worker processes on one database and check the history's linearizability",
+        add_help=False,
+    )
     return parser
 
 
@@ -121,12 +129,26 @@ def _replay(path: Path) -> int:
     return subprocess.call(command, env=env)
 
 
+def _torture(argv: list[str]) -> int:
+    """``runstore torture``: its own options (``runstore torture --help``)."""
+    try:
+        torture = importlib.import_module("runstore.stateful._torture")
+    except ImportError as error:
+        if not _missing_extra(error):
+            raise
+        sys.stderr.write(_EXTRA_MISSING.format(command="torture"))
+        return 2
+    return int(torture.main(argv))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     args_list = sys.argv[1:] if argv is None else list(argv)
     if args_list[:1] == ["demo"]:
         demo = importlib.import_module("runstore._demo")  # the ownership demonstration
         return int(demo.main(args_list[1:]) or 0)
+    if args_list[:1] == ["torture"]:
+        return _torture(args_list[1:])
     parser = _parser()
     args = parser.parse_args(args_list)
     if args.command is None:

@@ -462,7 +462,7 @@ def _judge(
     verdict = check_history(
         operations, initial=initial, max_unknown=config.max_unknown, shrink=config.shrink
     )
-    rate = verdict.checked_operations / verdict.seconds if verdict.seconds > 0 else 0.0
+    rate = verdict.operations_per_second
     _say(config, f"torture: {recorded} operations recorded, {kills} kills, {stops} stops")
     _say(config, verdict.summary())
     _say(config, f"torture: {rate:,.0f} operations checked per second")
