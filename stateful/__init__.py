@@ -133,6 +133,20 @@ from ._attempt_machine import AttemptStateMismatch as AttemptStateMismatch
 from ._attempt_machine import RunAttemptComparison as RunAttemptComparison
 from ._attempt_machine import attempt_comparison_for as attempt_comparison_for
 
+# Concurrent histories checked for linearizability (issue 15).
+from ._history import HistoryRecorder as HistoryRecorder
+from ._history import Operation as Operation
+from ._history import RecordingClock as RecordingClock
+from ._history import RecordingStore as RecordingStore
+from ._history import load_history as load_history
+from ._history import operation as operation
+from ._history_report import write_history as write_history
+from ._history_report import write_violation as write_violation
+from ._linearize import Explanation as Explanation
+from ._linearize import HistoryVerdict as HistoryVerdict
+from ._linearize import PartitionVerdict as PartitionVerdict
+from ._linearize import check_history as check_history
+
 __all__ += [
     "ATTEMPT_INVARIANTS",
     "AttemptChangedWithoutWrite",
@@ -149,4 +163,20 @@ __all__ += [
     "attempt_comparison_for",
     "check_attempt_state",
     "check_attempt_step",
+]
+
+# Concurrent histories (issue 15).
+__all__ += [
+    "Explanation",
+    "HistoryRecorder",
+    "HistoryVerdict",
+    "Operation",
+    "PartitionVerdict",
+    "RecordingClock",
+    "RecordingStore",
+    "check_history",
+    "load_history",
+    "operation",
+    "write_history",
+    "write_violation",
 ]
