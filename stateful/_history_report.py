@@ -145,9 +145,13 @@ def render_violation(verdict: PartitionVerdict) -> str:
         "",
         f"No order of these {len(ops)} operations that respects real time is a legal run of",
         "the reference model (runstore.model.ModelRunStore) answering what each answered.",
-        f"Shrunk from {len(verdict.history)} operations of this object. Times: milliseconds",
-        "since the first invocation, [invoked, returned]; an operation that returned before",
-        "another was invoked must come first.",
+        (
+            f"Shrunk from {len(verdict.history)} operations of this object."
+            if verdict.minimal is not None
+            else "The whole object, not shrunk."
+        ),
+        "Times: milliseconds since the first invocation, [invoked, returned]; an operation",
+        "that returned before another was invoked must come first.",
         "",
         *render_operations(ops),
     ]

@@ -536,6 +536,7 @@ def check_history(
     max_unknown: int = MAX_UNKNOWN,
     max_steps: int = MAX_STEPS,
     shrink: bool = True,
+    max_shrunk: int | None = None,
 ) -> HistoryVerdict:
     """Check a recorded history for linearizability against the reference model.
 
@@ -544,24 +545,26 @@ def check_history(
     ``initial``: the store's ``state()`` when recording began (default: an
     empty store). ``max_unknown`` and ``max_steps`` bound each object's search
     (past them the object is ``unchecked``); ``shrink`` shrinks each violation
-    to a minimal offending sub-history. Returns a ``HistoryVerdict``; it never
-    raises on a violation.
+    to a minimal offending sub-history (only the first ``max_shrunk`` of them,
+    when given). Returns a ``HistoryVerdict``; it never raises on a violation.
     """
     started = time.perf_counter()
     history = list(operations)
     partitions, excluded = partition_operations(history, initial)
-    verdicts = tuple(
-        check_partition(
-            partition,
-            initial,
-            max_unknown=max_unknown,
-            max_steps=max_steps,
-            shrink_violations=shrink,
+    verdicts: list[PartitionVerdict] = []
+    for partition in partitions:
+        shrunk = sum(1 for v in verdicts if v.minimal is not None)
+        verdicts.append(
+            check_partition(
+                partition,
+                initial,
+                max_unknown=max_unknown,
+                max_steps=max_steps,
+                shrink_violations=shrink and (max_shrunk is None or shrunk < max_shrunk),
+            )
         )
-        for partition in partitions
-    )
     return HistoryVerdict(
-        partitions=verdicts,
+        partitions=tuple(verdicts),
         excluded=tuple(excluded),
         operations=sum(len(p.operations) for p in partitions),
         seconds=time.perf_counter() - started,

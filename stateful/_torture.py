@@ -72,6 +72,8 @@ from ._workload import Worker
 BASE_MS = 1_000_000_000
 #: The chance per step that a worker pauses long enough for its leases to go stale.
 NAP_PROBABILITY = 0.01
+#: Violations shrunk to a minimal sub-history; later ones are written whole.
+MAX_SHRUNK = 3
 
 
 class TortureError(Exception):
@@ -267,6 +269,13 @@ def _ready(popen: subprocess.Popen[bytes]) -> bool:
     return popen.stdout.readline().strip() == b"ready"
 
 
+def _close_pipes(popen: subprocess.Popen[bytes]) -> None:
+    for pipe in (popen.stdin, popen.stdout):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+
+
 def _go(popen: subprocess.Popen[bytes], deadline_ns: int) -> None:
     assert popen.stdin is not None
     with contextlib.suppress(BrokenPipeError):
@@ -375,17 +384,20 @@ def run_torture(config: TortureConfig) -> TortureResult:
             json.dumps(settings),
         ]
         popen = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        spawned.append(popen)
         if deadline_ns is not None:
             _go(popen, deadline_ns)
         return _Process(index, incarnation, popen)
 
     deadline_ns: int | None = None
+    spawned: list[subprocess.Popen[bytes]] = []
     processes = [spawn(i, 1) for i in range(config.workers)]
     for process in processes:
         if not _ready(process.popen):
-            for other in processes:
-                other.popen.kill()
-                other.popen.wait()
+            for popen in spawned:
+                popen.kill()
+                popen.wait()
+                _close_pipes(popen)
             raise TortureError(f"worker {process.index} did not start (see its error above)")
     deadline_ns = time.monotonic_ns() + int(config.seconds * 1e9)
     for process in processes:
@@ -437,6 +449,8 @@ def run_torture(config: TortureConfig) -> TortureResult:
             except subprocess.TimeoutExpired:
                 process.popen.kill()
                 process.popen.wait()
+        for popen in spawned:
+            _close_pipes(popen)
     return _judge(config, seed, initial, history_dir, out, kills, stops)
 
 
@@ -460,7 +474,11 @@ def _judge(
     recorded = len(operations)
     operations += final_state_operations(operations, final)
     verdict = check_history(
-        operations, initial=initial, max_unknown=config.max_unknown, shrink=config.shrink
+        operations,
+        initial=initial,
+        max_unknown=config.max_unknown,
+        shrink=config.shrink,
+        max_shrunk=MAX_SHRUNK,
     )
     rate = verdict.operations_per_second
     _say(config, f"torture: {recorded} operations recorded, {kills} kills, {stops} stops")

@@ -33,6 +33,10 @@ RACES = (
 )
 CONTROLS = ("deferred_begin_full_replay",)
 
+#: One bounded torture run, as CI runs it: each race must be found in at least
+#: 19 of 20 such runs (``benchmarks/torture_detection.py`` counts).
+BUDGET = {"workers": 3, "threads": 2, "runs": 1, "seconds": 2.0}
+
 #: A classify query's loss tag, as the outcome it names.
 LOSSES = {
     "already_claimed": AlreadyClaimed(),

@@ -1,0 +1,97 @@
+"""``runstore torture``: real worker processes on one SQLite file, faults
+injected, the history and the final state checked; the command line's
+progress, verdict, rate and exit statuses."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from runstore.stateful import load_history
+from runstore.stateful._torture import TortureConfig, run_torture
+
+pytestmark = [pytest.mark.processes, pytest.mark.slow]
+
+
+def test_the_clean_store_passes_and_the_command_reports_as_it_goes(tmp_path):
+    """On the shipped store the command prints progress, the verdict and the
+    operations checked per second, and exits 0."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runstore.cli",
+            "torture",
+            "--db",
+            str(tmp_path / "db"),
+            "--seconds",
+            "1.5",
+            "--out",
+            str(tmp_path / "out"),
+            "--seed",
+            "7",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("torture: 3 workers, 1.5 s on")
+    assert any(" operations  " in line and "kills" in line for line in lines)
+    assert any(line.startswith("linearizable: ") for line in lines)
+    assert any(line.endswith("operations checked per second") for line in lines)
+    assert lines[-1] == "torture: passed"
+
+
+def test_faults_leave_pending_calls_and_the_history_still_checks(tmp_path):
+    """Frequent kills and stops: a killed worker's last call (if it was in one)
+    is pending, its replacement records in a file of its own, and the verdict
+    is linearizable."""
+    result = run_torture(
+        TortureConfig(
+            db=str(tmp_path / "db"),
+            out=str(tmp_path / "out"),
+            seconds=2.0,
+            fault_every_s=0.25,
+            seed=3,
+            quiet=True,
+        )
+    )
+    assert result.status == 0, result.verdict.summary()
+    assert result.kills >= 1
+    assert result.stops >= 1
+    files = sorted(result.history_dir.glob("*.jsonl"))
+    assert len(files) == 3 + result.kills
+    operations = load_history(files)
+    assert len(operations) == result.operations
+    assert all(op.unknown for op in operations if op.status == "pending")
+    assert result.invariant_failure is None
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (
+            ["--db", "postgresql://localhost/runs"],
+            "postgresql:// targets need the PostgreSQL store",
+        ),
+        (["--db", "x.db", "--store", "no_such_module:factory"], "cannot load the store factory"),
+        (["--db", "x.db", "--skew-ms", "20000"], "--skew-ms must be within"),
+    ],
+)
+def test_unusable_targets_and_options_exit_2_with_a_message(tmp_path, arguments, message):
+    """Refused before any worker starts."""
+    done = subprocess.run(
+        [sys.executable, "-m", "runstore.cli", "torture", *arguments],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert message in done.stderr
