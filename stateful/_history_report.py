@@ -119,18 +119,30 @@ def result_text(result: Result) -> str:
     return f"(cannot replay: {payload})"
 
 
+def _unit(ops: Sequence[Operation]) -> tuple[str, float]:
+    """A time unit that keeps the table's numbers readable for this span."""
+    ends = [op.returned_ns or op.invoked_ns for op in ops] + [op.invoked_ns for op in ops]
+    span = max(ends) - min(ends) if ends else 0
+    if span < 10_000:
+        return "ns", 1.0
+    if span < 10_000_000:
+        return "us", 1e3
+    return "ms", 1e6
+
+
 def render_operations(ops: Sequence[Operation]) -> list[str]:
-    """A table of ``ops``: times in ms since the first invocation."""
+    """A table of ``ops``: times since the first invocation."""
     if not ops:
         return ["  (no operations)"]
     origin = min(op.invoked_ns for op in ops)
+    unit, scale = _unit(ops)
     lines = []
     for number, op in enumerate(ops, 1):
-        start = (op.invoked_ns - origin) / 1e6
-        end = "   ...   " if op.returned_ns is None else f"{(op.returned_ns - origin) / 1e6:9.3f}"
+        start = (op.invoked_ns - origin) / scale
+        end = "   ...   " if op.returned_ns is None else f"{(op.returned_ns - origin) / scale:9.3f}"
         clock = f"  clock {list(op.clock_ms)}" if op.clock_ms else ""
         lines.append(
-            f"  {number:>3}. {op.id:<18} [{start:9.3f}, {end}]  {call_text(op)}\n"
+            f"  {number:>3}. {op.id:<18} [{start:9.3f}, {end}] {unit}  {call_text(op)}\n"
             f"        -> {answer_text(op)}{clock}"
         )
     return lines
@@ -150,8 +162,8 @@ def render_violation(verdict: PartitionVerdict) -> str:
             if verdict.minimal is not None
             else "The whole object, not shrunk."
         ),
-        "Times: milliseconds since the first invocation, [invoked, returned]; an operation",
-        "that returned before another was invoked must come first.",
+        "Times since the first invocation, [invoked, returned]; an operation that returned",
+        "before another was invoked must come first.",
         "",
         *render_operations(ops),
     ]
