@@ -42,7 +42,7 @@ from runstore import (
 )
 from runstore.model import ModelRunStore
 
-from ._history import Operation
+from ._history import Operation, OperationStatus
 from ._spec import Spec, initial_state, make_node, matches
 from ._workload import Worker
 
@@ -184,7 +184,7 @@ class _Simulation:
         op = previous.op
         latest = min(before - 1, previous.point + self.overlap_ns)
         returned = self.rng.randrange(previous.point, max(previous.point, latest) + 1)
-        status = "error" if op.error is not None else "ok"
+        status: OperationStatus = "error" if op.error is not None else "ok"
         self.operations.append(
             attrs.evolve(
                 op,
