@@ -609,12 +609,12 @@ def main(argv: list[str]) -> int:
     return _Demo(options, out).run()
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
-
-
 def _state_of(row: RunRow) -> str:
     """A row's state; every read the demo makes returns it."""
     if row.state_json is None:
         raise AssertionError("the demo reads rows with their state")
     return row.state_json
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
