@@ -5,7 +5,8 @@ lease alive with heartbeats, take it over from a stalled owner only with
 liveness evidence, cancel it and settle it. Exactly one owner may write at a
 time, and a displaced owner's late write fails instead of corrupting anything.
 
-``runstore.open(path)`` gives the SQLite store; ``runstore.model.ModelRunStore``
+``runstore.open(path)`` gives the SQLite store (``runstore.open(url)`` with a
+``postgresql://`` URL, the PostgreSQL one); ``runstore.model.ModelRunStore``
 is the reference model it is tested against; ``runstore.stateful`` is the
 conformance suite. Lost races are outcome values; ``RunStoreError`` is only for
 misuse and infrastructure failure.
@@ -30,6 +31,7 @@ from ._errors import RunNotFoundError as RunNotFoundError
 from ._errors import RunStoreError as RunStoreError
 from ._errors import UnsupportedDatabaseError as UnsupportedDatabaseError
 from ._noop import NoopRunStore as NoopRunStore
+from ._open import open as open
 from ._outcomes import AbandonClaimOutcome as AbandonClaimOutcome
 from ._outcomes import Abandoned as Abandoned
 from ._outcomes import Activated as Activated
@@ -77,7 +79,6 @@ from ._values import StoreState as StoreState
 from ._values import TerminalStatus as TerminalStatus
 from ._values import TransitionGuard as TransitionGuard
 from .sqlite import SqliteRunStore as SqliteRunStore
-from .sqlite import open as open
 
 __all__ = [
     "HEARTBEAT_INTERVAL_MS",

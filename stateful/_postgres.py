@@ -26,7 +26,6 @@ import pwd
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -94,10 +93,10 @@ class Cluster:
                 os.chown(self.folder, self._user["user"], self._user["group"])
             data = self.folder / "data"
             log = self.folder / "initdb.log"
+            command = [initdb, "-D", str(data), "-E", "UTF8", "--locale=C", "-A", "trust"]
             with log.open("wb") as out:
                 done = subprocess.run(
-                    [initdb, "-D", str(data), "-E", "UTF8", "--locale=C", "-A", "trust"]
-                    + ["-U", self.role, "--no-sync"],
+                    [*command, "-U", self.role, "--no-sync"],
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     cwd=self.folder,
@@ -119,13 +118,13 @@ class Cluster:
                 "log_min_messages": "warning",
                 "log_min_error_statement": "panic",
             }
-            arguments = [postgres, "-D", str(data)]
+            self._arguments = [postgres, "-D", str(data)]
             for key, value in settings.items():
-                arguments += ["-c", f"{key}={value}"]
+                self._arguments += ["-c", f"{key}={value}"]
             self._log = self.folder / "server.log"
             with self._log.open("wb") as out:
                 self._process = subprocess.Popen(
-                    arguments,
+                    self._arguments,
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
@@ -173,12 +172,10 @@ class Cluster:
 
     def restart(self) -> None:
         """Start the server again on the same data folder (after ``crash``)."""
-        assert self._process is not None
         self.crash()
-        arguments = list(self._process.args)  # type: ignore[arg-type]
         with self._log.open("ab") as out:
             self._process = subprocess.Popen(
-                arguments,
+                self._arguments,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -393,8 +390,3 @@ def postgres_store_factory(
 
     factory.__qualname__ = "postgres_store_factory"
     return factory
-
-
-if __name__ == "__main__":  # pragma: no cover - a manual check
-    found = server()
-    print(found.url, file=sys.stderr)

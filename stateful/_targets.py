@@ -59,13 +59,13 @@ def sqlite_store_factory(
     the first time, reopened as it is afterwards)."""
 
     def factory(clock: ManualClock, path: Path) -> Any:
-        import runstore
+        import runstore.sqlite
 
         if not file:
-            return runstore.open(":memory:", clock=clock, consensus=consensus_factory())
+            return runstore.sqlite.open(":memory:", clock=clock, consensus=consensus_factory())
         if not path.exists():
             shutil.copyfile(template_database(), path)
-        return runstore.open(
+        return runstore.sqlite.open(
             path,
             clock=clock,
             consensus=consensus_factory(),

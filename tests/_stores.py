@@ -2,7 +2,8 @@
 
 Each factory takes the test's ``ManualClock`` and a fresh temporary directory
 and returns an open store. ``STORE_FACTORIES`` maps a short id (the pytest
-parameter id) to its factory; the SQLite adapter adds its own entries here.
+parameter id, naming the backend) to its factory. ``postgres-sql`` opens a
+fresh database on the test server (``tests/_postgres.py``), or skips.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import runstore
 from runstore import ManualClock, RunStore
 from runstore.consensus import LocalConsensus, SqlConsensus
 from runstore.model import ModelRunStore
+
+from . import _postgres
 
 StoreFactory = Callable[[ManualClock, Path], RunStore]
 
@@ -44,4 +47,5 @@ STORE_FACTORIES: dict[str, StoreFactory] = {
     "sqlite-file-sql": _sqlite_file_sql,
     "sqlite-memory-local": _sqlite_memory_local,
     "sqlite-file-local": _sqlite_file_local,
+    "postgres-sql": _postgres.factory(SqlConsensus),
 }

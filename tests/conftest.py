@@ -8,9 +8,17 @@ import pytest
 from runstore import ManualClock, RunStore
 from runstore.stateful._profiles import load_profile
 
+from . import _postgres
 from ._stores import STORE_FACTORIES
 
 load_profile()
+
+
+@pytest.fixture(autouse=True)
+def _drop_test_databases() -> Iterator[None]:
+    """Drop the PostgreSQL databases a test created, after everything else."""
+    yield
+    _postgres.drop_created()
 
 
 @pytest.fixture

@@ -1,9 +1,9 @@
 """The attempt-store pairings every attempt test runs on, and their agreement.
 
 A pairing is a run store and an attempt store over it: the model
-(``ModelRunStore`` + ``ModelAttemptStore``) and the SQLite adapter in memory
-and in a file (``runstore.open`` + ``AttemptStore``). ``env`` is parametrized
-over all three; other attempt test files import it from here. The tests in
+(``ModelRunStore`` + ``ModelAttemptStore``), the SQLite adapter in memory and
+in a file, and PostgreSQL (``runstore.open`` + ``AttemptStore``). ``env`` is
+parametrized over all four; other attempt test files import it from here. The tests in
 this file check the pairing itself and replay one script on every pairing to
 compare whole attempt states.
 """
@@ -37,6 +37,8 @@ from runstore.attempts import (
 )
 from runstore.model import ModelAttemptStore, ModelRunStore
 
+from . import _postgres as _pg
+
 OWNER = OwnerId("host-a", 100, "nonce-a")
 RIVAL = OwnerId("host-b", 200, "nonce-b")
 RUN = "run-1"
@@ -55,12 +57,17 @@ def _sqlite_file(clock: ManualClock, tmp: Path) -> RunStore:
     return runstore.open(tmp / "runs.db", clock=clock)  # type: ignore[return-value]
 
 
+def _postgres(clock: ManualClock, _tmp: Path) -> RunStore:
+    return _pg.open_store(clock)  # type: ignore[no-any-return]
+
+
 RunFactory = Callable[[ManualClock, Path], RunStore]
 
 PAIRINGS: dict[str, tuple[RunFactory, Callable[..., Any]]] = {
     "model": (_model, ModelAttemptStore),
     "sqlite-memory": (_sqlite_memory, AttemptStore),
     "sqlite-file": (_sqlite_file, AttemptStore),
+    "postgres-sql": (_postgres, AttemptStore),
 }
 
 

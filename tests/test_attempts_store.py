@@ -452,8 +452,10 @@ def test_attempt_writes_do_not_read_run_state(env: Env) -> None:
         assert hook(RUN, corrupt)
     else:
         # Raw SQL behind the adapter's back (the state lives in its side table).
+        mark = "$" if env.runs.dialect == "postgresql" else "?"  # type: ignore[attr-defined]
         env.runs._connection.execute(  # type: ignore[attr-defined]
-            "UPDATE flows_run_state SET state_json = ? WHERE run_id = ?", (corrupt, RUN)
+            f"UPDATE flows_run_state SET state_json = {mark}1 WHERE run_id = {mark}2",
+            (corrupt, RUN),
         )
     with pytest.raises(runstore.RunStoreError):
         env.runs.get(RUN)

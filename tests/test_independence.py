@@ -9,7 +9,8 @@ re-exports of ``runstore`` and ``runstore.consensus``:
 - a module of ``runstore.model`` may import from ``runstore`` only values,
   outcomes, errors, constants, the clock, input admission, the store protocol
   and the consensus types, besides its own package;
-- a module of ``runstore.sqlite`` or ``runstore.consensus`` never imports
+- a module of ``runstore.sqlite``, ``runstore.postgres``, ``runstore._sql``
+  (the adapters' shared core) or ``runstore.consensus`` never imports
   ``runstore.model``;
 - nothing imports top-level ``model`` or ``stateful`` packages (there are none).
 
@@ -276,6 +277,8 @@ def modules_under(prefix: str) -> Iterator[tuple[str, Path]]:
 SCANS: list[tuple[str, Rule]] = [
     ("runstore.model", model_rule),
     ("runstore.sqlite", adapter_rule),
+    ("runstore.postgres", adapter_rule),
+    ("runstore._sql", adapter_rule),
     ("runstore.consensus", adapter_rule),
 ]
 

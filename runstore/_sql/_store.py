@@ -65,6 +65,7 @@ from .._outcomes import (
     TransitionOutcome,
     Updated,
 )
+from .._sql._faults import FaultPlan, RetryPolicy
 from .._values import (
     RUN_STATUSES,
     TERMINAL_STATUSES,
@@ -79,8 +80,6 @@ from .._values import (
     TransitionGuard,
 )
 from ..consensus._types import FenceLostError, Granted, Lost, Promoted, Rejected
-from ..sqlite._faults import FaultPlan, RetryPolicy
-from ..sqlite._tx import RollbackAndReturn
 from ._decode import (
     acknowledgement_json,
     decode_acknowledgement,
@@ -91,6 +90,7 @@ from ._decode import (
     raw_run,
 )
 from ._invariants import check_store_invariants
+from ._tx import RollbackAndReturn
 
 #: A backend's write transaction (``connection``, ``consensus``, ``dialect``,
 #: ``on_commit``, ``on_rollback``); each backend's ``_tx`` defines it.
@@ -114,6 +114,7 @@ class TransactionManager(Protocol):
     def interrupt(self) -> None: ...
 
     def close(self) -> None: ...
+
 
 T = TypeVar("T")
 

@@ -1,25 +1,29 @@
-"""``AttemptStore``: durable step attempts in the run store's SQLite file.
+"""``AttemptStore``: durable step attempts in the run store's database.
 
 Every write is one statement pair inside the run store's write transaction
-(``BEGIN IMMEDIATE``, retried as a whole on a busy database, covered by the
-fault seam): a guarded ``INSERT``/``UPDATE ... RETURNING`` whose ``WHERE``
-carries the whole predicate, including the run fence as an ``EXISTS`` over
-``flows_runs``; only when it writes nothing does a classifying ``SELECT`` pick
-the loss, in the order upstream reports it. Reads are plain ``SELECT``s, and
-every row read is decoded again (``decode_failed`` names the column, never
-its content).
+(retried as a whole on a transient failure, covered by the fault seam), after
+the run store's ``LOCK_RUN`` for the attempt's run: a guarded
+``INSERT``/``UPDATE ... RETURNING`` whose ``WHERE`` carries the whole
+predicate, including the run fence as an ``EXISTS`` over ``flows_runs``; only
+when it writes nothing does a classifying ``SELECT`` pick the loss, in the
+order upstream reports it. Reads are plain ``SELECT``s, and every row read is
+decoded again (``decode_failed`` names the column, never its content).
+
+The SQL is the backend's (``runstore.sqlite._attempt_queries`` or
+``runstore.postgres._attempt_queries``, the same names), chosen by the run
+store's ``dialect``; everything else is shared.
 """
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import Any, TypeVar
 
 from .._boundary import canonical_json, is_identifier, is_timestamp
 from .._errors import RunStoreError
+from .._sql._store import SqlRunStore
 from .._values import OwnerId
-from ..sqlite import SqliteRunStore
 from ._boundary import (
     DEFAULT_IN_PROGRESS_STATES,
     DEFAULT_MAX_CHECKPOINT_BYTES,
@@ -67,91 +71,30 @@ from ._values import (
 
 T = TypeVar("T")
 
-# -- SQL -------------------------------------------------------------------------
-# Named parameters throughout; ``{in_progress}`` is filled once per store with
-# one placeholder per in-progress state (:s0, :s1, ...).
 
-_ID = "run_id = :run_id AND step_key_digest = :step_key_digest AND attempt = :attempt"
+def _statements(dialect: str) -> ModuleType:
+    if dialect == "postgresql":
+        from ..postgres import _attempt_queries as postgres
 
-#: The run fence: the run exists, is running, and the caller owns it.
-_FENCE = """EXISTS (
-    SELECT 1 FROM flows_runs AS r
-    WHERE r.run_id = :run_id AND r.status = 'running'
-      AND r.owner_host_id = :host_id AND r.owner_pid = :pid AND r.owner_nonce = :nonce
-)"""
+        return postgres
+    from ..sqlite import _attempt_queries as sqlite
 
-_COLUMNS = (
-    "run_id, step_key_digest, attempt, state, started_at_ms, finished_at_ms,"
-    " heartbeat_at_ms, checkpoint_json, error_json, outcome_json, meta_json"
-)
+    return sqlite
 
-# -- put --
-_PUT_INSERT = f"""
-INSERT INTO flows_attempts ({_COLUMNS})
-SELECT :run_id, :step_key_digest, :attempt, :state, :started_at_ms, :finished_at_ms,
-       :heartbeat_at_ms, :checkpoint_json, :error_json, :outcome_json, :meta_json
-WHERE {_FENCE}
-ON CONFLICT (run_id, step_key_digest, attempt) DO NOTHING
-RETURNING 1
-"""
 
-# -- put (upsert mode) --
-_PUT_UPSERT = f"""
-UPDATE flows_attempts
-SET state = :state, started_at_ms = :started_at_ms, finished_at_ms = :finished_at_ms,
-    heartbeat_at_ms = :heartbeat_at_ms, checkpoint_json = :checkpoint_json,
-    error_json = :error_json, outcome_json = :outcome_json, meta_json = :meta_json
-WHERE {_ID} AND state IN ({{in_progress}}) AND {_FENCE}
-RETURNING 1
-"""
+class _Runner:
+    """The connection, running the backend's statements with named parameters."""
 
-# -- put: why nothing was written --
-_PUT_CLASSIFY = f"""
-SELECT EXISTS (SELECT 1 FROM flows_runs WHERE run_id = :run_id), {_FENCE}
-"""
+    __slots__ = ("_connection", "_sql")
 
-# -- heartbeat --
-_HEARTBEAT = f"""
-UPDATE flows_attempts
-SET heartbeat_at_ms = MAX(COALESCE(heartbeat_at_ms, :now_ms), :now_ms),
-    checkpoint_json = COALESCE(:checkpoint_json, checkpoint_json)
-WHERE {_ID} AND state IN ({{in_progress}}) AND {_FENCE}
-RETURNING 1
-"""
+    def __init__(self, connection: Any, sql: ModuleType) -> None:
+        self._connection = connection
+        self._sql = sql
 
-# -- finish --
-_FINISH = f"""
-UPDATE flows_attempts
-SET state = :state, finished_at_ms = :finished_at_ms,
-    error_json = COALESCE(:error_json, error_json),
-    outcome_json = COALESCE(:outcome_json, outcome_json),
-    meta_json = COALESCE(:meta_json, meta_json)
-WHERE {_ID} AND state IN ({{in_progress}}) AND {_FENCE}
-RETURNING 1
-"""
-
-# -- patch (no state predicate: settled attempts may be patched) --
-_PATCH = f"""
-UPDATE flows_attempts
-SET checkpoint_json = COALESCE(:checkpoint_json, checkpoint_json),
-    error_json = COALESCE(:error_json, error_json),
-    outcome_json = COALESCE(:outcome_json, outcome_json),
-    meta_json = COALESCE(:meta_json, meta_json)
-WHERE {_ID} AND {_FENCE}
-RETURNING 1
-"""
-
-# -- heartbeat / finish / patch: why nothing was written --
-_CLASSIFY = f"""
-SELECT EXISTS (SELECT 1 FROM flows_attempts WHERE {_ID}), {_FENCE}
-"""
-
-_SELECT_ONE = f"SELECT {_COLUMNS} FROM flows_attempts WHERE {_ID}"
-_SELECT_ALL = f"SELECT {_COLUMNS} FROM flows_attempts ORDER BY run_id, step_key_digest, attempt"
-_ORPHANS = """
-SELECT COUNT(*) FROM flows_attempts AS a
-WHERE NOT EXISTS (SELECT 1 FROM flows_runs AS r WHERE r.run_id = a.run_id)
-"""
+    def execute(self, statement: str, params: Mapping[str, Any] | None = None) -> Any:
+        if params is None:
+            return self._connection.execute(statement)
+        return self._connection.execute(*self._sql.bind(statement, params))
 
 
 def _id_params(ident: AttemptId) -> dict[str, Any]:
@@ -178,9 +121,10 @@ def _json_params(encoded: Encoded) -> dict[str, Any]:
 class AttemptStore:
     """Durable step attempts over a run store's database, fenced by the run's owner.
 
-    ``store`` is an open ``SqliteRunStore`` (``runstore.open(...)``); the
-    attempt store shares its connection, its transactions and its retry and
-    fault handling, and does not own it (closing the run store ends it).
+    ``store`` is an open SQL run store (``runstore.open(...)``, SQLite or
+    PostgreSQL); the attempt store shares its connection, its transactions
+    and its retry and fault handling, and does not own it (closing the run
+    store ends it).
 
     Options, checked here (``AttemptStoreError`` ``invalid_attempt``, method
     ``options``):
@@ -201,7 +145,7 @@ class AttemptStore:
 
     def __init__(
         self,
-        store: SqliteRunStore,
+        store: SqlRunStore,
         *,
         in_progress_states: tuple[str, ...] | list[str] = DEFAULT_IN_PROGRESS_STATES,
         max_checkpoint_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES,
@@ -210,15 +154,17 @@ class AttemptStore:
         self._options: AttemptOptions = admit_options(
             in_progress_states, max_checkpoint_bytes, put_mode
         )
-        if not isinstance(store, SqliteRunStore):
-            raise invalid("options", "store", "must be a SqliteRunStore") from None
+        if not isinstance(store, SqlRunStore):
+            raise invalid("options", "store", "must be a runstore SQL store") from None
         self._store = store
+        self._sql: ModuleType = _statements(store.dialect)
         states = self._options.in_progress_states
         self._states = {f"s{index}": state for index, state in enumerate(states)}
-        marks = ", ".join(f":{name}" for name in self._states)
-        self._put_upsert = _PUT_UPSERT.format(in_progress=marks)
-        self._heartbeat = _HEARTBEAT.format(in_progress=marks)
-        self._finish = _FINISH.format(in_progress=marks)
+        mark = self._sql.IN_PROGRESS_MARK
+        marks = ", ".join(mark.format(name=name) for name in self._states)
+        self._put_upsert = self._sql.PUT_UPSERT.format(in_progress=marks)
+        self._heartbeat = self._sql.HEARTBEAT.format(in_progress=marks)
+        self._finish = self._sql.FINISH.format(in_progress=marks)
 
     @property
     def options(self) -> AttemptOptions:
@@ -227,15 +173,21 @@ class AttemptStore:
 
     # -- plumbing ------------------------------------------------------------------
 
-    def _write(self, method: str, body: Callable[[sqlite3.Connection], T]) -> T:
+    def _write(self, method: str, run_id: str, body: Callable[[_Runner], T]) -> T:
+        """``body`` in one write transaction of the run store, the run locked."""
+
+        def attempt(tx: Any) -> T:
+            self._store._lock(tx, run_id)
+            return body(_Runner(tx.connection, self._sql))
+
         try:
-            return self._store._write(method, lambda tx: body(tx.connection))
+            return self._store._write(method, attempt)
         except RunStoreError as error:
             raise _from_run_store(method, error) from None
 
-    def _read(self, method: str, body: Callable[[sqlite3.Connection], T]) -> T:
+    def _read(self, method: str, body: Callable[[_Runner], T]) -> T:
         try:
-            return self._store._read(method, body)
+            return self._store._read(method, lambda c: body(_Runner(c, self._sql)))
         except RunStoreError as error:
             raise _from_run_store(method, error) from None
 
@@ -264,22 +216,22 @@ class AttemptStore:
         upsert = self._options.put_mode == "upsert"
         upsert_params = {**params, **self._states}
 
-        def body(connection: sqlite3.Connection) -> PutOutcome:
-            if connection.execute(_PUT_INSERT, params).fetchall():
+        def body(connection: _Runner) -> PutOutcome:
+            if connection.execute(self._sql.PUT_INSERT, params).fetchall():
                 return Inserted()
             if upsert and connection.execute(self._put_upsert, upsert_params).fetchall():
                 return Upserted()
-            run_exists, fenced = connection.execute(_PUT_CLASSIFY, params).fetchone()
+            run_exists, fenced = connection.execute(self._sql.PUT_CLASSIFY, params).fetchone()
             if not run_exists:
                 return RunNotFound()
             if not fenced:
                 return FenceLost()
-            row = connection.execute(_SELECT_ONE, params).fetchone()
+            row = connection.execute(self._sql.SELECT_ONE, params).fetchone()
             if row is None:
                 raise AttemptStoreError("unknown", "put", "attempt disappeared during put")
             return ExistingSame() if _decoded("put", row) == record else Conflict()
 
-        return self._write("put", body)
+        return self._write("put", record.id.run_id, body)
 
     def get(self, attempt_id: AttemptId | Attempt) -> Attempt | None:
         """The attempt, or None when there is none. Not fenced. An ``Attempt``
@@ -287,8 +239,8 @@ class AttemptStore:
         ident = admit_get(attempt_id)
         params = _id_params(ident)
 
-        def body(connection: sqlite3.Connection) -> Attempt | None:
-            row = connection.execute(_SELECT_ONE, params).fetchone()
+        def body(connection: _Runner) -> Attempt | None:
+            row = connection.execute(self._sql.SELECT_ONE, params).fetchone()
             return None if row is None else _decoded("get", row)
 
         return self._read("get", body)
@@ -321,17 +273,17 @@ class AttemptStore:
             "checkpoint_json": text,
         }
 
-        def body(connection: sqlite3.Connection) -> AttemptHeartbeatOutcome:
+        def body(connection: _Runner) -> AttemptHeartbeatOutcome:
             if connection.execute(self._heartbeat, params).fetchall():
                 return Updated()
-            exists, fenced = connection.execute(_CLASSIFY, params).fetchone()
+            exists, fenced = connection.execute(self._sql.CLASSIFY, params).fetchone()
             if not exists:
                 return NotFound()
             if not fenced:
                 return FenceLost()
             return StateChanged()
 
-        return self._write("heartbeat", body)
+        return self._write("heartbeat", ident.run_id, body)
 
     def finish(self, finish: FinishAttempt, owner: OwnerId) -> FinishOutcome:
         """Settle an in-progress attempt: write its state and finish time, and
@@ -351,17 +303,17 @@ class AttemptStore:
             "finished_at_ms": request.finished_at_ms,
         }
 
-        def body(connection: sqlite3.Connection) -> FinishOutcome:
+        def body(connection: _Runner) -> FinishOutcome:
             if connection.execute(self._finish, params).fetchall():
                 return Finished()
-            exists, fenced = connection.execute(_CLASSIFY, params).fetchone()
+            exists, fenced = connection.execute(self._sql.CLASSIFY, params).fetchone()
             if not exists:
                 return NotFound()
             if not fenced:
                 return FenceLost()
             return StateChanged()
 
-        return self._write("finish", body)
+        return self._write("finish", request.id.run_id, body)
 
     def patch(
         self, attempt_id: AttemptId | Attempt, patch: AttemptPatch, owner: OwnerId
@@ -374,23 +326,23 @@ class AttemptStore:
         ident, _, who, encoded = admit_patch(attempt_id, patch, owner, self._options)
         params = {**_id_params(ident), **_owner_params(who), **_json_params(encoded)}
 
-        def body(connection: sqlite3.Connection) -> PatchOutcome:
-            if connection.execute(_PATCH, params).fetchall():
+        def body(connection: _Runner) -> PatchOutcome:
+            if connection.execute(self._sql.PATCH, params).fetchall():
                 return Patched()
-            exists, _fenced = connection.execute(_CLASSIFY, params).fetchone()
+            exists, _fenced = connection.execute(self._sql.CLASSIFY, params).fetchone()
             if not exists:
                 return NotFound()
             return FenceLost()
 
-        return self._write("patch", body)
+        return self._write("patch", ident.run_id, body)
 
     # -- comparison ------------------------------------------------------------------
 
     def state(self) -> tuple[Attempt, ...]:
         """Every attempt, sorted by run id, step key digest and attempt number."""
 
-        def body(connection: sqlite3.Connection) -> tuple[Attempt, ...]:
-            return tuple(_decoded("state", row) for row in connection.execute(_SELECT_ALL))
+        def body(connection: _Runner) -> tuple[Attempt, ...]:
+            return tuple(_decoded("state", row) for row in connection.execute(self._sql.SELECT_ALL))
 
         return self._read("state", body)
 
@@ -411,7 +363,9 @@ class AttemptStore:
             if record.checkpoint is not ABSENT:
                 size = len(canonical_json(record.checkpoint).encode("utf-8"))
                 assert size <= cap, "attempt: checkpoint exceeds the cap"
-        orphans = self._read("check_invariants", lambda c: c.execute(_ORPHANS).fetchone()[0])
+        orphans = self._read(
+            "check_invariants", lambda c: c.execute(self._sql.ORPHANS).fetchone()[0]
+        )
         assert orphans == 0, "attempt: its run does not exist"
 
     def __repr__(self) -> str:

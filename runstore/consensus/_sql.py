@@ -20,13 +20,13 @@ heartbeat is strictly older than ``now_ms - HEARTBEAT_STALE_AFTER_MS``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, TypeVar
 
 from .._constants import HEARTBEAT_STALE_AFTER_MS
 from .._values import Lease, LivenessEvidence, OwnerId
-from ..sqlite import _lease_queries as sqlite
 from ._types import (
     Cleared,
     ConsensusError,
@@ -46,16 +46,27 @@ from ._types import (
 T = TypeVar("T")
 
 
-def _statements(tx: Transaction) -> ModuleType:
-    """The lease statements in ``tx.dialect`` (SQLite's when it has none)."""
-    dialect = getattr(tx, "dialect", "sqlite")
+@functools.cache
+def _dialect_statements(dialect: str) -> ModuleType | None:
+    # Imported on first use: the backends' packages import this module.
+    if dialect == "sqlite":
+        from ..sqlite import _lease_queries as sqlite
+
+        return sqlite
     if dialect == "postgresql":
         from ..postgres import _lease_queries as postgres
 
         return postgres
-    if dialect != "sqlite":
+    return None
+
+
+def _statements(tx: Transaction) -> ModuleType:
+    """The lease statements in ``tx.dialect`` (SQLite's when it has none)."""
+    dialect = getattr(tx, "dialect", "sqlite")
+    found = _dialect_statements(dialect) if type(dialect) is str else None
+    if found is None:
         raise ConsensusError("persistence_failed", "SqlConsensus knows no such SQL dialect")
-    return sqlite
+    return found
 
 
 def evidence_matches(

@@ -31,11 +31,13 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Final, Generic, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 from .._errors import ConstraintError, DecodeFailedError, PersistenceFailedError, RunStoreError
+from .._sql._faults import ArmedFault, FaultPlan, FaultyConsensus, RetryPolicy
+from .._sql._tx import RollbackAndReturn as RollbackAndReturn
+from .._sql._tx import run_callbacks as _run_callbacks
 from ..consensus._types import ConsensusError
-from ._faults import ArmedFault, FaultPlan, FaultyConsensus, RetryPolicy
 
 T = TypeVar("T")
 
@@ -84,18 +86,6 @@ class Transaction:
 
     def on_rollback(self, fn: Callable[[], None]) -> None:
         self._rollback.append(fn)
-
-
-class RollbackAndReturn(Exception, Generic[T]):
-    """Raised by a body to roll the whole transaction back and answer ``value``.
-
-    Used where an operation changed the lease and then lost a later strategy
-    call: the loss is the answer, and none of the operation's changes stay.
-    """
-
-    def __init__(self, value: T) -> None:
-        super().__init__("rollback")
-        self.value = value
 
 
 #: What the manager classifies. Anything else (a defect, an AssertionError from
@@ -174,18 +164,6 @@ def classify(method: str, error: BaseException) -> RunStoreError:
 
 def _lenient_text(data: bytes) -> str:
     return data.decode("utf-8", "surrogateescape")
-
-
-def _run_callbacks(callbacks: list[Callable[[], None]]) -> None:
-    first: BaseException | None = None
-    for fn in callbacks:
-        try:
-            fn()
-        except BaseException as error:  # keep undoing; report the first failure
-            if first is None:
-                first = error
-    if first is not None:
-        raise first
 
 
 class TransactionManager:

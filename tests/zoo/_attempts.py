@@ -3,7 +3,7 @@
 the attempt machine (``KIND = "attempts"``, the class as ``attempt_store``)
 over the in-memory adapter."""
 
-from runstore.attempts import _store as SQL
+from runstore.sqlite import _attempt_queries as SQL
 
 from ._stores import IN_MEMORY
 

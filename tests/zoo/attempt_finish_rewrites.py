@@ -13,7 +13,7 @@ __all__ = ["capabilities"]
 class Rewrites(AttemptStore):
     def __init__(self, store, **options):
         super().__init__(store, **options)
-        self._finish = without(SQL._FINISH, IN_PROGRESS).format(in_progress=marks(self))  # the bug
+        self._finish = without(SQL.FINISH, IN_PROGRESS).format(in_progress=marks(self))  # the bug
 
 
 attempt_store = Rewrites

@@ -14,7 +14,7 @@ class Overwrites(AttemptStore):
     def __init__(self, store, **options):
         super().__init__(store, **options)
         self._heartbeat = replaced(
-            SQL._HEARTBEAT,
+            SQL.HEARTBEAT,
             "MAX(COALESCE(heartbeat_at_ms, :now_ms), :now_ms)",
             ":now_ms",  # the bug
         ).format(in_progress=marks(self))

@@ -11,7 +11,7 @@ KIND = "attempts"
 EXPECTED_CHECK = "UnfencedAttemptWrite"
 __all__ = ["capabilities"]
 
-_UNFENCED_PATCH = without(SQL._PATCH, f"AND {SQL._FENCE}")  # the bug
+_UNFENCED_PATCH = without(SQL.PATCH, f"AND {SQL._FENCE}")  # the bug
 
 
 class UnfencedPatch(AttemptStore):
@@ -24,7 +24,7 @@ class UnfencedPatch(AttemptStore):
                 return Patched()
             return NotFound()
 
-        return self._write("patch", body)
+        return self._write("patch", ident.run_id, body)
 
 
 attempt_store = UnfencedPatch

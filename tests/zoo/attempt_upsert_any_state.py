@@ -13,7 +13,7 @@ __all__ = ["capabilities"]
 class UpsertsSettled(AttemptStore):
     def __init__(self, store, **options):
         super().__init__(store, **options)
-        self._put_upsert = without(SQL._PUT_UPSERT, IN_PROGRESS).format(in_progress=marks(self))
+        self._put_upsert = without(SQL.PUT_UPSERT, IN_PROGRESS).format(in_progress=marks(self))
 
 
 attempt_store = UpsertsSettled

@@ -1,0 +1,461 @@
+"""The PostgreSQL schema: the same numbered, recorded migrations as SQLite's.
+
+Ids and names are ``runstore.sqlite._migrations``' (a test pins it), so a
+database records the same history on either backend; the text is
+PostgreSQL's. What differs, and why:
+
+- Integers are ``BIGINT`` with the same range CHECKs (``0 .. 2**53 - 1``); a
+  ``BIGINT`` cannot hold a fraction, which SQLite's ``typeof`` checks guard.
+- Identifiers are ``TEXT COLLATE "C"``: compared and ordered byte-wise (which
+  for UTF-8 is code point order, the model's) on a server of any locale.
+- PostgreSQL 15 has no ``IS JSON``: JSON columns are checked by
+  ``flows_json_valid(text)``, a plpgsql function that answers false where the
+  ``json`` input function refuses the text, so a bad document breaks a CHECK
+  (SQLSTATE 23514, ``constraint``) instead of raising a data error. ``json``
+  (not ``jsonb``) validates syntax only, as SQLite's ``json_valid`` does, and
+  the text is stored byte for byte.
+- The revision triggers are constraint triggers, ``DEFERRABLE INITIALLY
+  DEFERRED``: every row event still takes exactly one revision, in event
+  order, but at commit, so writers on different runs share only the short
+  step at commit instead of serializing on the counter row for their whole
+  transaction.
+- ``flows_request_cancel_lineage`` marks a lineage's rounds one by one in run
+  id order (the order the revisions must follow) and returns each round it
+  marked; an UPDATE's row order is the plan's, not the table's.
+- Functions that read tables are created with ``SET search_path FROM
+  CURRENT``: they always see the schema they were migrated into, whatever the
+  search path of the session whose write fires them.
+
+The pending migrations run in one transaction after an advisory lock keyed
+by the schema, so two processes opening a fresh schema apply each step once,
+and a failed upgrade leaves the schema as it was (PostgreSQL's DDL is
+transactional). A schema recording a migration this version does not know is
+refused, and so is a schema that has tables but no ``flows_migrations``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any, Final
+
+from .._constants import MAX_SAFE_INTEGER
+from ..sqlite._migrations import MIGRATIONS as _SQLITE_MIGRATIONS
+from ..sqlite._migrations import Migration, SchemaRefused
+
+_MAX = str(MAX_SAFE_INTEGER)
+_ID = 'TEXT COLLATE "C"'
+
+
+def _int(column: str) -> str:
+    """CHECK text: a non-negative safe integer."""
+    return f"({column} BETWEEN 0 AND {_MAX})"
+
+
+def _opt_int(column: str) -> str:
+    return f"({column} IS NULL OR {_int(column)})"
+
+
+def _text(column: str) -> str:
+    return f"(length({column}) > 0)"
+
+
+def _opt_text(column: str) -> str:
+    return f"({column} IS NULL OR {_text(column)})"
+
+
+def _json(column: str) -> str:
+    return f"flows_json_valid({column})"
+
+
+_JSON_VALID: Final = """
+CREATE FUNCTION flows_json_valid(document text) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+BEGIN
+  PERFORM document::json;
+  RETURN true;
+EXCEPTION WHEN data_exception OR program_limit_exceeded THEN
+  RETURN false;
+END
+$$;
+"""
+
+_INITIAL: Final = (
+    _JSON_VALID
+    + f"""
+CREATE TABLE flows_runs (
+  run_id {_ID} NOT NULL PRIMARY KEY CHECK ({_text("run_id")}),
+  status TEXT NOT NULL CHECK (
+    status IN ('pending', 'running', 'suspended', 'completed', 'failed', 'cancelled')
+  ),
+  created_at_ms BIGINT NOT NULL CHECK ({_int("created_at_ms")}),
+  started_at_ms BIGINT CHECK ({_opt_int("started_at_ms")}),
+  finished_at_ms BIGINT CHECK ({_opt_int("finished_at_ms")}),
+  owner_host_id {_ID},
+  owner_pid BIGINT,
+  owner_nonce {_ID},
+  heartbeat_at_ms BIGINT CHECK ({_opt_int("heartbeat_at_ms")}),
+  claim_host_id {_ID},
+  claim_pid BIGINT,
+  claim_nonce {_ID},
+  claimed_at_ms BIGINT CHECK ({_opt_int("claimed_at_ms")}),
+  parent_run_id {_ID} REFERENCES flows_runs (run_id) CHECK ({_opt_text("parent_run_id")}),
+  cancel_requested_at_ms BIGINT CHECK ({_opt_int("cancel_requested_at_ms")}),
+  waiting_reason TEXT CHECK ({_opt_text("waiting_reason")}),
+  waiting_wake_at_ms BIGINT CHECK ({_opt_int("waiting_wake_at_ms")}),
+  waiting_token TEXT CHECK ({_opt_text("waiting_token")}),
+  state_json TEXT NOT NULL CHECK ({_json("state_json")}),
+  CONSTRAINT flows_runs_ownership CHECK (
+    (status = 'running'
+      AND {_text("owner_host_id")} AND {_int("owner_pid")} AND {_text("owner_nonce")}
+      AND heartbeat_at_ms IS NOT NULL)
+    OR (status <> 'running'
+      AND owner_host_id IS NULL AND owner_pid IS NULL AND owner_nonce IS NULL
+      AND heartbeat_at_ms IS NULL)
+  ),
+  CONSTRAINT flows_runs_claim CHECK (
+    (claim_host_id IS NULL AND claim_pid IS NULL AND claim_nonce IS NULL
+      AND claimed_at_ms IS NULL)
+    OR ({_text("claim_host_id")} AND {_int("claim_pid")} AND {_text("claim_nonce")}
+      AND claimed_at_ms IS NOT NULL)
+  ),
+  CONSTRAINT flows_runs_waiting CHECK (
+    (waiting_reason IS NULL AND waiting_wake_at_ms IS NULL AND waiting_token IS NULL)
+    OR waiting_reason IS NOT NULL
+  )
+) WITH (fillfactor = 80);
+
+CREATE INDEX flows_runs_parent_run_id_idx ON flows_runs (parent_run_id);
+CREATE INDEX flows_runs_cancel_requested_idx ON flows_runs (cancel_requested_at_ms)
+  WHERE cancel_requested_at_ms IS NOT NULL;
+CREATE INDEX flows_runs_waiting_reason_wake_at_idx
+  ON flows_runs (waiting_reason, waiting_wake_at_ms) WHERE waiting_reason IS NOT NULL;
+
+CREATE TABLE flows_attempts (
+  run_id {_ID} NOT NULL REFERENCES flows_runs (run_id) CHECK ({_text("run_id")}),
+  step_key_digest {_ID} NOT NULL CHECK ({_text("step_key_digest")}),
+  attempt BIGINT NOT NULL CHECK ({_int("attempt")}),
+  state {_ID} NOT NULL CHECK ({_text("state")}),
+  started_at_ms BIGINT NOT NULL CHECK ({_int("started_at_ms")}),
+  finished_at_ms BIGINT CHECK ({_opt_int("finished_at_ms")}),
+  heartbeat_at_ms BIGINT CHECK ({_opt_int("heartbeat_at_ms")}),
+  checkpoint_json TEXT CHECK (checkpoint_json IS NULL OR {_json("checkpoint_json")}),
+  error_json TEXT CHECK (error_json IS NULL OR {_json("error_json")}),
+  outcome_json TEXT CHECK (outcome_json IS NULL OR {_json("outcome_json")}),
+  meta_json TEXT NOT NULL CHECK ({_json("meta_json")}),
+  PRIMARY KEY (run_id, step_key_digest, attempt)
+);
+"""
+)
+
+# Marks the lineage rounds of $1 that are live and unrequested, one at a time
+# in run id order, locking each, and returns each round it marked. The
+# member test is the SQLite query's (runstore.postgres._queries, _member).
+_CANCEL_LINEAGE: Final = """
+CREATE FUNCTION flows_request_cancel_lineage(member text, requested_at bigint)
+RETURNS SETOF text LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  root text;
+  round text;
+BEGIN
+  SELECT COALESCE(r.lineage_id, r.run_id) INTO root FROM flows_runs AS r WHERE r.run_id = member;
+  FOR round IN
+    SELECT r.run_id FROM flows_runs AS r
+    WHERE (r.lineage_id = root
+           OR (r.run_id = root AND (r.lineage_id IS NULL OR r.lineage_id = root)))
+      AND r.cancel_requested_at_ms IS NULL
+      AND r.status NOT IN ('completed', 'failed', 'cancelled')
+    ORDER BY r.run_id
+    FOR UPDATE
+  LOOP
+    UPDATE flows_runs SET cancel_requested_at_ms = requested_at WHERE run_id = round;
+    RETURN NEXT round;
+  END LOOP;
+END
+$$;
+"""
+
+_LINEAGE: Final = (
+    f"""
+ALTER TABLE flows_runs ADD COLUMN lineage_id {_ID} CHECK ({_opt_text("lineage_id")});
+ALTER TABLE flows_runs ADD COLUMN round_ordinal BIGINT CHECK ({_opt_int("round_ordinal")});
+CREATE UNIQUE INDEX flows_runs_lineage_idx ON flows_runs (lineage_id, round_ordinal);
+"""
+    + _CANCEL_LINEAGE
+)
+
+# One function for the three events: each row event takes the next revision
+# and records it as the run's latest change. A missing source refuses the
+# commit instead of silently not counting, and a counter at 2**53 - 1 breaks
+# the CHECK, refusing the commit that would overflow it.
+_REVISION_FUNCTION: Final = """
+CREATE FUNCTION flows_runs_revision() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  next_revision bigint;
+  changed text;
+  gone smallint := 0;
+BEGIN
+  IF TG_OP = 'DELETE' THEN
+    changed := OLD.run_id;
+    gone := 1;
+  ELSE
+    changed := NEW.run_id;
+  END IF;
+  UPDATE flows_run_source SET revision = revision + 1 WHERE singleton = 1
+    RETURNING revision INTO next_revision;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'execution source identity is missing'
+      USING ERRCODE = 'check_violation', CONSTRAINT = 'flows_run_source_identity';
+  END IF;
+  INSERT INTO flows_run_changes (run_id, revision, deleted)
+    VALUES (changed, next_revision, gone)
+    ON CONFLICT (run_id) DO UPDATE SET revision = excluded.revision, deleted = excluded.deleted;
+  RETURN NULL;
+END
+$$;
+"""
+
+
+def _revision_trigger(event: str) -> str:
+    return f"""
+CREATE CONSTRAINT TRIGGER flows_runs_revision_{event} AFTER {event.upper()} ON flows_runs
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION flows_runs_revision();
+"""
+
+
+_EXECUTION_REVISIONS: Final = (
+    f"""
+CREATE TABLE flows_run_source (
+  singleton SMALLINT NOT NULL PRIMARY KEY CHECK (singleton = 1),
+  source TEXT NOT NULL CHECK (length(source) = 32 AND source !~ '[^0-9a-f]'),
+  revision BIGINT NOT NULL CHECK ({_int("revision")})
+);
+INSERT INTO flows_run_source (singleton, source, revision)
+  VALUES (1, replace(gen_random_uuid()::text, '-', ''), 0);
+
+CREATE TABLE flows_run_changes (
+  run_id {_ID} NOT NULL PRIMARY KEY CHECK ({_text("run_id")}),
+  revision BIGINT NOT NULL UNIQUE CHECK (revision > 0 AND revision <= {_MAX}),
+  deleted SMALLINT NOT NULL CHECK (deleted IN (0, 1))
+);
+
+ALTER TABLE flows_runs ADD COLUMN cancel_acknowledgement_json TEXT CHECK (
+  cancel_acknowledgement_json IS NULL OR {_json("cancel_acknowledgement_json")}
+);
+
+-- Existing runs get revisions 1..n in creation order, before any trigger exists.
+INSERT INTO flows_run_changes (run_id, revision, deleted)
+  SELECT run_id, ROW_NUMBER() OVER (ORDER BY created_at_ms, run_id), 0 FROM flows_runs;
+UPDATE flows_run_source SET revision = (SELECT count(*) FROM flows_runs) WHERE singleton = 1;
+"""
+    + _REVISION_FUNCTION
+    + _revision_trigger("insert")
+    + _revision_trigger("update")
+    + _revision_trigger("delete")
+    + """
+CREATE FUNCTION flows_runs_identity_immutable() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION 'run identity is immutable'
+    USING ERRCODE = 'check_violation', CONSTRAINT = 'flows_runs_identity_immutable';
+END
+$$;
+CREATE TRIGGER flows_runs_identity_immutable BEFORE UPDATE OF run_id ON flows_runs
+  FOR EACH ROW WHEN (NEW.run_id IS DISTINCT FROM OLD.run_id)
+  EXECUTE FUNCTION flows_runs_identity_immutable();
+"""
+)
+
+_WAITING_REQUEST: Final = f"""
+ALTER TABLE flows_runs ADD COLUMN waiting_request TEXT CHECK (
+  waiting_request IS NULL OR {_json("waiting_request")}
+);
+"""
+
+_CONSENSUS: Final = f"""
+CREATE TABLE flows_consensus_leases (
+  run_id {_ID} NOT NULL PRIMARY KEY CHECK ({_text("run_id")}),
+  owner_host_id {_ID},
+  owner_pid BIGINT CHECK ({_opt_int("owner_pid")}),
+  owner_nonce {_ID},
+  granted_at_ms BIGINT CHECK ({_opt_int("granted_at_ms")}),
+  heartbeat_at_ms BIGINT CHECK ({_opt_int("heartbeat_at_ms")}),
+  claim_host_id {_ID},
+  claim_pid BIGINT CHECK ({_opt_int("claim_pid")}),
+  claim_nonce {_ID},
+  claimed_at_ms BIGINT CHECK ({_opt_int("claimed_at_ms")})
+) WITH (fillfactor = 80);
+
+-- Runs that are owned or claimed before the strategy existed get the lease the
+-- row implies, so their owners keep their fence across the upgrade.
+INSERT INTO flows_consensus_leases (
+  run_id, owner_host_id, owner_pid, owner_nonce, granted_at_ms, heartbeat_at_ms,
+  claim_host_id, claim_pid, claim_nonce, claimed_at_ms
+)
+SELECT
+  run_id, owner_host_id, owner_pid, owner_nonce,
+  CASE WHEN status = 'running' THEN heartbeat_at_ms END,
+  CASE WHEN status = 'running' THEN heartbeat_at_ms END,
+  claim_host_id, claim_pid, claim_nonce, claimed_at_ms
+FROM flows_runs
+WHERE status = 'running' OR claim_host_id IS NOT NULL
+ON CONFLICT (run_id) DO NOTHING;
+"""
+
+_OWNERSHIP_FACTS: Final = f"""
+CREATE TABLE flows_ownership_facts (
+  run_id {_ID} NOT NULL REFERENCES flows_runs (run_id) ON DELETE CASCADE
+    CHECK ({_text("run_id")}),
+  position BIGINT NOT NULL CHECK (position BETWEEN 1 AND {_MAX}),
+  transition TEXT NOT NULL CHECK (
+    transition IN ('claimed', 'activated', 'released', 'stolen', 'expired')
+  ),
+  owner_host_id {_ID} NOT NULL CHECK ({_text("owner_host_id")}),
+  owner_pid BIGINT NOT NULL CHECK ({_int("owner_pid")}),
+  owner_nonce {_ID} NOT NULL CHECK ({_text("owner_nonce")}),
+  granted_at_ms BIGINT CHECK ({_opt_int("granted_at_ms")}),
+  CHECK (granted_at_ms IS NOT NULL OR transition = 'released'),
+  PRIMARY KEY (run_id, position)
+);
+
+-- The baseline for runs owned or claimed at upgrade time (see the SQLite step).
+INSERT INTO flows_ownership_facts (
+  run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms
+)
+SELECT run_id, 1, 'activated', owner_host_id, owner_pid, owner_nonce, heartbeat_at_ms
+FROM flows_runs WHERE status = 'running';
+INSERT INTO flows_ownership_facts (
+  run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms
+)
+SELECT
+  run_id, CASE WHEN status = 'running' THEN 2 ELSE 1 END,
+  CASE WHEN status = 'running' THEN 'stolen' ELSE 'claimed' END,
+  claim_host_id, claim_pid, claim_nonce, claimed_at_ms
+FROM flows_runs WHERE claim_host_id IS NOT NULL;
+"""
+
+# As on SQLite: run state leaves the hot row (PostgreSQL would keep a large
+# state out of line in TOAST, but every UPDATE of the row still writes a new
+# row version; a small row keeps heartbeats cheap and HOT). DROP COLUMN fires
+# no trigger, so the revision stays where it was.
+_RUN_STATE: Final = f"""
+CREATE TABLE flows_run_state (
+  run_id {_ID} NOT NULL PRIMARY KEY REFERENCES flows_runs (run_id) ON DELETE CASCADE,
+  state_json TEXT NOT NULL CHECK ({_json("state_json")})
+);
+INSERT INTO flows_run_state (run_id, state_json) SELECT run_id, state_json FROM flows_runs;
+ALTER TABLE flows_runs DROP COLUMN state_json;
+"""
+
+_TEXTS: Final = {
+    1001: _INITIAL,
+    1002: _LINEAGE,
+    1003: _EXECUTION_REVISIONS,
+    1004: _WAITING_REQUEST,
+    6: _CONSENSUS,
+    2001: _OWNERSHIP_FACTS,
+    2002: _RUN_STATE,
+}
+
+#: The chain: SQLite's ids and names, in SQLite's order, with PostgreSQL text.
+MIGRATIONS: Final[tuple[Migration, ...]] = tuple(
+    Migration(m.id, m.name, _TEXTS[m.id]) for m in _SQLITE_MIGRATIONS
+)
+
+_KNOWN: Final = {m.id: m.name for m in MIGRATIONS}
+
+_BOOKKEEPING: Final = """
+CREATE TABLE IF NOT EXISTS flows_migrations (
+  id BIGINT NOT NULL PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE
+)
+"""
+
+# Relations of the selected schema (tables, views, sequences, foreign tables).
+_RELATIONS: Final = """
+SELECT count(*) FROM pg_catalog.pg_class AS c
+JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
+"""
+_HAS_BOOKKEEPING: Final = """
+SELECT 1 FROM pg_catalog.pg_tables
+WHERE schemaname = current_schema() AND tablename = 'flows_migrations'
+"""
+#: Serializes migrators (and creators) of the schema named ``$1`` (advisory
+#: locks are per database).
+MIGRATION_LOCK: Final = (
+    "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('runstore:' || $1::text))"
+)
+
+Execute = Callable[..., Any]
+
+
+def _applied(execute: Execute) -> dict[int, str] | None:
+    """The recorded migrations, or None when there is no bookkeeping table."""
+    if execute(_HAS_BOOKKEEPING).fetchone() is None:
+        return None
+    rows = execute("SELECT id, name FROM flows_migrations").fetchall()
+    return {int(row[0]): str(row[1]) for row in rows}
+
+
+def check_applied(applied: dict[int, str] | None, execute: Execute) -> None:
+    """Refuse a schema this version must not open."""
+    if applied is None:
+        relations = execute(_RELATIONS).fetchone()[0]
+        if relations:
+            raise SchemaRefused(
+                "the schema is not a runstore schema", {"stage": "schema", "tables": relations}
+            )
+        return
+    unknown = sorted(set(applied) - set(_KNOWN))
+    if unknown:
+        raise SchemaRefused(
+            "the database schema is newer than this version of runstore",
+            {"stage": "schema", "unknown_migrations": unknown},
+        )
+    renamed = sorted(i for i, name in applied.items() if _KNOWN[i] != name)
+    if renamed:
+        raise SchemaRefused(
+            "the schema is not a runstore schema",
+            {"stage": "schema", "foreign_migrations": renamed},
+        )
+
+
+def pending(execute: Execute) -> list[Migration]:
+    """The migrations the schema still needs (after refusing a foreign schema)."""
+    applied = _applied(execute)
+    check_applied(applied, execute)
+    done = applied or {}
+    return [m for m in MIGRATIONS if m.id not in done]
+
+
+def apply(execute: Execute, schema: str, count: int | None = None) -> None:
+    """Bring the schema up to date (or up to the first ``count`` migrations).
+
+    ``execute`` runs one statement on an autocommit connection whose search
+    path selects ``schema``. Everything runs in one transaction, after the
+    schema's advisory lock, re-reading what is recorded, so an upgrade is all
+    or nothing and a process that waited for the lock finds the work done.
+    """
+    chain = MIGRATIONS if count is None else MIGRATIONS[:count]
+    execute("BEGIN")
+    try:
+        execute(MIGRATION_LOCK, (schema,))
+        applied = _applied(execute)
+        check_applied(applied, execute)
+        if applied is None:
+            execute(_BOOKKEEPING)
+            applied = {}
+        for migration in chain:
+            if migration.id in applied:
+                continue
+            execute(migration.sql)
+            execute(
+                "INSERT INTO flows_migrations (id, name) VALUES ($1::bigint, $2::text)",
+                (migration.id, migration.name),
+            )
+    except BaseException:
+        with contextlib.suppress(Exception):
+            execute("ROLLBACK")
+        raise
+    execute("COMMIT")

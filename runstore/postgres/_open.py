@@ -1,0 +1,267 @@
+"""``runstore.postgres.open``: connect to a PostgreSQL database, select the
+schema, migrate it, and open a store on it.
+
+The target is a ``postgresql://`` (or ``postgres://``) URL, passed to libpq
+as it is, except for runstore's own ``schema`` parameter, which is removed.
+The schema is chosen by ``schema=`` (keyword or URL parameter; created when
+missing), or else it is the search path's current schema (libpq's
+``options=-csearch_path=...`` sets it); every connection then sets its search
+path to exactly that schema.
+
+Refused, with ``UnsupportedDatabaseError`` and nothing changed: a server
+older than ``MINIMUM_POSTGRES``, a database whose encoding is not UTF8, a
+schema with tables that is not a runstore schema, and a schema newer than
+this version. ``LocalConsensus`` is refused with ``invalid_run``: its leases
+live in one process, and a PostgreSQL store is shared by many.
+
+The URL's password never appears in a repr, a log line or an error: the
+store keeps a copy of the URL without it, and connection failures are
+reported by SQLSTATE, never by the driver's message.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from typing import Any, Final
+
+import psycopg
+
+from .._boundary import admit_clock
+from .._clock import Clock, SystemClock
+from .._errors import InvalidRunError, PersistenceFailedError, UnsupportedDatabaseError
+from .._sql._faults import RetryPolicy
+from ..consensus._local import LocalConsensus
+from ..consensus._sql import SqlConsensus
+from ..sqlite._migrations import SchemaRefused
+from . import _migrations
+from ._errors import sqlstate
+from ._store import PostgresRunStore
+from ._tx import Connection, TransactionManager
+
+#: The oldest server major version the suite runs on.
+MINIMUM_POSTGRES: Final = 15
+
+SCHEMES: Final = ("postgresql", "postgres")
+_MAX_IDENTIFIER_BYTES: Final = 63
+
+_CONNECT_REASONS: Final = {
+    "28P01": "authentication failed",
+    "28000": "authorization failed",
+    "3D000": "the database does not exist",
+    "42501": "permission denied",
+    "53300": "too many connections",
+    "57P03": "the server is starting up or shutting down",
+}
+
+
+def is_url(target: object) -> bool:
+    """Whether ``target`` names a PostgreSQL database (a ``postgresql://`` URL)."""
+    if type(target) is not str:
+        return False
+    scheme, sep, _ = target.partition("://")
+    return bool(sep) and scheme.lower() in SCHEMES
+
+
+def _refuse(field: str, detail: str) -> InvalidRunError:
+    return InvalidRunError("open", {"field": field, "detail": detail})
+
+
+def redacted(url: str) -> str:
+    """``url`` without its password (user info or ``password`` parameter)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "postgresql://(unparsable)"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hostport = netloc.rpartition("@")
+        user = userinfo.split(":", 1)[0]
+        netloc = f"{user}@{hostport}" if user else hostport
+    query = [
+        (key, value)
+        for key, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        if key.lower() != "password"
+    ]
+    return urllib.parse.urlunsplit(
+        parts._replace(netloc=netloc, query=urllib.parse.urlencode(query, safe="/"))
+    )
+
+
+def _split_schema(url: str) -> tuple[str, str | None]:
+    """The URL for libpq and the ``schema`` parameter it carried, if any."""
+    parts = urllib.parse.urlsplit(url)
+    pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    schemas = [value for key, value in pairs if key == "schema"]
+    if len(schemas) > 1:
+        raise _refuse("schema", "is given more than once in the URL")
+    if not schemas:
+        return url, None
+    rest = [(key, value) for key, value in pairs if key != "schema"]
+    query = urllib.parse.urlencode(rest, safe="/")
+    return urllib.parse.urlunsplit(parts._replace(query=query)), schemas[0]
+
+
+def _admit_schema(schema: object) -> str:
+    if type(schema) is not str:
+        raise _refuse("schema", "must be a str")
+    size = len(schema.encode("utf-8", "surrogatepass"))
+    if not 0 < size <= _MAX_IDENTIFIER_BYTES or "\x00" in schema:
+        raise _refuse("schema", "must be 1 to 63 bytes without NUL")
+    try:
+        schema.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _refuse("schema", "must be valid Unicode text") from None
+    return schema
+
+
+def _quoted(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def open(
+    url: str,
+    *,
+    clock: Clock | None = None,
+    consensus: Any = None,
+    schema: str | None = None,
+) -> PostgresRunStore:
+    """Open (migrating as needed) the run store in ``url``'s database.
+
+    ``clock`` defaults to ``SystemClock()``, ``consensus`` to
+    ``SqlConsensus()`` (``LocalConsensus`` is refused). ``schema`` (or a
+    ``schema`` URL parameter) selects the schema, created when missing;
+    without one, the search path's current schema is used. If the strategy
+    has an ``on_open(tx)`` method it is called once, in a write transaction.
+    """
+    if not is_url(url):
+        raise _refuse("url", "must be a postgresql:// URL")
+    if clock is None:
+        clock = SystemClock()
+    clock = admit_clock("open", clock)
+    if consensus is None:
+        consensus = SqlConsensus()
+    if isinstance(consensus, LocalConsensus):
+        raise _refuse(
+            "consensus",
+            "LocalConsensus keeps its leases in one process and cannot arbitrate a "
+            "PostgreSQL store; use SqlConsensus (the default)",
+        )
+    libpq_url, in_url = _split_schema(url)
+    if schema is not None and in_url is not None and schema != in_url:
+        raise _refuse("schema", "differs between the keyword and the URL")
+    chosen = None if schema is None and in_url is None else _admit_schema(schema or in_url)
+    if not _parses(libpq_url):
+        raise _refuse("url", "is not a valid PostgreSQL connection URL")
+    shown = redacted(url)
+
+    def connect() -> Connection:
+        connection = Connection.connect(
+            libpq_url,
+            autocommit=True,
+            cursor_factory=psycopg.RawCursor,
+            client_encoding="UTF8",
+        )
+        if selected[0] is not None:
+            psycopg.Connection.execute(connection, f"SET search_path TO {_quoted(selected[0])}")
+        return connection
+
+    selected: list[str | None] = [chosen]
+    connection = _first_connection(connect)
+    try:
+        resolved = _prepare(connection, chosen)
+        selected[0] = resolved
+        # Later connections (after a loss) set the search path themselves.
+        tm = TransactionManager(connection, connect, consensus, RetryPolicy())
+        store = PostgresRunStore(tm, clock=clock, consensus=consensus, url=shown, schema=resolved)
+        on_open = getattr(consensus, "on_open", None)
+        if callable(on_open):
+            store._write("open", on_open)
+    except BaseException:
+        connection.close()
+        raise
+    return store
+
+
+def _parses(url: str) -> bool:
+    try:
+        psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.Error:
+        return False
+    return True
+
+
+def _first_connection(connect: Any) -> Connection:
+    failure: PersistenceFailedError | None = None
+    try:
+        connection: Connection = connect()
+    except psycopg.Error as error:
+        state = sqlstate(error)
+        failure = PersistenceFailedError(
+            "open",
+            "could not connect to the PostgreSQL server: "
+            + _CONNECT_REASONS.get(state or "", "the server refused or could not be reached"),
+            {"stage": "connect", "sqlstate": state, "error": type(error).__name__},
+        )
+    if failure is not None:
+        # Raised outside the handler: no chain leads to libpq's message.
+        raise failure
+    return connection
+
+
+def _prepare(connection: Connection, schema: str | None) -> str:
+    """Check the server, select (and if needed create) the schema, migrate.
+    Returns the schema's name."""
+    failure: PersistenceFailedError | None = None
+    try:
+        return _prepare_unchecked(connection, schema)
+    except SchemaRefused as refused:
+        failure = UnsupportedDatabaseError(refused.reason, dict(refused.detail))
+    except psycopg.Error as error:
+        failure = PersistenceFailedError(
+            "open",
+            "could not prepare the PostgreSQL schema",
+            {"stage": "migrate", "sqlstate": sqlstate(error), "error": type(error).__name__},
+        )
+    raise failure
+
+
+def _prepare_unchecked(connection: Connection, schema: str | None) -> str:
+    execute = connection.execute
+    version = connection.info.server_version  # 150018 for 15.18
+    if version // 10000 < MINIMUM_POSTGRES:
+        raise SchemaRefused(
+            "PostgreSQL is too old for runstore",
+            {"stage": "server-version", "server_version": version, "minimum": MINIMUM_POSTGRES},
+        )
+    encoding = execute("SHOW server_encoding").fetchone()[0]
+    if encoding != "UTF8":
+        raise SchemaRefused(
+            "runstore needs a UTF8 database", {"stage": "encoding", "server_encoding": encoding}
+        )
+    if schema is None:
+        current = execute("SELECT current_schema()").fetchone()[0]
+        if current is None:
+            raise SchemaRefused(
+                "the search path names no existing schema; create it or pass schema=",
+                {"stage": "schema"},
+            )
+        schema = str(current)
+        psycopg.Connection.execute(connection, f"SET search_path TO {_quoted(schema)}")
+    elif execute("SELECT current_schema()").fetchone()[0] is None:
+        _create_schema(connection, schema)
+    if _migrations.pending(execute):
+        _migrations.apply(execute, schema)
+    return schema
+
+
+def _create_schema(connection: Connection, schema: str) -> None:
+    execute = connection.execute
+    execute("BEGIN")
+    try:
+        execute(_migrations.MIGRATION_LOCK, (schema,))
+        execute(f"CREATE SCHEMA IF NOT EXISTS {_quoted(schema)}")
+    except BaseException:
+        if not connection.broken:
+            execute("ROLLBACK")
+        raise
+    execute("COMMIT")

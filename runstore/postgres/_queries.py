@@ -1,0 +1,393 @@
+"""Every SQL statement the PostgreSQL store runs, under the SQLite module's names.
+
+``runstore.sqlite._queries`` explains what each statement decides; this module
+says the same in PostgreSQL (a test checks both define the same names), and
+the store core runs whichever its backend provides with the same parameters.
+The differences:
+
+- Parameters are ``$1``, ``$2``, ... and every one is cast to its type:
+  PostgreSQL must know each parameter's type, and a statement must mention
+  every parameter it is given, even one it does not need (SQLite binds and
+  ignores a number a statement skips, so related statements there share one
+  parameter tuple). ``_unused`` mentions such a parameter harmlessly.
+- ``IS NOT DISTINCT FROM`` is SQLite's ``IS``; ``GREATEST`` its scalar ``MAX``.
+- ``LOCK_RUN`` runs first in every write of an existing run: the run row
+  locked ``FOR UPDATE`` serializes that run's compare-and-swap (SQLite's
+  ``BEGIN IMMEDIATE`` serializes the whole file). It is its own statement
+  because under READ COMMITTED a statement that waited for a lock still reads
+  other tables (the facts, the leases) as of its start: the statements after
+  the lock see everything its previous holder committed.
+- ``REQUEST_CANCEL_LINEAGE_WRITE`` calls ``flows_request_cancel_lineage``,
+  which marks rounds in run id order (see ``_migrations``) and returns one row
+  per round marked, so its row count is what the SQLite UPDATE's is.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+_TERMINAL: Final = "('completed', 'failed', 'cancelled')"
+
+_RUN_COLUMNS: Final = """
+  r.run_id, r.status, r.created_at_ms, r.started_at_ms, r.finished_at_ms,
+  r.owner_host_id, r.owner_pid, r.owner_nonce, r.heartbeat_at_ms,
+  r.claim_host_id, r.claim_pid, r.claim_nonce, r.claimed_at_ms,
+  r.parent_run_id, r.cancel_requested_at_ms, r.lineage_id, r.round_ordinal,
+  s.state_json
+"""
+_FROM_RUNS: Final = "FROM flows_runs AS r LEFT JOIN flows_run_state AS s ON s.run_id = r.run_id"
+
+_ROOT: Final = "(SELECT COALESCE(lineage_id, run_id) FROM flows_runs WHERE run_id = $1::text)"
+
+
+def _unused(*parameters: str) -> str:
+    """A true condition that mentions parameters a statement shares with its
+    sibling but does not use (``"$7::bigint"``), so PostgreSQL learns their
+    types. The planner folds it away."""
+    return " AND ".join(f"({p} IS NULL OR TRUE)" for p in parameters)
+
+
+def _member(prefix: str) -> str:
+    p = prefix
+    return (
+        f"({p}lineage_id = {_ROOT} OR ({p}run_id = {_ROOT} "
+        f"AND ({p}lineage_id IS NULL OR {p}lineage_id = {_ROOT})))"
+    )
+
+
+_SNAPSHOT: Final = (
+    "status = $2::text AND owner_host_id IS NOT DISTINCT FROM $3::text "
+    "AND owner_pid IS NOT DISTINCT FROM $4::bigint "
+    "AND owner_nonce IS NOT DISTINCT FROM $5::text "
+    "AND heartbeat_at_ms IS NOT DISTINCT FROM $6::bigint"
+)
+_LAST_POSITION: Final = (
+    "(SELECT COALESCE(MAX(position), 0) FROM flows_ownership_facts WHERE run_id = $1::text)"
+)
+_CLAIM_FREE: Final = (
+    "claim_host_id IS NULL AND claim_pid IS NULL AND claim_nonce IS NULL AND claimed_at_ms IS NULL"
+)
+
+
+def _claim_is(first: int) -> str:
+    a, b, c, d = first, first + 1, first + 2, first + 3
+    return (
+        f"claim_host_id IS NOT DISTINCT FROM ${a}::text "
+        f"AND claim_pid IS NOT DISTINCT FROM ${b}::bigint "
+        f"AND claim_nonce IS NOT DISTINCT FROM ${c}::text "
+        f"AND claimed_at_ms IS NOT DISTINCT FROM ${d}::bigint"
+    )
+
+
+def _loss(cutoff: int) -> str:
+    return (
+        "CASE WHEN claim_host_id IS NOT NULL THEN 'already_claimed' "
+        "WHEN status = 'running' AND heartbeat_at_ms IS NOT NULL "
+        f"AND heartbeat_at_ms >= ${cutoff}::bigint THEN 'heartbeat_fresh' "
+        "ELSE 'snapshot_changed' END"
+    )
+
+
+def _owned_by(first: int) -> str:
+    a, b, c = first, first + 1, first + 2
+    return (
+        f"status = 'running' AND owner_host_id = ${a}::text AND owner_pid = ${b}::bigint "
+        f"AND owner_nonce = ${c}::text"
+    )
+
+
+_CLEARED_CLAIM: Final = (
+    "claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL"
+)
+
+# -- the run lock ------------------------------------------------------------------
+
+LOCK_RUN: Final = "SELECT 1 FROM flows_runs WHERE run_id = $1::text FOR UPDATE"
+
+# -- create, get, lineage, latest_round ----------------------------------------
+
+CREATE_RUN: Final = """
+INSERT INTO flows_runs (run_id, status, created_at_ms, parent_run_id, lineage_id, round_ordinal)
+VALUES ($1::text, 'pending', $2::bigint, $3::text, $4::text, $5::bigint)
+"""
+CREATE_STATE: Final = "INSERT INTO flows_run_state (run_id, state_json) VALUES ($1::text, $2::text)"
+
+GET: Final = f"SELECT {_RUN_COLUMNS} {_FROM_RUNS} WHERE r.run_id = $1::text"
+
+LINEAGE: Final = (
+    f"SELECT {_RUN_COLUMNS} {_FROM_RUNS} WHERE {_member('r.')} "
+    "ORDER BY COALESCE(r.round_ordinal, 0), r.run_id"
+)
+
+LATEST_ROUND: Final = f"""
+SELECT {_RUN_COLUMNS} {_FROM_RUNS}
+WHERE r.run_id = COALESCE(
+  (SELECT run_id FROM flows_runs WHERE lineage_id = {_ROOT}
+   ORDER BY round_ordinal DESC LIMIT 1),
+  (SELECT run_id FROM flows_runs WHERE run_id = $1::text)
+)
+"""
+
+RUN_EXISTS: Final = "SELECT 1 FROM flows_runs WHERE run_id = $1::text"
+
+# -- cancellation ----------------------------------------------------------------
+
+REQUEST_CANCEL_WRITE: Final = f"""
+UPDATE flows_runs SET cancel_requested_at_ms = $2::bigint
+WHERE run_id = $1::text AND cancel_requested_at_ms IS NULL AND status NOT IN {_TERMINAL}
+"""
+REQUEST_CANCEL_MISS: Final = (
+    "SELECT cancel_requested_at_ms, status FROM flows_runs WHERE run_id = $1::text"
+)
+
+REQUEST_CANCEL_LINEAGE_WRITE: Final = (
+    "SELECT * FROM flows_request_cancel_lineage($1::text, $2::bigint)"
+)
+REQUEST_CANCEL_LINEAGE_MISS: Final = (
+    f"SELECT cancel_requested_at_ms, status FROM flows_runs WHERE {_member('')} "
+    "ORDER BY COALESCE(round_ordinal, 0), run_id"
+)
+
+ACKNOWLEDGE_CANCEL_WRITE: Final = f"""
+UPDATE flows_runs
+SET cancel_acknowledgement_json = COALESCE(cancel_acknowledgement_json, $5::text)
+WHERE run_id = $1::text AND {_owned_by(2)} AND cancel_requested_at_ms IS NOT NULL
+"""
+
+# -- claim -------------------------------------------------------------------------
+
+_CLAIM_ADMITS: Final = f"status IN ('pending', 'suspended') AND {_SNAPSHOT} AND {_CLAIM_FREE}"
+
+CLAIM_CLASSIFY: Final = (
+    f"SELECT {_CLAIM_ADMITS}, {_loss(7)}, {_LAST_POSITION} FROM flows_runs WHERE run_id = $1::text"
+)
+CLAIM_WRITE: Final = f"""
+UPDATE flows_runs
+SET claim_host_id = $8::text, claim_pid = $9::bigint, claim_nonce = $10::text,
+    claimed_at_ms = $11::bigint
+WHERE run_id = $1::text AND {_CLAIM_ADMITS} AND {_unused("$7::bigint")}
+"""
+
+# -- claim_and_own -------------------------------------------------------------------
+
+CLAIM_AND_OWN_PRECHECK: Final = (
+    f"SELECT {_loss(7)}, {_SNAPSHOT} FROM flows_runs WHERE run_id = $1::text"
+)
+_CLAIM_AND_OWN_ADMITS: Final = (
+    f"status IN ('pending', 'suspended', 'running') AND {_SNAPSHOT} AND {_CLAIM_FREE} "
+    "AND (status <> 'running' OR heartbeat_at_ms IS NULL OR heartbeat_at_ms < $7::bigint)"
+)
+CLAIM_AND_OWN_CLASSIFY: Final = (
+    f"SELECT {_CLAIM_AND_OWN_ADMITS}, {_loss(7)}, {_LAST_POSITION} "
+    "FROM flows_runs WHERE run_id = $1::text"
+)
+CLAIM_AND_OWN_WRITE: Final = f"""
+UPDATE flows_runs
+SET status = 'running', started_at_ms = COALESCE(started_at_ms, $11::bigint),
+    finished_at_ms = NULL,
+    owner_host_id = $8::text, owner_pid = $9::bigint, owner_nonce = $10::text,
+    heartbeat_at_ms = $11::bigint
+WHERE run_id = $1::text AND {_CLAIM_AND_OWN_ADMITS}
+"""
+
+# -- steal -------------------------------------------------------------------------
+
+_STEAL_ADMITS: Final = (
+    f"{_SNAPSHOT} AND {_CLAIM_FREE} AND heartbeat_at_ms IS NOT NULL "
+    "AND heartbeat_at_ms < $7::bigint"
+)
+STEAL_CLASSIFY: Final = (
+    f"SELECT {_STEAL_ADMITS}, {_loss(7)}, {_LAST_POSITION} FROM flows_runs WHERE run_id = $1::text"
+)
+STEAL_WRITE: Final = f"""
+UPDATE flows_runs
+SET claim_host_id = $8::text, claim_pid = $9::bigint, claim_nonce = $10::text,
+    claimed_at_ms = $11::bigint
+WHERE run_id = $1::text AND {_STEAL_ADMITS}
+"""
+
+# -- activate, abandon_claim, recover_claim ------------------------------------------
+
+ACTIVATE_CLASSIFY: Final = (
+    f"SELECT {_claim_is(7)}, {_SNAPSHOT}, {_LAST_POSITION} FROM flows_runs WHERE run_id = $1::text"
+)
+ACTIVATE_WRITE: Final = f"""
+UPDATE flows_runs
+SET status = 'running', started_at_ms = COALESCE(started_at_ms, $11::bigint),
+    finished_at_ms = NULL,
+    owner_host_id = $7::text, owner_pid = $8::bigint, owner_nonce = $9::text,
+    heartbeat_at_ms = $11::bigint,
+    {_CLEARED_CLAIM}
+WHERE run_id = $1::text AND {_SNAPSHOT} AND {_claim_is(7)}
+"""
+
+CLEAR_CLAIM: Final = f"""
+UPDATE flows_runs SET {_CLEARED_CLAIM}
+WHERE run_id = $1::text AND {_claim_is(2)}
+"""
+
+RECOVER_CLAIM_CLASSIFY: Final = (
+    f"SELECT {_claim_is(2)}, claimed_at_ms >= $6::bigint, {_LAST_POSITION} "
+    "FROM flows_runs WHERE run_id = $1::text"
+)
+
+# -- heartbeat, reconfirm --------------------------------------------------------------
+
+RENEW_WRITE: Final = f"""
+UPDATE flows_runs SET heartbeat_at_ms = GREATEST(heartbeat_at_ms, $5::bigint)
+WHERE run_id = $1::text AND {_owned_by(2)}
+"""
+
+# -- transition_owned ---------------------------------------------------------------
+
+_GUARD_BLOCKS: Final = (
+    "(($5::text IS NOT DISTINCT FROM 'absent' AND cancel_requested_at_ms IS NOT NULL) "
+    "OR ($5::text IS NOT DISTINCT FROM 'present' AND cancel_requested_at_ms IS NULL))"
+)
+TRANSITION_RUNNING_WRITE: Final = f"""
+UPDATE flows_runs SET status = 'running', finished_at_ms = NULL
+WHERE run_id = $1::text AND {_owned_by(2)} AND NOT {_GUARD_BLOCKS}
+"""
+TRANSITION_SETTLE_WRITE: Final = f"""
+UPDATE flows_runs
+SET status = $6::text, finished_at_ms = $7::bigint,
+    owner_host_id = NULL, owner_pid = NULL, owner_nonce = NULL, heartbeat_at_ms = NULL,
+    {_CLEARED_CLAIM}
+WHERE run_id = $1::text AND {_owned_by(2)} AND NOT {_GUARD_BLOCKS}
+"""
+TRANSITION_CLASSIFY: Final = (
+    f"SELECT {_owned_by(2)}, {_GUARD_BLOCKS} FROM flows_runs WHERE run_id = $1::text"
+)
+STATE_WRITE: Final = """
+INSERT INTO flows_run_state (run_id, state_json) VALUES ($1::text, $2::text)
+ON CONFLICT (run_id) DO UPDATE SET state_json = excluded.state_json
+"""
+
+# -- facts -----------------------------------------------------------------------------
+
+FACT_AT: Final = """
+INSERT INTO flows_ownership_facts
+  (run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms)
+VALUES ($1::text, $7::bigint, $2::text, $3::text, $4::bigint, $5::text, $6::bigint)
+"""
+FACTS_GRANT_ACTIVATED_AT: Final = """
+INSERT INTO flows_ownership_facts
+  (run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms)
+VALUES ($1::text, $7::bigint, $2::text, $3::text, $4::bigint, $5::text, $6::bigint),
+       ($1::text, $7::bigint + 1, 'activated', $3::text, $4::bigint, $5::text, $6::bigint)
+"""
+FACT_APPEND: Final = f"""
+INSERT INTO flows_ownership_facts
+  (run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms)
+VALUES ($1::text, {_LAST_POSITION} + 1, $2::text, $3::text, $4::bigint, $5::text, $6::bigint)
+"""
+FACTS_OF_RUN: Final = """
+SELECT run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms
+FROM flows_ownership_facts WHERE run_id = $1::text ORDER BY position
+"""
+
+# -- revisions ----------------------------------------------------------------------
+
+REVISION: Final = "SELECT revision FROM flows_run_source WHERE singleton = 1"
+CHANGES: Final = (
+    "SELECT run_id, revision, deleted FROM flows_run_changes WHERE revision > $1::bigint "
+    "ORDER BY revision"
+)
+
+# -- whole state and invariants (reads only) ----------------------------------------
+
+ALL_RUNS: Final = f"SELECT {_RUN_COLUMNS} {_FROM_RUNS} ORDER BY r.run_id"
+ALL_FACTS: Final = """
+SELECT run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms
+FROM flows_ownership_facts ORDER BY run_id, position
+"""
+ALL_ACKNOWLEDGEMENTS: Final = """
+SELECT run_id, cancel_acknowledgement_json FROM flows_runs
+WHERE cancel_acknowledgement_json IS NOT NULL ORDER BY run_id
+"""
+
+INVARIANT_QUERIES: Final[tuple[tuple[str, str], ...]] = (
+    (
+        "one revision source",
+        "SELECT count(*) <> 1 FROM flows_run_source",
+    ),
+    (
+        "the revision is the newest change",
+        """SELECT (SELECT revision FROM flows_run_source)
+                  IS DISTINCT FROM (SELECT COALESCE(MAX(revision), 0) FROM flows_run_changes)""",
+    ),
+    (
+        "every run has a live change entry",
+        """SELECT r.run_id FROM flows_runs AS r
+           LEFT JOIN flows_run_changes AS c ON c.run_id = r.run_id
+           WHERE c.run_id IS NULL OR c.deleted <> 0 LIMIT 1""",
+    ),
+    (
+        "every live change entry has its run and every tombstone has none",
+        """SELECT c.run_id FROM flows_run_changes AS c
+           WHERE (c.deleted = 0) <> EXISTS (SELECT 1 FROM flows_runs WHERE run_id = c.run_id)
+           LIMIT 1""",
+    ),
+    (
+        "every run has its state",
+        """SELECT r.run_id FROM flows_runs AS r
+           WHERE NOT EXISTS (SELECT 1 FROM flows_run_state WHERE run_id = r.run_id) LIMIT 1""",
+    ),
+    (
+        "run state belongs to a run",
+        """SELECT s.run_id FROM flows_run_state AS s
+           WHERE NOT EXISTS (SELECT 1 FROM flows_runs WHERE run_id = s.run_id) LIMIT 1""",
+    ),
+    (
+        "fact positions are 1..n without gaps",
+        """SELECT run_id FROM flows_ownership_facts GROUP BY run_id
+           HAVING MIN(position) <> 1 OR MAX(position) <> count(*) LIMIT 1""",
+    ),
+    (
+        "facts belong to a run",
+        """SELECT f.run_id FROM flows_ownership_facts AS f
+           WHERE NOT EXISTS (SELECT 1 FROM flows_runs WHERE run_id = f.run_id) LIMIT 1""",
+    ),
+    (
+        "finished_at_ms is set exactly on terminal runs",
+        f"""SELECT run_id FROM flows_runs
+           WHERE (status IN {_TERMINAL}) <> (finished_at_ms IS NOT NULL) LIMIT 1""",
+    ),
+)
+
+#: The lease checks ``check_invariants`` runs when the strategy is ``SqlConsensus``.
+SQL_LEASE_CHECKS: Final[tuple[tuple[str, str], ...]] = (
+    (
+        "lease and row agree",
+        """SELECT r.run_id FROM flows_runs AS r
+           LEFT JOIN flows_consensus_leases AS l ON l.run_id = r.run_id
+           WHERE NOT (l.owner_host_id IS NOT DISTINCT FROM r.owner_host_id
+                      AND l.owner_pid IS NOT DISTINCT FROM r.owner_pid
+                      AND l.owner_nonce IS NOT DISTINCT FROM r.owner_nonce
+                      AND l.heartbeat_at_ms IS NOT DISTINCT FROM r.heartbeat_at_ms
+                      AND l.claim_host_id IS NOT DISTINCT FROM r.claim_host_id
+                      AND l.claim_pid IS NOT DISTINCT FROM r.claim_pid
+                      AND l.claim_nonce IS NOT DISTINCT FROM r.claim_nonce
+                      AND l.claimed_at_ms IS NOT DISTINCT FROM r.claimed_at_ms)
+           LIMIT 1""",
+    ),
+    (
+        "leases belong to a run",
+        """SELECT l.run_id FROM flows_consensus_leases AS l
+           WHERE NOT EXISTS (SELECT 1 FROM flows_runs WHERE run_id = l.run_id) LIMIT 1""",
+    ),
+    (
+        "empty leases are deleted",
+        """SELECT run_id FROM flows_consensus_leases
+           WHERE owner_host_id IS NULL AND claim_host_id IS NULL LIMIT 1""",
+    ),
+    (
+        "an owner's lease was granted at its last activation",
+        """SELECT l.run_id FROM flows_consensus_leases AS l
+           WHERE l.owner_host_id IS NOT NULL AND l.granted_at_ms IS DISTINCT FROM (
+             SELECT f.granted_at_ms FROM flows_ownership_facts AS f
+             WHERE f.run_id = l.run_id AND f.transition = 'activated'
+             ORDER BY f.position DESC LIMIT 1)
+           LIMIT 1""",
+    ),
+)

@@ -1,0 +1,47 @@
+"""``PostgresRunStore``: the shared SQL store over one PostgreSQL connection."""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, ClassVar, Literal
+
+from .._clock import Clock
+from .._sql._store import SqlRunStore
+from . import _queries as _postgres_queries
+from ._tx import TransactionManager
+
+
+class PostgresRunStore(SqlRunStore):
+    """The PostgreSQL ``RunStore``. Build it with ``runstore.open(url)``.
+
+    One store object holds one connection and may be shared by threads, which
+    it serializes; any number of stores, in any number of processes and on any
+    number of hosts, may work on the same schema: each operation locks the
+    run it changes, and the lease table lives in the same database. A lost
+    connection is replaced by the next operation. It is a context manager,
+    and closing it twice does nothing. Its repr never shows a password.
+    """
+
+    _queries: ClassVar[ModuleType] = _postgres_queries
+
+    def __init__(
+        self, tm: TransactionManager, *, clock: Clock, consensus: Any, url: str, schema: str
+    ) -> None:
+        super().__init__(tm, clock=clock, consensus=consensus)
+        self._url = url
+        self._schema = schema
+
+    @property
+    def dialect(self) -> Literal["postgresql"]:
+        return "postgresql"
+
+    @property
+    def schema(self) -> str:
+        """The schema the store's tables live in."""
+        return self._schema
+
+    def __repr__(self) -> str:
+        return (
+            f"PostgresRunStore(url={self._url!r}, schema={self._schema!r}, "
+            f"consensus={self._consensus!r})"
+        )

@@ -1,0 +1,351 @@
+"""The PostgreSQL transaction manager: the one place that opens, retries and
+ends transactions on the store's connection.
+
+The connection is in autocommit mode and this manager issues ``BEGIN`` and
+``COMMIT`` itself, as the SQLite one does:
+
+- A write runs in ``BEGIN ISOLATION LEVEL READ COMMITTED``; the store locks
+  the run row first (``LOCK_RUN``), so each run's compare-and-swap is
+  serialized whatever the strategy does, and writers on different runs do
+  not wait for each other (the revision counter is taken at commit, by a
+  deferred trigger).
+- A snapshot read (``state()``, ``check_invariants()``) runs in
+  ``REPEATABLE READ READ ONLY``: one snapshot for all its statements.
+- A transient failure (serialization failure 40001, deadlock 40P01, an
+  injected transient fault, or the connection lost before ``COMMIT`` was
+  sent) rolls back and replays the whole body after a jittered back-off,
+  within the store's ``RetryPolicy``; a lost connection is replaced first.
+  A connection lost after ``COMMIT`` was sent is not replayed: the
+  operation may or may not have committed, and it raises
+  ``persistence_failed`` with ``cause["outcome"] == "unknown"``.
+- A transaction that a swallowed error aborted is never "committed":
+  PostgreSQL would silently roll it back, so it raises instead.
+- A write begun inside another write on the same thread is a savepoint.
+- Failures are classified by ``_errors.classify`` (SQLSTATE only, never the
+  server's message) and raised outside the ``except`` block, so no exception
+  chain leads back to the driver's error.
+
+``Transaction`` is what strategies receive: ``connection`` (the
+``psycopg.Connection``, whose ``execute`` takes ``$1``-style parameters),
+``dialect == "postgresql"``, ``on_commit`` and ``on_rollback``.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Final, Literal, TypeVar
+
+import psycopg
+from psycopg import pq
+
+from .._errors import PersistenceFailedError, RunStoreError
+from .._sql._faults import ArmedFault, FaultPlan, FaultyConsensus, InjectedFault, RetryPolicy
+from .._sql._tx import RollbackAndReturn
+from .._sql._tx import run_callbacks as _run_callbacks
+from ..consensus._types import ConsensusError
+from ._errors import classify, is_transient
+
+T = TypeVar("T")
+
+_raw = psycopg.Connection.execute
+_IDLE: Final = pq.TransactionStatus.IDLE
+_FAILED: Final = pq.TransactionStatus.INERROR
+
+#: What the manager classifies; anything else is a defect and propagates.
+_CLASSIFIED = (RunStoreError, psycopg.Error, ConsensusError, InjectedFault)
+
+
+class Connection(psycopg.Connection[Any]):
+    """The store's connection: ``execute`` lets the fault seam count statements."""
+
+    statement_hook: Callable[[], None] | None = None
+
+    def execute(
+        self,
+        query: Any,
+        params: Any = None,
+        *,
+        prepare: bool | None = None,
+        binary: bool = False,
+    ) -> Any:
+        hook = self.statement_hook
+        if hook is not None:
+            hook()
+        return super().execute(query, params, prepare=prepare, binary=binary)
+
+
+class Transaction:
+    """One open write transaction (or savepoint), as the store and strategies see it."""
+
+    __slots__ = ("_commit", "_connection", "_rollback", "consensus")
+
+    dialect: Final[Literal["postgresql"]] = "postgresql"
+
+    def __init__(self, connection: Connection, consensus: Any) -> None:
+        self._connection = connection
+        self._commit: list[Callable[[], None]] = []
+        self._rollback: list[Callable[[], None]] = []
+        #: The strategy as this attempt must call it (wrapped when a fault is armed).
+        self.consensus = consensus
+
+    @property
+    def connection(self) -> psycopg.Connection[Any]:
+        return self._connection
+
+    def on_commit(self, fn: Callable[[], None]) -> None:
+        self._commit.append(fn)
+
+    def on_rollback(self, fn: Callable[[], None]) -> None:
+        self._rollback.append(fn)
+
+
+def _is_lost(connection: Connection | None) -> bool:
+    return connection is None or connection.closed or connection.broken
+
+
+class TransactionManager:
+    """Serializes a store's use of its connection, replacing it when it is lost."""
+
+    def __init__(
+        self,
+        connection: Connection,
+        connect: Callable[[], Connection],
+        consensus: Any,
+        retry: RetryPolicy,
+    ) -> None:
+        self._connect = connect
+        self.connection: Connection | None = connection
+        self.consensus = consensus
+        self.retry = retry
+        self.faults: FaultPlan | None = None
+        self.lock = threading.RLock()
+        self.closed = False
+        self._active: Transaction | None = None
+        self._depth = 0
+        self._random = random.Random()
+
+    def live(self) -> Connection:
+        """The connection, reconnected first when the last one was lost."""
+        if self.closed:
+            raise PersistenceFailedError("open", "the store is closed", {"stage": "closed"})
+        connection = self.connection
+        if _is_lost(connection):
+            if connection is not None:
+                connection.close()
+            self.connection = None
+            self.connection = connection = self._connect()
+        assert connection is not None
+        return connection
+
+    # -- writes ---------------------------------------------------------------
+
+    def write(self, method: str, body: Callable[[Transaction], T]) -> T:
+        """Run ``body`` in one write transaction; replay transient failures."""
+        with self.lock:
+            if self._active is not None:
+                return self._nested(method, body)
+            policy = self.retry
+            started = time.monotonic()
+            attempt = 0
+            while True:
+                attempt += 1
+                error: RunStoreError
+                sent = [False]
+                try:
+                    return self._attempt(body, sent)
+                except RollbackAndReturn as rolled_back:
+                    return rolled_back.value  # type: ignore[no-any-return]
+                except _CLASSIFIED as failure:
+                    lost = _is_lost(self.connection)
+                    if lost and sent[0]:
+                        error = classify(method, failure)
+                        error.cause["outcome"] = "unknown"
+                    elif not is_transient(failure, connection_lost=lost):
+                        error = classify(method, failure)
+                    else:
+                        delay = self._delay(policy, attempt)
+                        elapsed_ms = (time.monotonic() - started) * 1000
+                        if (
+                            attempt >= policy.max_attempts
+                            or elapsed_ms + delay * 1000 > policy.budget_ms
+                        ):
+                            error = classify(method, failure)
+                            error.cause["attempts"] = attempt
+                        else:
+                            time.sleep(delay)
+                            continue
+                # Raised here, outside the handler, so the chain ends at ``error``.
+                raise error
+
+    def _delay(self, policy: RetryPolicy, attempt: int) -> float:
+        ceiling = min(policy.max_delay_ms, policy.base_delay_ms * (2 ** min(attempt, 30)))
+        return self._random.uniform(0, ceiling) / 1000
+
+    def _attempt(self, body: Callable[[Transaction], T], sent: list[bool]) -> T:
+        connection = self.live()
+        armed: ArmedFault | None = None
+        if self.faults is not None:
+            armed = self.faults._take()
+        consensus = self.consensus
+        if armed is not None:
+            if armed.fault.point == "statement":
+                connection.statement_hook = armed.before_statement
+            elif armed.fault.point == "strategy":
+                consensus = FaultyConsensus(consensus, armed)
+        tx = Transaction(connection, consensus)
+        try:
+            _raw(connection, "BEGIN ISOLATION LEVEL READ COMMITTED")
+            self._active = tx
+            result = body(tx)
+            if armed is not None:
+                armed.before_commit()
+            if connection.info.transaction_status == _FAILED:
+                # A statement failed and the body went on: PostgreSQL would
+                # turn this COMMIT into a silent ROLLBACK.
+                raise PersistenceFailedError(
+                    "commit",
+                    "the transaction was aborted by an earlier error",
+                    {"stage": "aborted-transaction"},
+                )
+            sent[0] = True
+            _raw(connection, "COMMIT")
+        except BaseException:
+            self._active = None
+            connection.statement_hook = None
+            if armed is not None:
+                armed.finish()
+            try:
+                self._end(connection)
+            finally:
+                _run_callbacks(list(reversed(tx._rollback)))
+            raise
+        self._active = None
+        connection.statement_hook = None
+        if armed is not None:
+            armed.finish()
+        _run_callbacks(tx._commit)
+        return result
+
+    def _end(self, connection: Connection) -> None:
+        """Roll back whatever is open; a lost connection has nothing to end."""
+        if _is_lost(connection) or connection.info.transaction_status == _IDLE:
+            return
+        try:
+            _raw(connection, "ROLLBACK")
+        except psycopg.Error:
+            # The connection broke while rolling back: the server ends the
+            # transaction with the session; the next operation reconnects.
+            connection.close()
+
+    def _nested(self, method: str, body: Callable[[Transaction], T]) -> T:
+        outer = self._active
+        assert outer is not None
+        self._depth += 1
+        name = f"runstore_{self._depth}"
+        connection = outer._connection
+        inner = Transaction(connection, outer.consensus)
+        _raw(connection, f"SAVEPOINT {name}")
+        self._active = inner
+        try:
+            result = body(inner)
+        except BaseException as failure:
+            try:
+                if not _is_lost(connection):
+                    _raw(connection, f"ROLLBACK TO {name}")
+                    _raw(connection, f"RELEASE {name}")
+            finally:
+                self._active = outer
+                self._depth -= 1
+                _run_callbacks(list(reversed(inner._rollback)))
+            if isinstance(failure, RollbackAndReturn):
+                return failure.value  # type: ignore[no-any-return]
+            # A transient failure must reach the outermost write, which retries.
+            if isinstance(failure, _CLASSIFIED) and not is_transient(
+                failure, connection_lost=_is_lost(connection)
+            ):
+                error = classify(method, failure)
+            else:
+                raise
+        else:
+            _raw(connection, f"RELEASE {name}")
+            self._active = outer
+            self._depth -= 1
+            outer._commit.extend(inner._commit)
+            outer._rollback.extend(inner._rollback)
+            return result
+        raise error
+
+    # -- reads ----------------------------------------------------------------
+
+    def read(self, method: str, body: Callable[[Connection], T]) -> T:
+        """Run ``body`` on the connection outside any write transaction (each
+        statement its own snapshot). Inside a write on the same thread it sees
+        that transaction's changes."""
+        with self.lock:
+            if self._active is not None:
+                return body(self._active._connection)
+            policy = self.retry
+            started = time.monotonic()
+            attempt = 0
+            while True:
+                attempt += 1
+                error: RunStoreError
+                try:
+                    return body(self.live())
+                except _CLASSIFIED as failure:
+                    lost = _is_lost(self.connection)
+                    delay = self._delay(policy, attempt)
+                    elapsed_ms = (time.monotonic() - started) * 1000
+                    if (
+                        is_transient(failure, connection_lost=lost)
+                        and attempt < policy.max_attempts
+                        and elapsed_ms + delay * 1000 <= policy.budget_ms
+                    ):
+                        time.sleep(delay)
+                        continue
+                    error = classify(method, failure)
+                raise error
+
+    def snapshot(self, method: str, body: Callable[[Transaction], T]) -> T:
+        """Run a multi-statement read in one ``REPEATABLE READ READ ONLY``
+        transaction (one snapshot). Takes no faults and changes nothing."""
+
+        def run(connection: Connection) -> T:
+            if self._active is not None:
+                return body(self._active)
+            tx = Transaction(connection, self.consensus)
+            _raw(connection, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            self._active = tx
+            try:
+                return body(tx)
+            finally:
+                self._active = None
+                self._end(connection)
+                _run_callbacks(list(reversed(tx._rollback)))
+
+        return self.read(method, run)
+
+    # -- lifetime ---------------------------------------------------------------
+
+    def interrupt(self) -> None:
+        """Cancel the statement running right now, from any thread (no lock:
+        the call it cancels holds it). An idle connection is unaffected."""
+        connection = self.connection
+        if self.closed or connection is None or connection.closed:
+            return
+        try:
+            connection.cancel_safe(timeout=5.0)
+        except psycopg.Error:
+            return  # the server could not be asked; nothing is running there
+
+    def close(self) -> None:
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            connection, self.connection = self.connection, None
+            if connection is not None:
+                connection.close()
