@@ -67,6 +67,8 @@ MAX_UNKNOWN: Final = 24
 MAX_STEPS: Final = 5_000_000
 #: Sub-history checks the shrinker may spend on one violation.
 MAX_SHRINK_CHECKS: Final = 2000
+#: Seconds the shrinker may spend on one violation (then its best so far is kept).
+MAX_SHRINK_SECONDS: Final = 30.0
 
 _READS: Final = frozenset({"get", "lineage", "latest_round", "ownership_facts", FINAL_STATE})
 
@@ -388,6 +390,7 @@ def shrink(
     culprits: Sequence[tuple[Operation, Result, Sequence[Operation]]] = (),
     max_steps: int = MAX_STEPS,
     max_checks: int = MAX_SHRINK_CHECKS,
+    max_seconds: float = MAX_SHRINK_SECONDS,
 ) -> tuple[Operation, ...]:
     """A small sub-history of ``ops`` (a violation) that is still a violation.
 
@@ -403,13 +406,16 @@ def shrink(
     same disagreement, with less around it. The shortest such prefix (by
     invocation) is taken first, then chunks and single operations are
     dropped. With no culprit that works, any violating sub-history is
-    accepted.
+    accepted. Past ``max_checks`` searches or ``max_seconds`` the smallest
+    sub-history found so far is returned (still a violation, maybe not
+    minimal).
     """
     spec = Spec()
     budget = [max_checks]
+    deadline = time.perf_counter() + max_seconds
 
     def verdict(candidate: Sequence[Operation]) -> Verdict | None:
-        if budget[0] <= 0:
+        if budget[0] <= 0 or time.perf_counter() > deadline:
             return None
         budget[0] -= 1
         return _search(candidate, start, spec, max_steps=max_steps).result

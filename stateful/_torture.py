@@ -169,13 +169,23 @@ def load_store_factory(spec: str) -> Callable[[Clock, str], Any]:
 
 
 def open_target(target: str, clock: Clock, store: str | None = None) -> Any:
-    """Open the store under torture on ``target`` with ``clock``."""
+    """Open the store under torture on ``target`` with ``clock``.
+
+    A URL goes to ``runstore.open`` as it is (which opens what this version
+    can); a refusal of the target becomes a ``TortureError``.
+    """
     if store is not None:
         return load_store_factory(store)(clock, target)
     if _is_url(target):
+        try:
+            return runstore.open(target, clock=clock)
+        except runstore.InvalidRunError as error:
+            if error.cause.get("field") != "target":
+                raise
+        scheme = target.split("://", 1)[0]
         raise TortureError(
-            f"{target.split('://', 1)[0]}:// targets need the PostgreSQL store, which this "
-            "version's runstore.open does not accept yet; give a SQLite file path"
+            f"{scheme}:// targets need the PostgreSQL store, which this version's "
+            "runstore.open does not open yet; give a SQLite file path"
         )
     # Process kills, not power loss, are the faults here: WAL with
     # synchronous=NORMAL keeps every commit through a SIGKILL and spares an
@@ -356,7 +366,9 @@ def run_torture(config: TortureConfig) -> TortureResult:
     _say(
         config,
         f"torture: {config.workers} workers, {config.seconds:g} s on {config.db}, "
-        f"{config.runs} live runs, speed {config.speed:g}x, seed {seed}",
+        f"{config.runs} live run{'' if config.runs == 1 else 's'}, "
+        f"{config.threads} owner{'' if config.threads == 1 else 's'} per worker, "
+        f"speed {config.speed:g}x, seed {seed}",
     )
 
     def spawn(index: int, incarnation: int) -> _Process:

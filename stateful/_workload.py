@@ -117,10 +117,11 @@ class Worker:
         return LivenessEvidence(owner, now, "cross-host-unreachable-stale")
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """Call the store; a ``RunStoreError`` is returned, not raised."""
+        """Call the store; an exception is returned, not raised (the recorder
+        has written it down; a store that crashes is reported, not obeyed)."""
         try:
             return getattr(self.store, method)(*args, **kwargs)
-        except RunStoreError as error:
+        except Exception as error:
             return error
 
     # -- one step --
@@ -140,9 +141,8 @@ class Worker:
         n = rng.choice(mine) if mine and rng.random() < 0.5 else rng.choice(window)
         run_id = self.run_id(n)
         row = self.call("get", run_id)
-        if isinstance(row, RunStoreError):
-            if row.code == "not_found_row":
-                self.create(n)
+        if isinstance(row, RunStoreError) and row.code == "not_found_row":
+            self.create(n)
             return
         if not isinstance(row, RunRow):
             return
