@@ -78,6 +78,7 @@ from ._values import RunStatus as RunStatus
 from ._values import StoreState as StoreState
 from ._values import TerminalStatus as TerminalStatus
 from ._values import TransitionGuard as TransitionGuard
+from ._version import __version__ as __version__
 from .sqlite import SqliteRunStore as SqliteRunStore
 
 __all__ = [

@@ -27,6 +27,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from runstore._version import __version__
+
 _EXTRA_MISSING = (
     "runstore {command}: this command needs the conformance extra "
     "(Hypothesis and pytest); install it with: pip install 'runstore[conformance]'\n"
@@ -37,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="runstore", description="Durable runs under fenced ownership."
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     fuzz = commands.add_parser(
