@@ -23,6 +23,7 @@ two apart by the factory's signature (no parameters: a strategy).
 from __future__ import annotations
 
 import inspect
+import os
 import random
 import sys
 import time
@@ -41,6 +42,7 @@ from ._attempt_machine import attempt_comparison_for, builds_sqlite_stores
 from ._consensus_machine import consensus_comparison_for
 from ._machine import comparison_for
 from ._observe import CampaignOver, Failure, Observer, observing
+from ._profiles import load_profile
 from ._regression import is_suite_defect, suite_defect_invariant, write_regression
 from ._targets import (
     BUILTIN_TARGETS,
@@ -63,6 +65,9 @@ SHRINK_RESERVE = 0.15
 def resolve_target(name: str) -> Target:
     """A built-in target by name, or ``MODULE:FACTORY`` (kind by signature)."""
     if name in BUILTIN_TARGETS:
+        from ._targets import check_available
+
+        check_available(BUILTIN_TARGETS[name])  # a PostgreSQL target needs a server
         return BUILTIN_TARGETS[name]
     if ":" not in name:
         known = ", ".join(sorted(BUILTIN_TARGETS))
@@ -397,7 +402,14 @@ def run_campaign(
 
 
 def main_fuzz(args: Any, stream: TextIO | None = None) -> int:
-    """``runstore fuzz`` with parsed arguments."""
+    """``runstore fuzz`` with parsed arguments. ``HYPOTHESIS_PROFILE`` (``ci``,
+    ``dev``, ``deep``), when set, is loaded first: its settings (``deep``'s
+    100 steps per example, say) apply to every batch, under the campaign's own
+    budget, database and seeds."""
+    profile = os.environ.get("HYPOTHESIS_PROFILE")
+    if profile:
+        load_profile(profile)
+        (sys.stdout if stream is None else stream).write(f"fuzz: Hypothesis profile {profile}\n")
     overrides = capability_overrides(
         getattr(args, "capabilities", None), no_reopen=getattr(args, "no_reopen", False)
     )

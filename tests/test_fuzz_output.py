@@ -254,3 +254,33 @@ def test_a_suite_defect_is_labelled_as_one_and_its_file_replays_the_reference(
     again = replay(planted)
     assert again.returncode == 1
     assert "ReferenceInvariantViolation" in again.stdout
+
+
+def test_fuzz_loads_the_hypothesis_profile_named_in_the_environment(tmp_path: Path):
+    """``HYPOTHESIS_PROFILE=deep runstore fuzz`` runs its batches under the
+    ``deep`` profile (100 steps per example), and says so."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["HYPOTHESIS_PROFILE"] = "deep"
+    code = (
+        "import sys\n"
+        "from hypothesis import settings\n"
+        "from runstore.cli import main\n"
+        "status = main(sys.argv[1:])\n"
+        "print('steps per example:', settings.default.stateful_step_count)\n"
+        "sys.exit(status)\n"
+    )
+    arguments = ["fuzz", "--store", "tests.test_fuzz_output:declared_store", "--examples", "2"]
+    arguments += ["--seed", "1", "--db", str(tmp_path / "db"), "--out", str(tmp_path / "out")]
+    done = subprocess.run(
+        [sys.executable, "-c", code, *arguments],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "fuzz: Hypothesis profile deep" in done.stdout
+    assert "steps per example: 100" in done.stdout
