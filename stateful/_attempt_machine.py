@@ -935,11 +935,11 @@ def attempt_comparison_for(
 
 
 def builds_sqlite_stores(store_factory: StoreFactory) -> bool:
-    """Whether ``store_factory`` builds SQLite adapter stores (the stores an
-    ``AttemptStore`` can be built over): one store is built in a scratch
-    directory, looked at and closed. A factory that fails here answers
-    ``False``; the run-store machine reports its failure."""
-    from runstore.sqlite import SqliteRunStore
+    """Whether ``store_factory`` builds SQL adapter stores, SQLite or
+    PostgreSQL (the stores an ``AttemptStore`` can be built over): one store
+    is built in a scratch directory, looked at and closed. A factory that
+    fails here answers ``False``; the run-store machine reports its failure."""
+    from runstore._sql._store import SqlRunStore
 
     folder = Path(tempfile.mkdtemp(prefix="runstore-probe-"))
     try:
@@ -948,7 +948,7 @@ def builds_sqlite_stores(store_factory: StoreFactory) -> bool:
         except Exception:
             return False
         try:
-            return isinstance(store, SqliteRunStore)
+            return isinstance(store, SqlRunStore)
         finally:
             close = getattr(store, "close", None)
             if callable(close):

@@ -390,3 +390,8 @@ def postgres_store_factory(
 
     factory.__qualname__ = "postgres_store_factory"
     return factory
+
+
+#: The ``postgres-sql`` target's factory (``SqlConsensus``), by name for
+#: regression files: ``from runstore.stateful._postgres import postgres_sql_store``.
+postgres_sql_store = postgres_store_factory()

@@ -82,12 +82,16 @@ def sqlite_raw_write_state(store: Any, run_id: str, text: str) -> bool:
 
     def body(tx: Any) -> bool:
         connection = tx.connection
+        mark = "$" if getattr(tx, "dialect", "sqlite") == "postgresql" else "?"
         found = connection.execute(
-            "UPDATE flows_run_state SET state_json = ?2 WHERE run_id = ?1", (run_id, text)
+            f"UPDATE flows_run_state SET state_json = {mark}2 WHERE run_id = {mark}1",
+            (run_id, text),
         ).rowcount
         if not found:
             return False
-        connection.execute("UPDATE flows_runs SET status = status WHERE run_id = ?1", (run_id,))
+        connection.execute(
+            f"UPDATE flows_runs SET status = status WHERE run_id = {mark}1", (run_id,)
+        )
         return True
 
     return bool(store._write("raw_write_state", body))
@@ -133,6 +137,12 @@ def _local() -> Any:
     return LocalConsensus()
 
 
+def _postgres_sql_store(clock: ManualClock, path: Path) -> Any:
+    from ._postgres import postgres_sql_store
+
+    return postgres_sql_store(clock, path)
+
+
 def _model_store(clock: ManualClock, _path: Path) -> Any:
     from runstore.model import ModelRunStore
 
@@ -164,7 +174,29 @@ BUILTIN_TARGETS: dict[str, Target] = {
         kind="builtin",
     ),
     "model": Target("model", _model_store, Capabilities(reopen=False), None, kind="builtin"),
+    # A fresh database per example on RUNSTORE_TEST_POSTGRES or a throwaway
+    # cluster (runstore.stateful._postgres); a crash ends every connection.
+    "postgres-sql": Target(
+        "postgres-sql",
+        _postgres_sql_store,
+        Capabilities(reopen=True, fault_injection=True),
+        None,
+        spec="runstore.stateful._postgres:postgres_sql_store",
+        kind="builtin",
+    ),
 }
+
+
+def check_available(target: Target) -> None:
+    """Raise ``ValueError`` saying why ``target`` cannot run here (a
+    PostgreSQL target without a server), else do nothing."""
+    if target.name == "postgres-sql":
+        from ._postgres import Unavailable, server
+
+        try:
+            server()
+        except Unavailable as why:
+            raise ValueError(f"target postgres-sql needs a PostgreSQL server: {why}") from None
 
 
 def load_factory(spec: str) -> Any:

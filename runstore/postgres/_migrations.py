@@ -47,9 +47,15 @@ _MAX = str(MAX_SAFE_INTEGER)
 _ID = 'TEXT COLLATE "C"'
 
 
+# A CHECK passes when its condition is NULL, so every test of a column says
+# IS NOT NULL itself: inside an OR (the ownership and claim CHECKs) a bare
+# ``length(owner_host_id) > 0`` would let a NULL owner through. SQLite's
+# ``typeof`` tests are never NULL.
+
+
 def _int(column: str) -> str:
-    """CHECK text: a non-negative safe integer."""
-    return f"({column} BETWEEN 0 AND {_MAX})"
+    """CHECK text: a non-negative safe integer (never NULL)."""
+    return f"({column} IS NOT NULL AND {column} BETWEEN 0 AND {_MAX})"
 
 
 def _opt_int(column: str) -> str:
@@ -57,7 +63,8 @@ def _opt_int(column: str) -> str:
 
 
 def _text(column: str) -> str:
-    return f"(length({column}) > 0)"
+    """CHECK text: non-empty text (never NULL)."""
+    return f"({column} IS NOT NULL AND length({column}) > 0)"
 
 
 def _opt_text(column: str) -> str:

@@ -44,14 +44,54 @@ MINIMUM_POSTGRES: Final = 15
 SCHEMES: Final = ("postgresql", "postgres")
 _MAX_IDENTIFIER_BYTES: Final = 63
 
-_CONNECT_REASONS: Final = {
-    "28P01": "authentication failed",
-    "28000": "authorization failed",
-    "3D000": "the database does not exist",
-    "42501": "permission denied",
-    "53300": "too many connections",
-    "57P03": "the server is starting up or shutting down",
+#: Why a connection failed, by SQLSTATE when the server sent one, else by a
+#: phrase of libpq's message (the message itself is never passed on: it
+#: names hosts, users and databases, and runstore's errors carry codes).
+_CONNECT_STATES: Final = {
+    "28P01": "authentication-failed",
+    "28000": "authentication-failed",
+    "3D000": "database-missing",
+    "42501": "permission-denied",
+    "53300": "too-many-connections",
+    "57P03": "server-starting-or-stopping",
 }
+_CONNECT_PHRASES: Final = (
+    ("password authentication failed", "authentication-failed"),
+    ("authentication failed", "authentication-failed"),
+    ("no password supplied", "authentication-failed"),
+    ("does not exist", "database-missing"),
+    ("permission denied", "permission-denied"),
+    ("too many clients", "too-many-connections"),
+    ("the database system is", "server-starting-or-stopping"),
+    ("timeout expired", "timeout"),
+    ("could not translate host name", "host-unknown"),
+    ("connection refused", "unreachable"),
+    ("no such file or directory", "unreachable"),
+    ("ssl", "ssl"),
+)
+_CONNECT_TEXTS: Final = {
+    "authentication-failed": "authentication failed",
+    "database-missing": "the database (or role) does not exist",
+    "permission-denied": "permission denied",
+    "too-many-connections": "the server has too many connections",
+    "server-starting-or-stopping": "the server is starting up or shutting down",
+    "timeout": "the connection timed out",
+    "host-unknown": "the host name is unknown",
+    "unreachable": "the server could not be reached",
+    "ssl": "the SSL negotiation failed",
+    "unknown": "the server refused or could not be reached",
+}
+
+
+def _connect_reason(error: BaseException) -> str:
+    state = sqlstate(error)
+    if state in _CONNECT_STATES:
+        return _CONNECT_STATES[state]
+    text = str(error).lower()
+    for phrase, reason in _CONNECT_PHRASES:
+        if phrase in text:
+            return reason
+    return "unknown"
 
 
 def is_url(target: object) -> bool:
@@ -146,6 +186,10 @@ def open(
             "LocalConsensus keeps its leases in one process and cannot arbitrate a "
             "PostgreSQL store; use SqlConsensus (the default)",
         )
+    try:
+        urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query)
+    except ValueError:
+        raise _refuse("url", "is not a valid PostgreSQL connection URL") from None
     libpq_url, in_url = _split_schema(url)
     if schema is not None and in_url is not None and schema != in_url:
         raise _refuse("schema", "differs between the keyword and the URL")
@@ -183,6 +227,7 @@ def open(
 
 
 def _parses(url: str) -> bool:
+    """Whether libpq reads ``url`` (its error would quote the URL: not passed on)."""
     try:
         psycopg.conninfo.conninfo_to_dict(url)
     except psycopg.Error:
@@ -195,12 +240,16 @@ def _first_connection(connect: Any) -> Connection:
     try:
         connection: Connection = connect()
     except psycopg.Error as error:
-        state = sqlstate(error)
+        reason = _connect_reason(error)
         failure = PersistenceFailedError(
             "open",
-            "could not connect to the PostgreSQL server: "
-            + _CONNECT_REASONS.get(state or "", "the server refused or could not be reached"),
-            {"stage": "connect", "sqlstate": state, "error": type(error).__name__},
+            f"could not connect to the PostgreSQL server: {_CONNECT_TEXTS[reason]}",
+            {
+                "stage": "connect",
+                "reason": reason,
+                "sqlstate": sqlstate(error),
+                "error": type(error).__name__,
+            },
         )
     if failure is not None:
         # Raised outside the handler: no chain leads to libpq's message.
