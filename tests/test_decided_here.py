@@ -35,8 +35,16 @@ from runstore import (
     Transitioned,
     Updated,
 )
-from runstore.consensus import ConsensusError, FenceLostError, LocalConsensus, Lost, Rejected
+from runstore.consensus import (
+    ConsensusError,
+    FenceLostError,
+    LocalConsensus,
+    Lost,
+    Rejected,
+    SqlConsensus,
+)
 
+from . import _postgres
 from ._golden import (
     OWNER_A,
     OWNER_B,
@@ -280,7 +288,7 @@ def _model_takes_a_strategy() -> bool:
 Injectable = Callable[..., tuple[RunStore, _Disagreeing]]
 
 
-@pytest.fixture(params=["sqlite", "model"])
+@pytest.fixture(params=["sqlite", "postgres-sql", "model"])
 def injectable(
     request: pytest.FixtureRequest, clock: ManualClock, tmp_path: Path
 ) -> Iterator[Injectable]:
@@ -303,6 +311,10 @@ def injectable(
                 )
             except NotImplementedError:
                 pytest.skip("the SQLite adapter cannot be opened yet")
+        elif kind == "postgres-sql":
+            # The leases in the database, rolled back with the transaction.
+            double = _Disagreeing(SqlConsensus(), overrides)
+            store = _postgres.open_store(clock, double)
         else:
             from runstore.model import ModelConsensus, ModelRunStore
 

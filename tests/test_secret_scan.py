@@ -1,11 +1,13 @@
 """A credential handed to a run reaches exactly two columns, and nothing else.
 
 Upstream's fault case 22: a secret placed in run state and in an attempt
-outcome must appear, scanning every column of every table of the SQLite file,
-only in the run-state column (``flows_runs.state_json``, or the side table
-that holds run state once it moved out of the hot row) and in
+outcome must appear, scanning every column of every table of the SQLite file
+(or of the PostgreSQL schema, and the server's view of every session's last
+statement), only in the run-state column (``flows_runs.state_json``, or the
+side table that holds run state once it moved out of the hot row) and in
 ``flows_attempts.outcome_json``; and in no error message, exception chain,
-repr or log record, also when operations fail on input that contains it.
+repr or log record, also when operations fail on input that contains it
+(PostgreSQL's own errors quote failing rows: none of that may pass through).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from runstore.attempts import (
     FinishAttempt,
 )
 
+from . import _postgres
 from .test_attempts_pairs import PAIRINGS, make_env
 
 SECRET = "sk-live-5f0c2a9e7b1d4c3a8e6f0b2d4a6c8e1f"
@@ -251,4 +254,74 @@ def test_failures_on_secret_input_never_show_it(
         _check_reprs(env.runs, env.attempts)
     finally:
         env.runs.close()
+    assert SECRET not in caplog.text
+
+
+def _postgres_scan(url: str) -> dict[tuple[str, str], int]:
+    """(table, column) -> number of values holding the secret, over every
+    column of every table of the schema, read as text."""
+    import psycopg
+    from psycopg import sql
+
+    hits: dict[tuple[str, str], int] = {}
+    with psycopg.connect(url) as connection:
+        columns = connection.execute(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE table_schema = 'public' ORDER BY 1, 2"
+        ).fetchall()
+        assert ("flows_attempts", "outcome_json") in columns
+        for table, column in columns:
+            query = sql.SQL("SELECT count(*) FROM {} WHERE {}::text LIKE %s").format(
+                sql.Identifier(table), sql.Identifier(column)
+            )
+            (count,) = connection.execute(query, (f"%{SECRET}%",)).fetchone()
+            if count:
+                hits[(table, column)] = count
+        statements = connection.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE %s", (f"%{SECRET}%",)
+        ).fetchone()
+        assert statements == (0,), "a session's statement text holds the secret"
+    return hits
+
+
+def test_on_postgres_the_secret_is_stored_only_in_run_state_and_attempt_outcome(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The same scan over a PostgreSQL schema, with failures PostgreSQL itself
+    describes by quoting the failing row (a CHECK violation) and a missing table."""
+    import runstore.postgres
+
+    caplog.set_level(logging.DEBUG)
+    url = _postgres.database_url()
+    with runstore.postgres.open(url, clock=ManualClock(0)) as runs:
+        attempts = AttemptStore(runs)
+        _use_and_misuse(runs, attempts)
+        raw = runs._connection
+        # PostgreSQL's message for this one reads "Failing row contains (...
+        # the outcome ...)": only the SQLSTATE and the constraint's name may pass.
+        raw.execute("ALTER TABLE flows_attempts ADD CONSTRAINT refuse_fifth CHECK (attempt <> 5)")
+        error = _fails_cleanly(
+            lambda: attempts.put(
+                Attempt(RUN, "step", 5, "running", 0, outcome={"apiKey": SECRET}, meta={}), OWNER
+            ),
+            "constraint",
+        )
+        assert error.cause["database_code"] == "constraint"
+        raw.execute("ALTER TABLE flows_attempts DROP CONSTRAINT refuse_fifth")
+        raw.execute("ALTER TABLE flows_attempts RENAME TO flows_attempts_away")
+        _fails_cleanly(
+            lambda: attempts.patch(
+                AttemptId(RUN, "step", 2), AttemptPatch(outcome={"apiKey": SECRET}), OWNER
+            ),
+            "persistence_failed",
+        )
+        raw.execute("ALTER TABLE flows_attempts_away RENAME TO flows_attempts")
+        _check_reprs(runs, attempts)
+        attempts.check_invariants()
+        runs.check_invariants()
+    hits = _postgres_scan(url)
+    assert hits == {("flows_run_state", "state_json"): 1, ("flows_attempts", "outcome_json"): 1}
+    for record in caplog.records:
+        assert SECRET not in record.getMessage()
+        assert SECRET not in repr(record.args)
     assert SECRET not in caplog.text

@@ -1,0 +1,32 @@
+"""``run_conformance`` on PostgreSQL stores: the run-store machine and the
+attempt machine against the reference, with crashes (every connection to the
+database ended, then the store reopened) and the fault seam.
+
+Each example gets a fresh database. The PostgreSQL examples are fewer than the
+loaded profile's (at most ``EXAMPLES``): every one of them pays for a database
+and a round trip per statement, and the SQLite runs cover the profile's full
+count of the same machines.
+"""
+
+from __future__ import annotations
+
+from hypothesis import settings
+
+from runstore.stateful import Capabilities, run_conformance
+from runstore.stateful._postgres import postgres_store_factory
+
+from . import _postgres
+
+EXAMPLES = 40
+
+
+def test_postgres_store_conforms() -> None:
+    """PostgresRunStore over SqlConsensus matches ModelRunStore step by step,
+    and with AttemptStore rules interleaved matches ModelAttemptStore."""
+    _postgres.require_server()
+    current = settings()
+    run_conformance(
+        store_factory=postgres_store_factory(),
+        capabilities=Capabilities(reopen=True, fault_injection=True),
+        settings=settings(current, max_examples=min(current.max_examples, EXAMPLES)),
+    )
