@@ -86,19 +86,19 @@ def test_pragmas_follow_the_contract(
 
 
 @pytest.mark.parametrize(
-    ("arguments", "field"),
+    ("path", "options", "field"),
     [
-        ({"path": 42}, "path"),
-        ({"path": ""}, "path"),
-        ({"path": "a\x00b"}, "path"),
-        ({"path": ":memory:", "durability": "off"}, "durability"),
-        ({"path": ":memory:", "durability": "FULL"}, "durability"),
+        (42, {}, "path"),
+        ("", {}, "path"),
+        ("a\x00b", {}, "path"),
+        (":memory:", {"durability": "off"}, "durability"),
+        (":memory:", {"durability": "FULL"}, "durability"),
     ],
 )
-def test_bad_arguments_are_invalid_run(arguments: dict[str, Any], field: str) -> None:
+def test_bad_arguments_are_invalid_run(path: Any, options: dict[str, Any], field: str) -> None:
     """open refuses what it cannot use before touching any file."""
     with pytest.raises(RunStoreError) as caught:
-        runstore.open(**arguments)
+        runstore.open(path, **options)
     assert caught.value.code == "invalid_run"
     assert caught.value.cause["field"] == field
 
