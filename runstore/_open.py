@@ -1,24 +1,25 @@
 """``runstore.open(target, ...)``: one entry point for both backends.
 
 A ``postgresql://`` or ``postgres://`` URL opens PostgreSQL
-(``runstore.postgres.open``, which needs the ``postgres`` extra); anything
-else is SQLite's (``runstore.sqlite.open``: a path, or ``":memory:"``), with
-the keyword arguments passed on unchanged.
+(``runstore.postgres.open``, which needs the ``postgres`` extra: without it
+the URL is refused with ``UnsupportedDatabaseError``); anything else is
+SQLite's (``runstore.sqlite.open``: a path, or ``":memory:"``). The keyword
+arguments are passed on unchanged.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, TypeGuard
 
 from ._clock import Clock
-from ._errors import InvalidRunError
+from ._errors import UnsupportedDatabaseError
 from ._sql._store import SqlRunStore
 
 _SCHEMES = ("postgresql", "postgres")
 
 
-def is_postgres_url(target: object) -> bool:
+def is_postgres_url(target: object) -> TypeGuard[str]:
     """Whether ``target`` is a ``postgresql://`` (or ``postgres://``) URL."""
     if type(target) is not str:
         return False
@@ -40,13 +41,16 @@ def open(
     ``runstore.SqliteRunStore`` or a ``runstore.postgres.PostgresRunStore``
     (both ``runstore._sql.SqlRunStore``, whose ``dialect`` says which)."""
     if is_postgres_url(target):
-        raise InvalidRunError(
-            "open",
-            {
-                "field": "target",
-                "detail": "is a PostgreSQL URL, which this version cannot open yet",
-            },
-        )
+        try:
+            from .postgres import open as open_postgres
+        except ImportError:
+            missing = UnsupportedDatabaseError(
+                "PostgreSQL needs the postgres extra: pip install 'runstore[postgres]'",
+                {"stage": "driver"},
+            )
+        else:
+            return open_postgres(target, clock=clock, consensus=consensus, **options)
+        raise missing
     from .sqlite import open as open_sqlite
 
     return open_sqlite(target, clock=clock, consensus=consensus, **options)

@@ -115,8 +115,11 @@ class Cluster:
                 "max_connections": "200",
                 "max_wal_size": "1GB",
                 "checkpoint_timeout": "30min",
+                # PostgreSQL logs an error with its DETAIL, which quotes a
+                # failing row (run state, attempt values): keep it out.
                 "log_min_messages": "warning",
                 "log_min_error_statement": "panic",
+                "log_error_verbosity": "terse",
             }
             self._arguments = [postgres, "-D", str(data)]
             for key, value in settings.items():

@@ -190,7 +190,8 @@ def open(
         urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query)
     except ValueError:
         raise _refuse("url", "is not a valid PostgreSQL connection URL") from None
-    libpq_url, in_url = _split_schema(url)
+    scheme, _, rest = url.partition("://")
+    libpq_url, in_url = _split_schema(f"{scheme.lower()}://{rest}")  # libpq wants lower case
     if schema is not None and in_url is not None and schema != in_url:
         raise _refuse("schema", "differs between the keyword and the URL")
     chosen = None if schema is None and in_url is None else _admit_schema(schema or in_url)
