@@ -342,11 +342,19 @@ def server() -> Server:
 
 def _resolve() -> Server | Unavailable:
     try:
-        import psycopg  # noqa: F401
+        import psycopg
     except ImportError:
         return Unavailable("psycopg is not installed (pip install 'runstore[postgres]')")
     url = os.environ.get(URL_VARIABLE)
     if url:
+        import psycopg
+
+        try:
+            psycopg.connect(url, connect_timeout=10).close()
+        except psycopg.Error as error:
+            # Named by class only: libpq's text may quote the URL.
+            refusal = type(error).__name__
+            return Unavailable(f"{URL_VARIABLE} names a server that refused ({refusal})")
         return Server(url)
     try:
         cluster = Cluster()
