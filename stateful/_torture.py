@@ -31,9 +31,12 @@ outcome, or the search budget): never a silent pass.
 
 Targets (``--db``): a SQLite file path (created if missing; an existing
 database is used as it is, its state taken as the initial state, and the
-runs get a fresh prefix). A ``postgresql://`` URL is refused until the
-PostgreSQL store is part of ``runstore.open``; ``open_target`` is the one
-place that learns it. ``--store MODULE:FACTORY`` tortures a store of one's
+runs get a fresh prefix), or whatever else ``runstore.open`` opens (a
+``postgresql://`` URL: it is opened as it is, and the faults are the same;
+the PostgreSQL-specific ones, such as a server restart, are not built yet).
+A target that cannot be opened is a usage error; a URL's password is never
+printed, and the workers get their settings on stdin, not in argv.
+``--store MODULE:FACTORY`` tortures a store of one's
 own: ``factory(clock, target) -> RunStore``, called in every worker (the zoo's
 concurrency bugs are such factories).
 """
@@ -52,6 +55,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -151,6 +155,25 @@ def _is_url(target: str) -> bool:
     return "://" in target
 
 
+def shown_target(target: str) -> str:
+    """``target`` as it may be printed: a URL without its password (in the
+    user part or as a ``password=`` parameter)."""
+    if not _is_url(target):
+        return target
+    parts = urllib.parse.urlsplit(target)
+    netloc = parts.netloc
+    if parts.password is not None:
+        netloc = f"{parts.username or ''}:***@{netloc.rsplit('@', 1)[-1]}"
+    query = urllib.parse.urlencode(
+        [
+            (key, "***" if key.lower() == "password" else value)
+            for key, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        ],
+        safe="*/%",
+    )
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
 def load_store_factory(spec: str) -> Callable[[Clock, str], Any]:
     """``MODULE:FACTORY`` imported (the current directory is importable)."""
     module_name, _, attribute = spec.partition(":")
@@ -191,14 +214,6 @@ def open_target(target: str, clock: Clock, store: str | None = None) -> Any:
     # synchronous=NORMAL keeps every commit through a SIGKILL and spares an
     # fsync per operation.
     return runstore.open(target, clock=clock, durability="normal")
-
-
-def check_target(target: str, store: str | None) -> None:
-    """Refuse early what ``open_target`` would refuse in every worker."""
-    if store is None and _is_url(target):
-        open_target(target, TortureClock(0, 1.0, 0), None)
-    if store is not None:
-        load_store_factory(store)
 
 
 # -- the worker ---------------------------------------------------------------------
@@ -340,7 +355,6 @@ def final_state_operations(
 
 def run_torture(config: TortureConfig) -> TortureResult:
     """Run one campaign (see the module docstring)."""
-    check_target(config.db, config.store)
     if (
         min(config.workers, config.runs, config.threads) < 1
         or min(config.seconds, config.speed) <= 0
@@ -356,7 +370,13 @@ def run_torture(config: TortureConfig) -> TortureResult:
     for old in history_dir.glob("*.jsonl"):
         old.unlink()
 
-    with contextlib.closing(open_target(config.db, TortureClock(0, 1.0, 0), config.store)) as store:
+    if config.store is not None:
+        load_store_factory(config.store)
+    try:
+        opened = open_target(config.db, TortureClock(0, 1.0, 0), config.store)
+    except runstore.RunStoreError as error:
+        raise TortureError(f"cannot open {shown_target(config.db)}: {error.message}") from None
+    with contextlib.closing(opened) as store:
         initial = store.state()
     prefix = f"t{rng.randrange(16**6):06x}-"
     origin_ns = time.monotonic_ns()
@@ -365,7 +385,7 @@ def run_torture(config: TortureConfig) -> TortureResult:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
     _say(
         config,
-        f"torture: {config.workers} workers, {config.seconds:g} s on {config.db}, "
+        f"torture: {config.workers} workers, {config.seconds:g} s on {shown_target(config.db)}, "
         f"{config.runs} live run{'' if config.runs == 1 else 's'}, "
         f"{config.threads} owner{'' if config.threads == 1 else 's'} per worker, "
         f"speed {config.speed:g}x, seed {seed}",
@@ -388,15 +408,15 @@ def run_torture(config: TortureConfig) -> TortureResult:
             "threads": config.threads,
             "seed": rng.randrange(2**32),
         }
-        command = [
-            sys.executable,
-            "-m",
-            "runstore.stateful._torture",
-            "worker",
-            json.dumps(settings),
-        ]
+        # The settings go through stdin, not argv: a URL may hold a password,
+        # and every local user can read a process's arguments.
+        command = [sys.executable, "-m", "runstore.stateful._torture", "worker"]
         popen = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         spawned.append(popen)
+        assert popen.stdin is not None
+        with contextlib.suppress(BrokenPipeError):
+            popen.stdin.write(json.dumps(settings).encode() + b"\n")
+            popen.stdin.flush()
         if deadline_ns is not None:
             _go(popen, deadline_ns)
         return _Process(index, incarnation, popen)
@@ -530,7 +550,12 @@ def parser() -> argparse.ArgumentParser:
         description="Worker processes race on one database with kills and stops; the recorded "
         "history and the final state are checked for linearizability against the model.",
     )
-    parser.add_argument("--db", required=True, metavar="TARGET", help="a SQLite file path")
+    parser.add_argument(
+        "--db",
+        required=True,
+        metavar="TARGET",
+        help="a SQLite file path, or a PostgreSQL URL if runstore.open opens it",
+    )
     parser.add_argument("--workers", type=int, default=3, help="worker processes (default 3)")
     parser.add_argument("--seconds", type=float, default=10.0, help="time budget (default 10)")
     parser.add_argument(
@@ -584,8 +609,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """``runstore torture ...``; returns the exit status."""
     arguments = list(sys.argv[1:] if argv is None else argv)
-    if arguments[:1] == ["worker"] and len(arguments) == 2:
-        return worker_main(json.loads(arguments[1]))
+    if arguments == ["worker"]:
+        return worker_main(json.loads(sys.stdin.readline()))
     args = parser().parse_args(arguments)
     config = TortureConfig(
         db=args.db,

@@ -75,16 +75,16 @@ def test_faults_leave_pending_calls_and_the_history_still_checks(tmp_path):
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (
-            ["--db", "postgresql://localhost/runs"],
-            "postgresql:// targets need the PostgreSQL store",
-        ),
+        (["--db", "postgresql://127.0.0.1:1/nowhere"], "runstore torture: "),
+        (["--db", "no/such/folder/db"], "cannot open no/such/folder/db: persistence_failed"),
         (["--db", "x.db", "--store", "no_such_module:factory"], "cannot load the store factory"),
         (["--db", "x.db", "--skew-ms", "20000"], "--skew-ms must be within"),
     ],
 )
 def test_unusable_targets_and_options_exit_2_with_a_message(tmp_path, arguments, message):
-    """Refused before any worker starts."""
+    """Refused before any worker starts: a target that cannot be opened (a
+    PostgreSQL server that is not there, or a version that cannot open URLs),
+    a factory that cannot be imported, a skew past the allowance."""
     done = subprocess.run(
         [sys.executable, "-m", "runstore.cli", "torture", *arguments],
         capture_output=True,
@@ -95,3 +95,14 @@ def test_unusable_targets_and_options_exit_2_with_a_message(tmp_path, arguments,
     )
     assert done.returncode == 2
     assert message in done.stderr
+
+
+def test_a_url_is_printed_without_its_password():
+    """Progress lines and errors show the target with any password masked."""
+    from runstore.stateful._torture import shown_target
+
+    assert shown_target("postgresql://u:pw@db:5432/runs") == "postgresql://u:***@db:5432/runs"
+    assert shown_target("postgresql://u@db/runs?password=pw&sslmode=require") == (
+        "postgresql://u@db/runs?password=***&sslmode=require"
+    )
+    assert shown_target("/tmp/runs.db") == "/tmp/runs.db"
