@@ -29,8 +29,8 @@ last call has an ``invoke`` line and no ``return``, and is read back as
 *pending* (it may or may not have taken effect). A call that raised
 ``persistence_failed`` is recorded as having an unknown outcome too: the error
 says it rolled back, but a store losing its connection during ``COMMIT``
-cannot know. ``KeyboardInterrupt`` and other ``BaseException``\\ s leave the
-call pending.
+cannot know. ``KeyboardInterrupt`` and other exceptions outside ``Exception``
+leave the call pending.
 
 History files are created with mode 0600: they hold run state exactly as the
 store holds it (the checker needs it to compare reads), so they deserve the
