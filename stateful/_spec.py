@@ -127,12 +127,18 @@ class ReplayClock:
 
 
 class StateKey:
-    """A hashable summary of a ``ModelState``, hash computed once."""
+    """A hashable summary of a ``ModelState``, hash computed once.
 
-    __slots__ = ("_hash", "parts")
+    The fact streams enter the hash by digest only; two keys whose hashes and
+    parts agree are also compared stream by stream, so a digest collision can
+    never merge two different states.
+    """
 
-    def __init__(self, parts: tuple[Any, ...]) -> None:
+    __slots__ = ("_hash", "parts", "streams")
+
+    def __init__(self, parts: tuple[Any, ...], streams: tuple[tuple[Any, ...], ...]) -> None:
         self.parts = parts
+        self.streams = streams
         self._hash = hash(parts)
 
     def __hash__(self) -> int:
@@ -140,7 +146,13 @@ class StateKey:
 
     def __eq__(self, other: object) -> bool:
         return (
-            isinstance(other, StateKey) and self._hash == other._hash and self.parts == other.parts
+            isinstance(other, StateKey)
+            and self._hash == other._hash
+            and self.parts == other.parts
+            and all(
+                mine is theirs or mine == theirs
+                for mine, theirs in zip(self.streams, other.streams, strict=True)
+            )
         )
 
 
@@ -172,9 +184,11 @@ def make_node(state: ModelState, parent: Node | None = None) -> Node:
         for fact in stream[start:]:
             digest = hash((digest, fact))
         digests[run_id] = (stream, digest)
-    facts = tuple(sorted((run_id, len(d[0]), d[1]) for run_id, d in digests.items()))
+    ordered = sorted(digests.items(), key=lambda item: item[0])
+    facts = tuple((run_id, len(d[0]), d[1]) for run_id, d in ordered)
     key = StateKey(
-        (_items(state.rows), _items(state.leases), _items(state.acknowledgements), facts)
+        (_items(state.rows), _items(state.leases), _items(state.acknowledgements), facts),
+        tuple(d[0] for _, d in ordered),
     )
     return Node(state, key, MappingProxyType(digests))
 
