@@ -11,8 +11,9 @@ refuses root). It is started as a direct child, not daemonized, with a
 parent-death signal, so a test run that is killed takes its server with it.
 
 Each test or example gets a fresh database cloned from a template migrated
-once per server (``CREATE DATABASE ... TEMPLATE ... STRATEGY FILE_COPY``, a
-few milliseconds), with a new source identity, and drops it afterwards.
+once per server (``CREATE DATABASE ... TEMPLATE ... STRATEGY FILE_COPY``,
+tens of milliseconds), with a new source identity, and drops it afterwards;
+a worker thread clones ahead and drops behind, off the tests' path.
 """
 
 from __future__ import annotations
@@ -214,8 +215,21 @@ def with_database(url: str, database: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(path="/" + urllib.parse.quote(database)))
 
 
+#: How many cloned databases the worker keeps ready ahead of demand.
+PREFETCH = 2
+#: ``CREATE DATABASE ... STRATEGY``: ``FILE_COPY`` copies the template's files
+#: (two checkpoints, cheap with fsync off); ``WAL_LOG`` logs every page.
+STRATEGY = os.environ.get("RUNSTORE_TEST_CLONE_STRATEGY", "FILE_COPY")
+
+
 class Server:
-    """A server runstore may create databases on, with a migrated template."""
+    """A server runstore may create databases on, with a migrated template.
+
+    Cloning and dropping run on a worker thread with its own connection, so
+    a test neither waits for its database's clone (one is kept ready) nor
+    for the last one's drop. ``clone_seconds`` holds each clone's duration,
+    ``wait_seconds`` how long each caller of ``fresh_database`` waited.
+    """
 
     def __init__(self, url: str, cluster: Cluster | None = None) -> None:
         self.url = url
@@ -226,7 +240,14 @@ class Server:
         self._template: str | None = None
         self._live: set[str] = set()
         self.clone_seconds: list[float] = []
+        self.wait_seconds: list[float] = []
         self._admin_connection: Any = None
+        self._work = threading.Condition()
+        self._ready: list[str] = []
+        self._doomed: list[str] = []
+        self._failure: BaseException | None = None
+        self._worker: threading.Thread | None = None
+        self._stopping = False
         atexit.register(self.close)
 
     def _admin(self) -> Any:
@@ -243,58 +264,111 @@ class Server:
             return cursor.fetchall() if cursor.description is not None else []
 
     def _ensure_template(self) -> str:
-        if self._template is not None:
-            return self._template
-        from psycopg import sql
+        with self._lock:
+            if self._template is not None:
+                return self._template
+            from psycopg import sql
 
-        import runstore.postgres
+            import runstore.postgres
 
-        name = f"{self._prefix}_template"
-        admin = self._admin()
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        runstore.postgres.open(with_database(self.url, name)).close()
-        self._template = name
-        return name
+            name = f"{self._prefix}_template"
+            self._admin().execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            runstore.postgres.open(with_database(self.url, name)).close()
+            self._template = name
+            return name
 
-    def fresh_database(self) -> str:
-        """A new database, migrated, with its own source identity; its URL."""
+    # -- the worker ---------------------------------------------------------------
+
+    def _start_worker(self) -> None:
+        with self._work:
+            if self._worker is None:
+                self._worker = threading.Thread(
+                    target=self._serve, name="runstore-test-databases", daemon=True
+                )
+                self._worker.start()
+
+    def _serve(self) -> None:
+        import psycopg
+
+        try:
+            with psycopg.connect(self.url, autocommit=True) as connection:
+                while True:
+                    with self._work:
+                        while not (self._stopping or self._doomed or len(self._ready) < PREFETCH):
+                            self._work.wait()
+                        if self._stopping:
+                            return
+                        doomed = self._doomed.pop() if self._doomed else None
+                    if doomed is not None:
+                        self._drop_now(connection, doomed)
+                    else:
+                        name = self._clone(connection)
+                        with self._work:
+                            self._ready.append(name)
+                            self._work.notify_all()
+        except BaseException as error:  # reported to the next caller
+            with self._work:
+                self._failure = error
+                self._work.notify_all()
+
+    def _clone(self, connection: Any) -> str:
         import psycopg
         from psycopg import sql
 
-        with self._lock:
-            template = self._ensure_template()
-            name = f"{self._prefix}_{next(self._names)}"
-            started = time.perf_counter()
-            self._admin().execute(
-                sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(
-                    sql.Identifier(name), sql.Identifier(template)
-                )
+        assert self._template is not None
+        name = f"{self._prefix}_{next(self._names)}"
+        started = time.perf_counter()
+        connection.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY {}").format(
+                sql.Identifier(name), sql.Identifier(self._template), sql.SQL(STRATEGY)
             )
+        )
+        with self._lock:
             self._live.add(name)
-            url = with_database(self.url, name)
-            with psycopg.connect(url, autocommit=True) as connection:
-                connection.execute(
-                    "UPDATE flows_run_source SET source = md5(random()::text || clock_timestamp())"
-                )
-            self.clone_seconds.append(time.perf_counter() - started)
-        return url
+        with psycopg.connect(with_database(self.url, name), autocommit=True) as clone:
+            clone.execute(
+                "UPDATE flows_run_source SET source = md5(random()::text || clock_timestamp())"
+            )
+        self.clone_seconds.append(time.perf_counter() - started)
+        return name
 
-    def drop(self, url: str) -> None:
-        """Drop the database behind ``url`` (its connections are ended first)."""
+    def _drop_now(self, connection: Any, name: str) -> None:
+        import psycopg
         from psycopg import sql
 
+        # A database that cannot be dropped now stays until the cluster goes.
+        with contextlib.suppress(psycopg.Error):
+            connection.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+    # -- the interface --------------------------------------------------------------
+
+    def fresh_database(self) -> str:
+        """A new database, migrated, with its own source identity; its URL."""
+        self._ensure_template()
+        self._start_worker()
+        started = time.perf_counter()
+        with self._work:
+            while not self._ready and self._failure is None:
+                self._work.wait()
+            if self._failure is not None:
+                raise Unavailable(f"cloning test databases failed ({self._failure!r})")
+            name = self._ready.pop(0)
+            self._work.notify_all()
+        self.wait_seconds.append(time.perf_counter() - started)
+        return with_database(self.url, name)
+
+    def drop(self, url: str) -> None:
+        """Drop the database behind ``url`` soon (its connections are ended)."""
         name = urllib.parse.unquote(urllib.parse.urlsplit(url).path.lstrip("/"))
         with self._lock:
             if name not in self._live:
                 return
             self._live.discard(name)
-            self._admin().execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
-
-    def drop_all(self) -> None:
-        for name in sorted(self._live):
-            self.drop(with_database(self.url, name))
+        with self._work:
+            self._doomed.append(name)
+            self._work.notify_all()
 
     def terminate_connections(self, url: str) -> int:
         """End every connection to ``url``'s database (a crash, as the server sees it)."""
@@ -307,17 +381,25 @@ class Server:
         return int(rows[0][0])
 
     def close(self) -> None:
+        """Stop the worker and drop every database this server made."""
+        with self._work:
+            self._stopping = True
+            self._work.notify_all()
+            worker = self._worker
+        if worker is not None:
+            worker.join(60)
         with contextlib.suppress(Exception):
-            self.drop_all()
-            if self._template is not None:
-                from psycopg import sql
+            from psycopg import sql
 
+            names = set(self._live) | set(self._doomed) | set(self._ready)
+            if self._template is not None:
+                names.add(self._template)
+            for name in sorted(names):
                 self._admin().execute(
-                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                        sql.Identifier(self._template)
-                    )
+                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
                 )
-                self._template = None
+            self._live.clear()
+            self._template = None
         if self._admin_connection is not None:
             with contextlib.suppress(Exception):
                 self._admin_connection.close()

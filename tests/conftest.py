@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,3 +38,19 @@ def store(request: pytest.FixtureRequest, clock: ManualClock, tmp_path: Path) ->
         opened.check_invariants()
     finally:
         opened.close()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Say what the PostgreSQL tests cost: databases cloned and how fast."""
+    clones, waits = _postgres.clone_seconds()
+    if clones:
+
+        def median_ms(values: list[float]) -> float:
+            return sorted(values)[len(values) // 2] * 1000
+
+        terminalreporter.write_line(
+            f"PostgreSQL: {len(clones)} databases cloned from the template "
+            f"(median {median_ms(clones):.1f} ms, max {max(clones) * 1000:.1f} ms); "
+            f"tests waited a median {median_ms(waits):.1f} ms, "
+            f"{sum(waits):.1f} s in all"
+        )
