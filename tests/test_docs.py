@@ -22,6 +22,8 @@ import pytest
 import runstore
 from runstore import _errors, _outcomes
 
+from . import _postgres
+
 ROOT = Path(__file__).resolve().parent.parent
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\n]*)$")
 
@@ -94,8 +96,12 @@ PAGES = [
 
 @pytest.mark.parametrize("page", PAGES)
 def test_page_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every python block of the page runs, in order, in one namespace."""
+    """Every python block of the page runs, in order, in one namespace. A page
+    whose examples read ``DATABASE_URL`` gets a fresh PostgreSQL database there
+    (skipped without a server, failed under ``CI=true``)."""
     monkeypatch.chdir(tmp_path)  # an example that writes a file writes it here
+    if "DATABASE_URL" in page.read_text(encoding="utf-8"):
+        monkeypatch.setenv("DATABASE_URL", _postgres.database_url())
     namespace: dict[str, Any] = {"__name__": "__docs__"}
     relative = page.relative_to(ROOT).as_posix()
     try:
