@@ -53,7 +53,8 @@ def _parser() -> argparse.ArgumentParser:
         "--target",
         metavar="NAME",
         help="a built-in target (sqlite-sql, sqlite-local, sqlite-file-sql, sqlite-file-local,"
-        " model) or MODULE:FACTORY; default: every built-in SQLite target in turn",
+        " model, postgres-sql: needs RUNSTORE_TEST_POSTGRES or initdb on PATH) or"
+        " MODULE:FACTORY; default: every built-in SQLite target in turn",
     )
     which.add_argument(
         "--consensus", metavar="MODULE:FACTORY", help="a Consensus strategy factory to test"
