@@ -284,6 +284,8 @@ def test_close_twice_and_interrupt_after_close_do_nothing(url: str) -> None:
     with pytest.raises(RunStoreError) as caught:
         store.get("r")
     assert caught.value.code == "persistence_failed"
+    assert caught.value.method == "get"
+    assert caught.value.cause["stage"] == "closed"
 
 
 @pytest.fixture

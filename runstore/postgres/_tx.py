@@ -129,8 +129,6 @@ class TransactionManager:
 
     def live(self) -> Connection:
         """The connection, reconnected first when the last one was lost."""
-        if self.closed:
-            raise PersistenceFailedError("open", "the store is closed", {"stage": "closed"})
         connection = self.connection
         if _is_lost(connection):
             if connection is not None:
@@ -147,6 +145,7 @@ class TransactionManager:
         with self.lock:
             if self._active is not None:
                 return self._nested(method, body)
+            self._check_open(method)
             policy = self.retry
             started = time.monotonic()
             attempt = 0
@@ -179,6 +178,10 @@ class TransactionManager:
                             continue
                 # Raised here, outside the handler, so the chain ends at ``error``.
                 raise error
+
+    def _check_open(self, method: str) -> None:
+        if self.closed:
+            raise PersistenceFailedError(method, "the store is closed", {"stage": "closed"})
 
     def _delay(self, policy: RetryPolicy, attempt: int) -> float:
         ceiling = min(policy.max_delay_ms, policy.base_delay_ms * (2 ** min(attempt, 30)))
@@ -287,6 +290,7 @@ class TransactionManager:
         with self.lock:
             if self._active is not None:
                 return body(self._active._connection)
+            self._check_open(method)
             policy = self.retry
             started = time.monotonic()
             attempt = 0
