@@ -118,6 +118,15 @@ def test_local_consensus_is_refused(url: str) -> None:
     assert "LocalConsensus" in caught.value.message
 
 
+@pytest.mark.parametrize("consensus", ["sql", object(), SqlConsensus])
+def test_a_consensus_that_is_not_a_strategy_is_refused(url: str, consensus: Any) -> None:
+    """The same admission as SQLite's open: invalid_run naming consensus."""
+    with pytest.raises(RunStoreError) as caught:
+        postgres.open(url, clock=ManualClock(0), consensus=consensus)
+    assert caught.value.code == "invalid_run"
+    assert caught.value.cause["field"] == "consensus"
+
+
 def _tables(admin: Any, url: str, schema: str) -> list[str]:
     import psycopg
 

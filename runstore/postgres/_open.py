@@ -30,6 +30,7 @@ from .._boundary import admit_clock
 from .._clock import Clock, SystemClock
 from .._errors import InvalidRunError, PersistenceFailedError, UnsupportedDatabaseError
 from .._sql._faults import RetryPolicy
+from ..consensus._admit import admit_consensus
 from ..consensus._local import LocalConsensus
 from ..consensus._sql import SqlConsensus
 from ..sqlite._migrations import SchemaRefused
@@ -180,6 +181,7 @@ def open(
     clock = admit_clock("open", clock)
     if consensus is None:
         consensus = SqlConsensus()
+    consensus = admit_consensus("open", consensus)
     if isinstance(consensus, LocalConsensus):
         raise _refuse(
             "consensus",
