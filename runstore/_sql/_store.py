@@ -90,6 +90,7 @@ from ._decode import (
     raw_run,
 )
 from ._invariants import check_store_invariants
+from ._modes import read_only_refusal
 from ._tx import RollbackAndReturn
 
 #: A backend's write transaction (``connection``, ``consensus``, ``dialect``,
@@ -204,6 +205,20 @@ class SqlRunStore:
     def dialect(self) -> str:
         """``"sqlite"`` or ``"postgresql"``: which SQL ``tx.connection`` speaks."""
         raise NotImplementedError
+
+    @property
+    def read_only(self) -> bool:
+        """Whether the store was opened with ``read_only=True``: every write
+        operation raises ``persistence_failed`` (``cause["stage"] ==
+        "read-only"``) after admitting its arguments, whatever it would have
+        answered; reads work."""
+        return bool(getattr(self._tm, "read_only", False))
+
+    def _writable(self, method: str) -> None:
+        """Refuse a write on a read-only store (for operations that may answer
+        without a transaction; every other write is refused by ``_tm.write``)."""
+        if self.read_only:
+            raise read_only_refusal(method)
 
     def _write(self, method: str, body: Callable[[Transaction], T]) -> T:
         """Run ``body`` in one write transaction: the backend's ``BEGIN``,
@@ -375,6 +390,7 @@ class SqlRunStore:
         rid, snapshot, who, now, proof = admit.admit_claim_and_own(
             run_id, expected, owner, now_ms, evidence, self._clock
         )
+        self._writable(method)
         classify_params = (*_snapshot(rid, snapshot), now - HEARTBEAT_STALE_AFTER_MS)
         previous = snapshot.owner
         if (
@@ -511,6 +527,7 @@ class SqlRunStore:
         rid, stale, token, who, now, proof = admit.admit_recover_claim(
             run_id, stale_claimant, claimed_at_ms, observer, now_ms, evidence, self._clock
         )
+        self._writable("recover_claim")
         if not _evidence_matches(stale, who, now, proof):
             return LivenessUnconfirmed()
         claim = (stale.host_id, stale.pid, stale.nonce, token)
@@ -632,6 +649,7 @@ class SqlRunStore:
         rid, snapshot, who, now, proof = admit.admit_steal(
             run_id, expected, claimant, now_ms, evidence, self._clock
         )
+        self._writable("steal")
         previous = snapshot.owner
         if (
             snapshot.status != "running"

@@ -30,6 +30,21 @@ IMMEDIATE`` waits for another opener's migration. Failures name their stage in
 ``cause["stage"]`` and say in words what is wrong.
 
 ``":memory:"`` opens a private in-memory database (no WAL; for tests).
+
+Two modes change this:
+
+- ``migrate=False`` creates nothing and migrates nothing: a missing file is
+  refused (``cause["stage"] == "missing"``), and so is a database that needs
+  migrating (an empty file included: ``"needs-migration"``, naming the
+  pending steps; ``runstore._sql._modes``).
+- ``read_only=True`` writes nothing at all: no file is created, none changes
+  its mode, the schema is not migrated (a database that needs it is refused
+  as above), the file only has to be readable (its folder need not be
+  writable), and every write operation of the store raises
+  ``persistence_failed`` with ``cause["stage"] == "read-only"``. How the
+  connection reads a file it may not lock, and what that costs, is
+  ``runstore.sqlite._readonly``'s docstring. ``":memory:"`` cannot be opened
+  read-only (it would always be empty).
 """
 
 from __future__ import annotations
@@ -48,12 +63,13 @@ from typing import Any, Final, Literal, TypeVar
 from .._boundary import admit_clock
 from .._clock import Clock, SystemClock
 from .._errors import InvalidRunError, PersistenceFailedError, UnsupportedDatabaseError
+from .._sql._modes import needs_migration
 from ..consensus._admit import admit_consensus
 from ..consensus._sql import SqlConsensus
-from . import _migrations
+from . import _migrations, _readonly
 from ._faults import RetryPolicy
 from ._store import SqliteRunStore
-from ._tx import Connection, is_transient
+from ._tx import Connection, FileChanged, is_transient
 
 T = TypeVar("T")
 
@@ -73,6 +89,10 @@ _NOT_A_DATABASE: Final = 26  # SQLITE_NOTADB
 _CORRUPT: Final = 11  # SQLITE_CORRUPT
 _READONLY: Final = 8  # SQLITE_READONLY
 _READONLY_ROLLBACK: Final = 8 | (3 << 8)  # SQLITE_READONLY_ROLLBACK: a hot journal
+_READONLY_RECOVERY: Final = 8 | (1 << 8)  # SQLITE_READONLY_RECOVERY: the WAL needs recovery
+_READONLY_CANTINIT: Final = 8 | (5 << 8)  # SQLITE_READONLY_CANTINIT: no usable -shm
+_READONLY_DIRECTORY: Final = 8 | (6 << 8)  # SQLITE_READONLY_DIRECTORY: folder not writable
+_CANTOPEN: Final = 14  # SQLITE_CANTOPEN
 _GENERIC_ERROR: Final = 1  # SQLITE_ERROR: what a query on a reshaped table raises
 
 #: What a step that failed for no more specific reason says.
@@ -98,31 +118,54 @@ def open(
     clock: Clock | None = None,
     consensus: Any = None,
     durability: Literal["full", "normal"] = "full",
+    read_only: bool = False,
+    migrate: bool = True,
 ) -> SqliteRunStore:
     """Open (creating or migrating as needed) the run store at ``path``.
 
     ``clock`` defaults to ``SystemClock()``, ``consensus`` to
     ``SqlConsensus()``; ``durability`` ``"full"`` (the default) or
     ``"normal"`` sets SQLite's ``synchronous`` mode. If the strategy has an
-    ``on_open(tx)`` method it is called once, in a write transaction. A clock
-    without a usable ``now_ms``, a strategy missing one of its methods, or a
-    ``file:`` path is ``invalid_run`` naming the argument; nothing is touched.
+    ``on_open(tx)`` method it is called once, in a write transaction (in a
+    read-only snapshot when ``read_only``). A clock without a usable
+    ``now_ms``, a strategy missing one of its methods, or a ``file:`` path is
+    ``invalid_run`` naming the argument; nothing is touched.
+
+    ``migrate=False`` refuses a missing file and a database that needs
+    migrating instead of creating or migrating it; ``read_only=True`` opens
+    an existing, migrated file without writing anything (see the module's
+    docstring).
     """
     text = admit_path("open", path)
     if durability not in _SYNCHRONOUS:
         raise InvalidRunError(
             "open", {"field": "durability", "detail": "must be 'full' or 'normal'"}
         )
+    for name, value in (("read_only", read_only), ("migrate", migrate)):
+        if type(value) is not bool:
+            raise InvalidRunError("open", {"field": name, "detail": "must be True or False"})
     clock = SystemClock() if clock is None else admit_clock("open", clock)
     consensus = SqlConsensus() if consensus is None else admit_consensus("open", consensus)
     _check_library()
 
     memory = text == ":memory:"
+    if memory and read_only:
+        raise InvalidRunError(
+            "open",
+            {
+                "field": "read_only",
+                "detail": "cannot open ':memory:' read-only (it is always a new, empty database)",
+            },
+        )
+    if memory and not migrate:
+        raise needs_migration(_migrations.MIGRATIONS, read_only=False)
+    if read_only:
+        return _open_read_only(text, clock, consensus)
     if memory:
         target, uri = ":memory:", False
     else:
         real = os.path.realpath(text)
-        _prepare(real)
+        _prepare(real, create=migrate)
         # mode=rw: this connection never creates the file (step 3 did, 0600).
         target, uri = _uri(real, "mode=rw"), True
     connection = _step("open", lambda: _connect(target, uri=uri))
@@ -131,7 +174,7 @@ def open(
         _configure(connection, memory=memory, durability=durability)
         if memory:
             _copy_memory_template(connection)
-        _migrate(connection)
+        _migrate(connection, allowed=migrate)
         store = SqliteRunStore(connection, clock=clock, consensus=consensus, path=text)
         on_open = getattr(consensus, "on_open", None)
         if callable(on_open):
@@ -184,27 +227,62 @@ def _check_library() -> None:
 # --- judging the path (nothing written until it is new or ours) -----------------
 
 
-def _prepare(real: str) -> None:
+def _prepare(real: str, *, create: bool = True) -> None:
     """Judge the file at ``real``; create and secure it if it is new.
 
     Raises (with the file untouched) unless the path is new, an empty SQLite
-    file, or a runstore database this version can open.
+    file, or a runstore database this version can open. With ``create``
+    false (``migrate=False``) a new or empty database is refused instead.
     """
-    info, created = _stat_or_create(real)
-    if stat.S_ISDIR(info.st_mode):
-        raise PersistenceFailedError("open", "the path is a directory", {"stage": "directory"})
-    if not stat.S_ISREG(info.st_mode):
-        raise PersistenceFailedError(
-            "open", "the path is not a regular file", {"stage": "not-a-file"}
-        )
+    if create:
+        info, created = _stat_or_create(real)
+    else:
+        info, created = _stat_existing(real, read_only=False), False
+    _check_kind(info)
     if not created:
         _check_access(real)
+    if not create and info.st_size == 0:
+        raise needs_migration(_migrations.MIGRATIONS, read_only=False)
     if created or info.st_size == 0:
         # A new database: this open makes it, so this open makes it private.
         for suffix in ("", *_SIDE_FILES):
             _tighten(real, suffix)
         return
     _step("inspect", lambda: _inspect(real))
+
+
+def _check_kind(info: os.stat_result) -> None:
+    if stat.S_ISDIR(info.st_mode):
+        raise PersistenceFailedError("open", "the path is a directory", {"stage": "directory"})
+    if not stat.S_ISREG(info.st_mode):
+        raise PersistenceFailedError(
+            "open", "the path is not a regular file", {"stage": "not-a-file"}
+        )
+
+
+def _stat_existing(real: str, *, read_only: bool) -> os.stat_result:
+    """The status of a database file that must already exist (nothing is created)."""
+    failure: PersistenceFailedError
+    try:
+        return os.stat(real)
+    except FileNotFoundError as error:
+        mode = "read_only=True" if read_only else "migrate=False"
+        failure = PersistenceFailedError(
+            "open",
+            f"the database file does not exist (an open with {mode} creates nothing)",
+            {"stage": "missing", "errno": error.errno},
+        )
+    except PermissionError as error:
+        failure = PersistenceFailedError(
+            "open",
+            "the database file's folder cannot be entered by this process",
+            {"stage": "permissions", "errno": error.errno},
+        )
+    except OSError as error:
+        failure = PersistenceFailedError(
+            "open", "could not look up the database file", {"stage": "stat", "errno": error.errno}
+        )
+    raise failure
 
 
 def _stat_or_create(real: str) -> tuple[os.stat_result, bool]:
@@ -295,8 +373,8 @@ def _tighten(real: str, suffix: str) -> None:
         raise failure
 
 
-class _Changed(Exception):
-    """Internal: the file changed while it was being read; look again."""
+#: Internal: the file changed while it was being read; look again.
+_Changed = FileChanged
 
 
 def _uri(real: str, query: str) -> str:
@@ -445,7 +523,13 @@ def _step(stage: str, fn: Callable[[], T], policy: RetryPolicy = OPEN_RETRY) -> 
 
 
 def _still_busy(stage: str, error: BaseException, attempts: int) -> PersistenceFailedError:
-    if isinstance(error, _Changed):
+    if isinstance(error, _readonly.ShmMissing):
+        text = (
+            "the database has a -wal file but no -shm, which a read-only open cannot create; "
+            "open it once without read_only (or as a user who may write its folder)"
+        )
+        name = None
+    elif isinstance(error, _Changed):
         text = "the database file kept changing while it was read"
         name = None
     else:
@@ -477,6 +561,19 @@ def _failure(stage: str, error: sqlite3.Error) -> PersistenceFailedError:
             "the file holds an interrupted write (a hot journal) that a read-only look "
             "cannot roll back; let the program that wrote it recover it",
             {"stage": "hot-journal", "sqlite_error": name},
+        )
+    if code == _READONLY_RECOVERY:
+        return PersistenceFailedError(
+            "open",
+            "the database's -wal needs recovering (a writer was killed), which a read-only "
+            "open cannot do; open it once without read_only",
+            {"stage": "wal-recovery", "sqlite_error": name},
+        )
+    if code in (_READONLY_CANTINIT, _READONLY_DIRECTORY) or primary == _CANTOPEN:
+        return PersistenceFailedError(
+            "open",
+            "SQLite could not set up the -wal and -shm files it reads the database through",
+            {"stage": "side-files", "sqlite_error": name},
         )
     if stage == "migration-record" and primary == _GENERIC_ERROR:
         return UnsupportedDatabaseError(_STAGE_TEXT[stage], {"stage": stage, "sqlite_error": name})
@@ -565,16 +662,113 @@ def _copy_memory_template(connection: Connection) -> None:
     )
 
 
-def _migrate(connection: Connection) -> None:
-    """Apply the pending migrations (one ``BEGIN IMMEDIATE`` that re-reads the record)."""
+def _migrate(connection: Connection, *, allowed: bool = True) -> None:
+    """Apply the pending migrations (one ``BEGIN IMMEDIATE`` that re-reads the
+    record); refuse them when not ``allowed`` (``migrate=False``)."""
     failure: PersistenceFailedError | None = None
     try:
         needed = _step(
             "migration-record", lambda: _in_one_snapshot(connection, _migrations.pending)
         )
-        if needed:
+        if needed and not allowed:
+            failure = needs_migration(needed, read_only=False)
+        elif needed:
             _migrations.apply(connection, run=lambda step: _step("migrate", step))
     except _migrations.SchemaRefused as refused:
         failure = UnsupportedDatabaseError(refused.reason, dict(refused.detail))
     if failure is not None:
         raise failure
+
+
+# --- read-only ------------------------------------------------------------------------
+
+
+def _open_read_only(text: str, clock: Clock, consensus: Any) -> SqliteRunStore:
+    """Open an existing, migrated database without writing anything (see
+    ``_readonly``): no file created, no mode changed, no migration."""
+    real = os.path.realpath(text)
+    info = _stat_existing(real, read_only=True)
+    _check_kind(info)
+    if not _accessible(real, os.R_OK):
+        raise PersistenceFailedError(
+            "open",
+            "the database file is not readable by this process",
+            {"stage": "permissions", "errno": errno.EACCES},
+        )
+    if info.st_size == 0:
+        raise needs_migration(_migrations.MIGRATIONS, read_only=True)
+
+    def connect(query: str) -> Connection:
+        connection = _connect(_uri(real, query), uri=True)
+        try:
+            sqlite3.Connection.execute(connection, "PRAGMA query_only = ON")
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def first() -> tuple[Connection, _readonly.ImmutableReader | None]:
+        query = _readonly.query_for(real)
+        opened = _readonly.identity(real)
+        connection = connect(query)
+        if query != _readonly.IMMUTABLE:
+            return connection, None
+        return connection, _readonly.ImmutableReader(real, connect, opened)
+
+    connection, reader = _step("open", first)
+    holder = _Holder(connection)
+    store: SqliteRunStore | None = None
+    try:
+        pending = _step("inspect", lambda: _look(holder, reader))
+        if pending:
+            raise needs_migration(pending, read_only=True)
+        store = SqliteRunStore(
+            holder.connection,
+            clock=clock,
+            consensus=consensus,
+            path=text,
+            read_only=True,
+            reader=reader,
+        )
+        on_open = getattr(consensus, "on_open", None)
+        if callable(on_open):
+            store._tm.snapshot("open", on_open)
+    except BaseException:
+        holder.connection.close()
+        raise
+    return store
+
+
+#: A read-only look's finding: the pending migrations, or why not to open.
+_Look = list[_migrations.Migration] | PersistenceFailedError
+
+
+class _Holder:
+    """The connection a read-only look uses (a reader may replace it)."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+
+
+def _look(holder: _Holder, reader: _readonly.ImmutableReader | None) -> list[_migrations.Migration]:
+    """Check the SQLite features the store needs and judge the schema in one
+    read; the pending migrations. Raises the refusal of a foreign or newer
+    schema."""
+
+    def judge(connection: sqlite3.Connection) -> _Look:
+        if not _has_json(connection):
+            return UnsupportedDatabaseError(
+                "SQLite lacks JSON functions", {"stage": "sqlite-features"}
+            )
+        refusal = _judge_schema(connection)
+        if refusal is not None:
+            return refusal
+        return _migrations.pending(connection)
+
+    def read(connection: sqlite3.Connection) -> _Look:
+        return _in_one_snapshot(connection, judge)
+
+    found = read(holder.connection) if reader is None else reader.read(holder, read)
+    if isinstance(found, PersistenceFailedError):
+        raise found
+    return found

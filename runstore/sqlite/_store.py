@@ -19,7 +19,7 @@ from .._sql._store import SqlRunStore
 from .._values import OwnerId
 from . import _queries as _sqlite_queries
 from ._faults import RetryPolicy
-from ._tx import Connection, Transaction, TransactionManager
+from ._tx import Connection, Reader, Transaction, TransactionManager
 
 _NOT_FOUND = _core._NOT_FOUND
 _FENCE_LOST = _core._FENCE_LOST
@@ -47,8 +47,12 @@ class SqliteRunStore(SqlRunStore):
         consensus: Any,
         path: str,
         retry: RetryPolicy | None = None,
+        read_only: bool = False,
+        reader: Reader | None = None,
     ) -> None:
-        tm = TransactionManager(connection, consensus, retry or RetryPolicy())
+        tm = TransactionManager(
+            connection, consensus, retry or RetryPolicy(), read_only=read_only, reader=reader
+        )
         super().__init__(tm, clock=clock, consensus=consensus)
         self._path = path
 
@@ -57,7 +61,8 @@ class SqliteRunStore(SqlRunStore):
         return "sqlite"
 
     def __repr__(self) -> str:
-        return f"SqliteRunStore(path={self._path!r}, consensus={self._consensus!r})"
+        mode = ", read_only=True" if self.read_only else ""
+        return f"SqliteRunStore(path={self._path!r}, consensus={self._consensus!r}{mode})"
 
 
 def _fact(

@@ -21,6 +21,11 @@
 - ``Transaction`` is the object strategies receive (``runstore.consensus``):
   ``connection``, ``dialect == "sqlite"``, ``on_commit`` and ``on_rollback``.
   Rollback callbacks run in reverse registration order.
+- A manager built with ``read_only=True`` refuses every write before it
+  begins (``persistence_failed``, ``cause["stage"] == "read-only"``); its
+  reads may go through a ``Reader`` (``runstore.sqlite._readonly``), which
+  may replace the connection between reads and asks for a read to be
+  repeated (``FileChanged``) when the file changed under it.
 """
 
 from __future__ import annotations
@@ -31,10 +36,11 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, Literal, Protocol, TypeVar
 
 from .._errors import ConstraintError, DecodeFailedError, PersistenceFailedError, RunStoreError
 from .._sql._faults import ArmedFault, FaultPlan, FaultyConsensus, RetryPolicy
+from .._sql._modes import read_only_refusal
 from .._sql._tx import RollbackAndReturn as RollbackAndReturn
 from .._sql._tx import run_callbacks as _run_callbacks
 from ..consensus._types import ConsensusError
@@ -61,6 +67,17 @@ class Connection(sqlite3.Connection):
         if hook is not None:
             hook()
         return super().execute(sql, parameters)
+
+
+class FileChanged(Exception):
+    """Internal: a database file read without SQLite's locks changed while it
+    was read (or a writer appeared); the read is repeated, like a busy one."""
+
+
+class Reader(Protocol):
+    """How a read-only manager reads a file it cannot lock (``_readonly``)."""
+
+    def read(self, tm: TransactionManager, body: Callable[[sqlite3.Connection], T]) -> T: ...
 
 
 class Transaction:
@@ -90,7 +107,7 @@ class Transaction:
 
 #: What the manager classifies. Anything else (a defect, an AssertionError from
 #: an invariant check) is rolled back and propagates unchanged.
-_CLASSIFIED = (RunStoreError, sqlite3.Error, ConsensusError)
+_CLASSIFIED = (RunStoreError, sqlite3.Error, ConsensusError, FileChanged)
 
 
 #: How many links of a failure's cause chain are inspected for the database
@@ -125,6 +142,8 @@ _CREATE_CONSTRAINTS = {
 def is_transient(error: BaseException) -> bool:
     if isinstance(error, RunStoreError):
         return False
+    if isinstance(error, FileChanged):
+        return True
     found = _sqlite_error(error)
     code = getattr(found, "sqlite_errorcode", None)
     return type(code) is int and (code & 0xFF) in _TRANSIENT
@@ -134,6 +153,12 @@ def classify(method: str, error: BaseException) -> RunStoreError:
     """The payload-free ``RunStoreError`` for a failed operation."""
     if isinstance(error, RunStoreError):
         return error
+    if isinstance(error, FileChanged):
+        return PersistenceFailedError(
+            method,
+            "the database file kept changing while it was read",
+            {"category": "persistence_failed", "database_code": "busy", "stage": "read-only"},
+        )
     found = _sqlite_error(error)
     code = getattr(found, "sqlite_errorcode", None)
     name = getattr(found, "sqlite_errorname", None)
@@ -169,10 +194,21 @@ def _lenient_text(data: bytes) -> str:
 class TransactionManager:
     """Serializes a store's use of its one connection and runs its transactions."""
 
-    def __init__(self, connection: Connection, consensus: Any, retry: RetryPolicy) -> None:
+    def __init__(
+        self,
+        connection: Connection,
+        consensus: Any,
+        retry: RetryPolicy,
+        *,
+        read_only: bool = False,
+        reader: Reader | None = None,
+    ) -> None:
         self.connection = connection
         self.consensus = consensus
         self.retry = retry
+        #: Every write is refused before it begins.
+        self.read_only = read_only
+        self.reader = reader
         self.faults: FaultPlan | None = None
         self.lock = threading.RLock()
         self._active: Transaction | None = None
@@ -183,6 +219,8 @@ class TransactionManager:
 
     def write(self, method: str, body: Callable[[Transaction], T]) -> T:
         """Run ``body`` in one write transaction; retry transient failures."""
+        if self.read_only:
+            raise read_only_refusal(method)
         with self.lock:
             if self._active is not None:
                 return self._nested(method, body)
@@ -307,6 +345,8 @@ class TransactionManager:
                 attempt += 1
                 error: RunStoreError
                 try:
+                    if self.reader is not None:
+                        return self.reader.read(self, body)
                     return body(self.connection)
                 except _CLASSIFIED as failure:
                     delay = self._delay(policy, attempt)
