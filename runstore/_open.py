@@ -5,6 +5,19 @@ A ``postgresql://`` or ``postgres://`` URL opens PostgreSQL
 the URL is refused with ``UnsupportedDatabaseError``); anything else is
 SQLite's (``runstore.sqlite.open``: a path, or ``":memory:"``). The keyword
 arguments are passed on unchanged.
+
+Two open modes mean the same on both backends:
+
+- ``read_only=True`` never writes: it never creates a file or a schema,
+  never migrates, never changes a file's mode, and needs only read access
+  (a SQLite file its user may only read, in a folder it may not write; a
+  PostgreSQL role with ``SELECT``). Every write operation of the store raises
+  ``persistence_failed`` with ``cause["stage"] == "read-only"``; reads work.
+- ``migrate=False`` opens read-write but refuses a missing database and one
+  that needs migrating (``UnsupportedDatabaseError``, ``cause["stage"] ==
+  "needs-migration"``, ``cause["pending_migrations"]`` the pending ids, the
+  message naming each step) instead of creating or migrating it.
+  ``read_only=True`` refuses such a database the same way.
 """
 
 from __future__ import annotations
@@ -32,12 +45,15 @@ def open(
     *,
     clock: Clock | None = None,
     consensus: Any = None,
+    read_only: bool = False,
+    migrate: bool = True,
     **options: Any,
 ) -> SqlRunStore:
     """Open the run store at ``target``: a SQLite file (``":memory:"`` for a
     private in-memory one) or a PostgreSQL database named by a
     ``postgresql://`` URL. See ``runstore.sqlite.open`` and
-    ``runstore.postgres.open`` for each backend's options. The store is a
+    ``runstore.postgres.open`` for each backend's options, and the module
+    docstring for ``read_only`` and ``migrate``. The store is a
     ``runstore.SqliteRunStore`` or a ``runstore.postgres.PostgresRunStore``
     (both ``runstore._sql.SqlRunStore``, whose ``dialect`` says which)."""
     if is_postgres_url(target):
@@ -49,8 +65,17 @@ def open(
                 {"stage": "driver"},
             )
         else:
-            return open_postgres(target, clock=clock, consensus=consensus, **options)
+            return open_postgres(
+                target,
+                clock=clock,
+                consensus=consensus,
+                read_only=read_only,
+                migrate=migrate,
+                **options,
+            )
         raise missing
     from .sqlite import open as open_sqlite
 
-    return open_sqlite(target, clock=clock, consensus=consensus, **options)
+    return open_sqlite(
+        target, clock=clock, consensus=consensus, read_only=read_only, migrate=migrate, **options
+    )

@@ -17,6 +17,15 @@ live in one process, and a PostgreSQL store is shared by many.
 The URL's password never appears in a repr, a log line or an error: the
 store keeps a copy of the URL without it, and connection failures are
 reported by SQLSTATE, never by the driver's message.
+
+``migrate=False`` creates and migrates nothing: a missing schema is refused
+(``cause["stage"] == "missing"``), and so is one that needs migrating
+(``"needs-migration"``, naming the pending steps). ``read_only=True`` also
+makes every session read-only (``SET default_transaction_read_only = on``,
+and the snapshots are ``READ ONLY`` anyway), so nothing the store runs can
+write, and every write operation of the store raises ``persistence_failed``
+with ``cause["stage"] == "read-only"``; it needs only ``USAGE`` on the
+schema and ``SELECT`` on its tables.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from .._boundary import admit_clock
 from .._clock import Clock, SystemClock
 from .._errors import InvalidRunError, PersistenceFailedError, UnsupportedDatabaseError
 from .._sql._faults import RetryPolicy
+from .._sql._modes import needs_migration
 from ..consensus._admit import admit_consensus
 from ..consensus._local import LocalConsensus
 from ..consensus._sql import SqlConsensus
@@ -165,6 +175,8 @@ def open(
     clock: Clock | None = None,
     consensus: Any = None,
     schema: str | None = None,
+    read_only: bool = False,
+    migrate: bool = True,
 ) -> PostgresRunStore:
     """Open (migrating as needed) the run store in ``url``'s database.
 
@@ -172,10 +184,16 @@ def open(
     ``SqlConsensus()`` (``LocalConsensus`` is refused). ``schema`` (or a
     ``schema`` URL parameter) selects the schema, created when missing;
     without one, the search path's current schema is used. If the strategy
-    has an ``on_open(tx)`` method it is called once, in a write transaction.
+    has an ``on_open(tx)`` method it is called once, in a write transaction
+    (in a read-only snapshot when ``read_only``). ``migrate=False`` refuses a
+    missing schema or one that needs migrating; ``read_only=True`` opens a
+    migrated schema in read-only sessions and refuses every write.
     """
     if not is_url(url):
         raise _refuse("url", "must be a postgresql:// URL")
+    for name, value in (("read_only", read_only), ("migrate", migrate)):
+        if type(value) is not bool:
+            raise _refuse(name, "must be True or False")
     if clock is None:
         clock = SystemClock()
     clock = admit_clock("open", clock)
@@ -208,6 +226,8 @@ def open(
             cursor_factory=psycopg.RawCursor,
             client_encoding="UTF8",
         )
+        if read_only:
+            psycopg.Connection.execute(connection, "SET default_transaction_read_only = on")
         if selected[0] is not None:
             psycopg.Connection.execute(connection, f"SET search_path TO {_quoted(selected[0])}")
         return connection
@@ -215,14 +235,17 @@ def open(
     selected: list[str | None] = [chosen]
     connection = _first_connection(connect)
     try:
-        resolved = _prepare(connection, chosen)
+        resolved = _prepare(connection, chosen, read_only=read_only, migrate=migrate)
         selected[0] = resolved
         # Later connections (after a loss) set the search path themselves.
-        tm = TransactionManager(connection, connect, consensus, RetryPolicy())
+        tm = TransactionManager(connection, connect, consensus, RetryPolicy(), read_only=read_only)
         store = PostgresRunStore(tm, clock=clock, consensus=consensus, url=shown, schema=resolved)
         on_open = getattr(consensus, "on_open", None)
         if callable(on_open):
-            store._write("open", on_open)
+            if read_only:
+                tm.snapshot("open", on_open)
+            else:
+                store._write("open", on_open)
     except BaseException:
         connection.close()
         raise
@@ -260,12 +283,12 @@ def _first_connection(connect: Any) -> Connection:
     return connection
 
 
-def _prepare(connection: Connection, schema: str | None) -> str:
-    """Check the server, select (and if needed create) the schema, migrate.
-    Returns the schema's name."""
+def _prepare(connection: Connection, schema: str | None, *, read_only: bool, migrate: bool) -> str:
+    """Check the server, select (and if needed and allowed create) the schema,
+    migrate (or refuse to, when not allowed). Returns the schema's name."""
     failure: PersistenceFailedError | None = None
     try:
-        return _prepare_unchecked(connection, schema)
+        return _prepare_unchecked(connection, schema, read_only=read_only, migrate=migrate)
     except SchemaRefused as refused:
         failure = UnsupportedDatabaseError(refused.reason, dict(refused.detail))
     except psycopg.Error as error:
@@ -277,8 +300,11 @@ def _prepare(connection: Connection, schema: str | None) -> str:
     raise failure
 
 
-def _prepare_unchecked(connection: Connection, schema: str | None) -> str:
+def _prepare_unchecked(
+    connection: Connection, schema: str | None, *, read_only: bool, migrate: bool
+) -> str:
     execute = connection.execute
+    may_write = migrate and not read_only
     version = connection.info.server_version  # 150018 for 15.18
     if version // 10000 < MINIMUM_POSTGRES:
         raise SchemaRefused(
@@ -300,8 +326,18 @@ def _prepare_unchecked(connection: Connection, schema: str | None) -> str:
         schema = str(current)
         psycopg.Connection.execute(connection, f"SET search_path TO {_quoted(schema)}")
     elif execute("SELECT current_schema()").fetchone()[0] is None:
+        if not may_write:
+            mode = "read_only=True" if read_only else "migrate=False"
+            raise PersistenceFailedError(
+                "open",
+                f"the schema does not exist (an open with {mode} creates nothing)",
+                {"stage": "missing"},
+            )
         _create_schema(connection, schema)
-    if _migrations.pending(execute):
+    pending = _migrations.pending(execute)
+    if pending and not may_write:
+        raise needs_migration(pending, read_only=read_only)
+    if pending:
         _migrations.apply(execute, schema)
     return schema
 

@@ -41,7 +41,8 @@ class PostgresRunStore(SqlRunStore):
         return self._schema
 
     def __repr__(self) -> str:
+        mode = ", read_only=True" if self.read_only else ""
         return (
             f"PostgresRunStore(url={self._url!r}, schema={self._schema!r}, "
-            f"consensus={self._consensus!r})"
+            f"consensus={self._consensus!r}{mode})"
         )

@@ -24,6 +24,10 @@ The connection is in autocommit mode and this manager issues ``BEGIN`` and
 - Failures are classified by ``_errors.classify`` (SQLSTATE only, never the
   server's message) and raised outside the ``except`` block, so no exception
   chain leads back to the driver's error.
+- A manager built with ``read_only=True`` refuses every write before it
+  begins (``persistence_failed``, ``cause["stage"] == "read-only"``); its
+  connections are also read-only sessions (``default_transaction_read_only``,
+  set by ``open``'s ``connect``).
 
 ``Transaction`` is what strategies receive: ``connection`` (the
 ``psycopg.Connection``, whose ``execute`` takes ``$1``-style parameters),
@@ -43,6 +47,7 @@ from psycopg import pq
 
 from .._errors import PersistenceFailedError, RunStoreError
 from .._sql._faults import ArmedFault, FaultPlan, FaultyConsensus, InjectedFault, RetryPolicy
+from .._sql._modes import read_only_refusal
 from .._sql._tx import RollbackAndReturn
 from .._sql._tx import run_callbacks as _run_callbacks
 from ..consensus._types import ConsensusError
@@ -115,11 +120,15 @@ class TransactionManager:
         connect: Callable[[], Connection],
         consensus: Any,
         retry: RetryPolicy,
+        *,
+        read_only: bool = False,
     ) -> None:
         self._connect = connect
         self.connection: Connection | None = connection
         self.consensus = consensus
         self.retry = retry
+        #: Every write is refused before it begins.
+        self.read_only = read_only
         self.faults: FaultPlan | None = None
         self.lock = threading.RLock()
         self.closed = False
@@ -142,6 +151,8 @@ class TransactionManager:
 
     def write(self, method: str, body: Callable[[Transaction], T]) -> T:
         """Run ``body`` in one write transaction; replay transient failures."""
+        if self.read_only:
+            raise read_only_refusal(method)
         with self.lock:
             if self._active is not None:
                 return self._nested(method, body)
