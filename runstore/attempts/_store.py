@@ -434,6 +434,10 @@ def _from_run_store(method: str, error: RunStoreError) -> AttemptStoreError:
     """Translate a run-store failure: constraint and persistence_failed keep
     their code, anything else is unknown. The cause keeps only codes."""
     code = error.code
+    if isinstance(error.cause, dict) and error.cause.get("stage") == "read-only":
+        refused = AttemptStoreError("persistence_failed", method, "the run store is open read-only")
+        refused.cause.update(category="persistence_failed", run_store_code=code, stage="read-only")
+        return refused
     if code == "constraint" or code == "persistence_failed":
         translated = AttemptStoreError(code, method, "database operation failed")
     else:

@@ -243,7 +243,7 @@ def open(
         on_open = getattr(consensus, "on_open", None)
         if callable(on_open):
             if read_only:
-                tm.snapshot("open", on_open)
+                tm.snapshot("open", on_open, keep=True)
             else:
                 store._write("open", on_open)
     except BaseException:

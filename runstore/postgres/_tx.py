@@ -324,9 +324,12 @@ class TransactionManager:
                     error = classify(method, failure)
                 raise error
 
-    def snapshot(self, method: str, body: Callable[[Transaction], T]) -> T:
+    def snapshot(self, method: str, body: Callable[[Transaction], T], *, keep: bool = False) -> T:
         """Run a multi-statement read in one ``REPEATABLE READ READ ONLY``
-        transaction (one snapshot). Takes no faults and changes nothing."""
+        transaction (one snapshot). Takes no faults and changes nothing. The
+        body's rollback callbacks run at the end, unless ``keep``: then, when
+        the body returns, its commit callbacks run instead (a read-only
+        store's ``on_open``, whose effects live in the strategy)."""
 
         def run(connection: Connection) -> T:
             if self._active is not None:
@@ -334,12 +337,15 @@ class TransactionManager:
             tx = Transaction(connection, self.consensus)
             _raw(connection, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             self._active = tx
+            kept = False
             try:
-                return body(tx)
+                result = body(tx)
+                kept = keep
+                return result
             finally:
                 self._active = None
                 self._end(connection)
-                _run_callbacks(list(reversed(tx._rollback)))
+                _run_callbacks(tx._commit if kept else list(reversed(tx._rollback)))
 
         return self.read(method, run)
 

@@ -732,7 +732,7 @@ def _open_read_only(text: str, clock: Clock, consensus: Any) -> SqliteRunStore:
         )
         on_open = getattr(consensus, "on_open", None)
         if callable(on_open):
-            store._tm.snapshot("open", on_open)
+            store._tm.snapshot("open", on_open, keep=True)
     except BaseException:
         holder.connection.close()
         raise

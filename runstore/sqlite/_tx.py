@@ -361,11 +361,14 @@ class TransactionManager:
                     error = classify(method, failure)
                 raise error
 
-    def snapshot(self, method: str, body: Callable[[Transaction], T]) -> T:
+    def snapshot(self, method: str, body: Callable[[Transaction], T], *, keep: bool = False) -> T:
         """Run a multi-statement read in one deferred transaction (one snapshot).
 
         Takes no faults and changes nothing; used by ``state()`` and
-        ``check_invariants()``.
+        ``check_invariants()``. The body's rollback callbacks run at the end,
+        unless ``keep``: then, when the body returns, its commit callbacks run
+        instead, as after a write that committed (a read-only store's
+        ``on_open``, whose effects live in the strategy).
         """
 
         def run(connection: sqlite3.Connection) -> T:
@@ -377,14 +380,17 @@ class TransactionManager:
             connection.text_factory = _lenient_text
             _begin(connection, "BEGIN")
             self._active = tx
+            kept = False
             try:
-                return body(tx)
+                result = body(tx)
+                kept = keep
+                return result
             finally:
                 self._active = None
                 connection.text_factory = str
                 if connection.in_transaction:
                     _begin(connection, "ROLLBACK")
-                _run_callbacks(list(reversed(tx._rollback)))
+                _run_callbacks(tx._commit if kept else list(reversed(tx._rollback)))
 
         return self.read(method, run)
 
