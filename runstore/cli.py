@@ -12,6 +12,8 @@ Subcommands:
 - ``runstore torture --db TARGET ...``: worker processes race on one database
   with kills and stops; the recorded history is checked for linearizability
   (``runstore.stateful._torture``; exits 1 on a violation).
+- ``runstore runs|show|check|stats|purge|backup|migrate DB ...``: the operator
+  commands (``runstore._ops_cli``), on a SQLite path or a PostgreSQL URL.
 
 ``fuzz``, ``replay`` and ``torture`` need the ``conformance`` extra (Hypothesis
 and pytest); without it they say so and exit 2.
@@ -27,6 +29,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from runstore import _ops_cli
 from runstore._version import __version__
 
 _EXTRA_MISSING = (
@@ -111,6 +114,7 @@ def _parser() -> argparse.ArgumentParser:
         help="race worker processes on one database and check the history's linearizability",
         add_help=False,
     )
+    _ops_cli.add_parsers(commands)
     return parser
 
 
@@ -160,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.command == "replay":
         return _replay(args.file)
+    if args.command in _ops_cli.COMMANDS:
+        return _ops_cli.run(args)
     try:
         from runstore.stateful import _fuzz
     except ImportError as error:
