@@ -16,7 +16,6 @@ in-process; ``test_the_real_command_line`` runs the installed entry point.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -26,118 +25,24 @@ import subprocess
 import sys
 import tempfile
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
 
 import runstore
-from runstore import ManualClock, OwnerId, RunSnapshot
-from runstore.attempts import Attempt, AttemptStore
+from runstore import ManualClock
 from runstore.cli import main
 from runstore.sqlite import _migrations
 
 from . import _postgres
-
-OWNER = OwnerId("host-a", 4102, "c0ffee")
-PENDING = RunSnapshot("pending", None, None)
-T0 = 1_700_000_000_000
-SECRET = "hunter2-7f3a9c"
-
-
-@attrs.frozen
-class Db:
-    """A populated database: its target and a fingerprint of everything in it."""
-
-    backend: str
-    target: str
-    fingerprint: Callable[[], object]
-
-
-def populate(store: Any, clock: ManualClock) -> None:
-    """``working`` running (attempt with a secret checkpoint, cancellation
-    requested), ``queued`` pending with a claim, ``idle`` pending, ``old``
-    completed at T0, a lineage of two settled rounds."""
-    store.create("working", json.dumps({"password": SECRET}))
-    store.create("queued", "{}")
-    store.create("idle", "{}")
-    store.create("old", "{}")
-    store.create("round-1", "{}", lineage_id="L", round_ordinal=1)
-    store.create("round-2", "{}", parent_run_id="round-1", lineage_id="L", round_ordinal=2)
-    assert store.claim_and_own("working", PENDING, OWNER, T0) == runstore.Activated()
-    AttemptStore(store).put(
-        Attempt("working", "step-1", 1, "running", T0, checkpoint={"token": SECRET}, meta={}),
-        OWNER,
-    )
-    assert store.request_cancel("working", T0) == runstore.CancelRequested(T0)
-    assert type(store.claim("queued", PENDING, OWNER, T0)).__name__ == "Claimed"
-    for rid in ("old", "round-1", "round-2"):
-        assert store.claim_and_own(rid, PENDING, OWNER, T0) == runstore.Activated()
-        assert store.transition_owned(rid, OWNER, "completed") == runstore.Transitioned()
-
-
-def _sqlite_look(path: Path) -> Callable[[], object]:
-    def look() -> object:
-        return [
-            (name, (path.parent / name).read_bytes(), (path.parent / name).stat().st_mode)
-            for name in sorted(os.listdir(path.parent))
-        ]
-
-    return look
-
-
-def _postgres_look(url: str) -> Callable[[], object]:
-    psycopg = pytest.importorskip("psycopg")
-
-    def look() -> object:
-        digest = hashlib.sha256()
-        with psycopg.connect(url, autocommit=True) as connection:
-            for (table,) in connection.execute(
-                "SELECT table_name FROM information_schema.tables "
-                "WHERE table_schema = current_schema() ORDER BY table_name"
-            ).fetchall():
-                rows = connection.execute(
-                    f'SELECT t::text FROM "{table}" AS t ORDER BY t::text COLLATE "C"'
-                ).fetchall()
-                digest.update(repr((table, rows)).encode())
-        return digest.hexdigest()
-
-    return look
+from ._cli import NOW, SECRET, T0, Db, cli, cli_json, make_db, populate, sqlite_look
 
 
 @pytest.fixture(params=["sqlite-file", "postgres"])
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> Db:
-    clock = ManualClock(T0)
-    if request.param == "sqlite-file":
-        folder = tmp_path / "db"
-        folder.mkdir()
-        path = folder / "runs.db"
-        target, look = str(path), _sqlite_look(path)
-    else:
-        pytest.importorskip("runstore.postgres")
-        target = _postgres.database_url()
-        look = _postgres_look(target)
-    with runstore.open(target, clock=clock) as store:
-        populate(store, clock)
-    return Db(request.param, target, look)
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any]:
-    code, out, err = cli(capsys, *argv, "--json")
-    assert err == ""
-    return code, json.loads(out)
-
-
-NOW = str(T0 + 75_000)  # 75 s after the last heartbeat: stale for 45 s
+    return make_db(request.param, tmp_path)
 
 
 # -- show -------------------------------------------------------------------------------
@@ -289,7 +194,7 @@ def test_migrate_check_reports_and_migrate_applies(
     connection.execute("PRAGMA journal_mode = WAL")
     _migrations.apply(connection, len(_migrations.MIGRATIONS) - 2)
     connection.close()
-    look = _sqlite_look(path)
+    look = sqlite_look(path)
     before = look()
     pending = [{"id": s.id, "name": s.name} for s in _migrations.MIGRATIONS[-2:]]
     code, out, _ = cli(capsys, "migrate", str(path), "--check")
@@ -521,7 +426,7 @@ def test_check_as_a_user_who_may_only_read(shared: Path) -> None:
     with runstore.open(path, clock=clock) as store:
         populate(store, clock)
     os.chmod(path, 0o644)
-    look = _sqlite_look(path)
+    look = sqlite_look(path)
     before = look()
 
     def as_nobody(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -540,3 +445,61 @@ def test_check_as_a_user_who_may_only_read(shared: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "host-a/4102/c0ffee" in done.stdout
     assert look() == before
+
+
+# -- a store without the listing operations ---------------------------------------------------
+
+
+@pytest.mark.skipif(
+    hasattr(runstore.SqliteRunStore, "list_runs"), reason="the SQL stores offer list_runs"
+)
+def test_without_list_runs_the_listing_commands_say_so(
+    db: Db, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for argv in (
+        ("runs", db.target),
+        ("stats", db.target),
+        ("purge", db.target, "--before", "1d"),
+    ):
+        code, out, err = cli(capsys, *argv)
+        assert (code, out) == (2, "")
+        assert "store has no list_runs operation" in err or "no purge_settled" in err
+        code, document = cli_json(capsys, *argv)
+        assert code == 2
+        assert document["error"]["code"] == "unsupported_operation"
+
+
+# -- formats ------------------------------------------------------------------------------------
+
+
+def test_ages_read_in_one_unit() -> None:
+    from runstore._ops_cli import ago, span
+
+    assert [span(ms) for ms in (0, 999, 41_000, 99_999, 100_000, 7_200_000, 200_000_000)] == [
+        "0 s",
+        "0 s",
+        "41 s",
+        "99 s",
+        "1 min",
+        "2 h",
+        "2 d",
+    ]
+    assert ago(T0, T0 + 3_000) == "3 s ago"
+    assert ago(T0 + 3_000, T0) == "in 3 s"
+    assert ago(None, T0) == "-"
+
+
+def test_before_takes_ms_iso_times_and_ages() -> None:
+    from runstore._ops_cli import _Failure, when
+
+    assert when("1700000000000", 0) == T0
+    assert when("2023-11-14T22:13:20Z", 0) == T0
+    assert when("2023-11-14T22:13:20", 0) == T0  # UTC unless it says
+    assert when("2023-11-14T23:13:20+01:00", 0) == T0
+    assert when("30d", T0) == T0 - 30 * 86_400_000
+    assert when("12h", T0) == T0 - 12 * 3_600_000
+    assert when("90m", T0) == when("90min", T0) == T0 - 90 * 60_000
+    assert when("45s", T0) == T0 - 45_000
+    for bad in ("yesterday", "-5d", "5 weeks"):
+        with pytest.raises(_Failure):
+            when(bad, T0)
