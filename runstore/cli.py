@@ -13,7 +13,7 @@ Subcommands:
   with kills and stops; the recorded history is checked for linearizability
   (``runstore.stateful._torture``; exits 1 on a violation).
 - ``runstore runs|show|check|stats|purge|backup|migrate DB ...``: the operator
-  commands (``runstore._ops_cli``), on a SQLite path or a PostgreSQL URL.
+  commands (``runstore._ops``), on a SQLite path or a PostgreSQL URL.
 
 ``fuzz``, ``replay`` and ``torture`` need the ``conformance`` extra (Hypothesis
 and pytest); without it they say so and exit 2.
@@ -29,7 +29,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runstore import _ops_cli
+from runstore import _ops
 from runstore._version import __version__
 
 _EXTRA_MISSING = (
@@ -114,7 +114,7 @@ def _parser() -> argparse.ArgumentParser:
         help="race worker processes on one database and check the history's linearizability",
         add_help=False,
     )
-    _ops_cli.add_parsers(commands)
+    _ops.add_parsers(commands)
     return parser
 
 
@@ -164,8 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.command == "replay":
         return _replay(args.file)
-    if args.command in _ops_cli.COMMANDS:
-        return _ops_cli.run(args)
+    if args.command in _ops.COMMANDS:
+        return _ops.run(args)
     try:
         from runstore.stateful import _fuzz
     except ImportError as error:

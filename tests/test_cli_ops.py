@@ -371,7 +371,7 @@ def test_usage_errors_are_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[s
 _AS_USER = """
 import os, sys
 # Imported first: the interpreter's own files may be unreadable to that user.
-import runstore.cli, runstore._ops_cli, runstore.attempts._store, runstore.model._rows
+import runstore.cli, runstore._ops, runstore.attempts._store, runstore.model._rows
 os.setgroups([])
 os.setgid(int(sys.argv[2]))
 os.setuid(int(sys.argv[1]))
@@ -473,7 +473,7 @@ def test_without_list_runs_the_listing_commands_say_so(
 
 
 def test_ages_read_in_one_unit() -> None:
-    from runstore._ops_cli import ago, span
+    from runstore._ops._format import ago, span
 
     assert [span(ms) for ms in (0, 999, 41_000, 99_999, 100_000, 7_200_000, 200_000_000)] == [
         "0 s",
@@ -490,7 +490,8 @@ def test_ages_read_in_one_unit() -> None:
 
 
 def test_before_takes_ms_iso_times_and_ages() -> None:
-    from runstore._ops_cli import _Failure, when
+    from runstore._ops._common import Failure
+    from runstore._ops._maintain import when
 
     assert when("1700000000000", 0) == T0
     assert when("2023-11-14T22:13:20Z", 0) == T0
@@ -501,5 +502,5 @@ def test_before_takes_ms_iso_times_and_ages() -> None:
     assert when("90m", T0) == when("90min", T0) == T0 - 90 * 60_000
     assert when("45s", T0) == T0 - 45_000
     for bad in ("yesterday", "-5d", "5 weeks"):
-        with pytest.raises(_Failure):
+        with pytest.raises(Failure):
             when(bad, T0)
