@@ -504,3 +504,25 @@ def test_before_takes_ms_iso_times_and_ages() -> None:
     for bad in ("yesterday", "-5d", "5 weeks"):
         with pytest.raises(Failure):
             when(bad, T0)
+
+
+def test_a_run_id_cannot_act_on_the_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Control and bidi characters in stored text are printed escaped, in
+    text and in JSON (which is ASCII)."""
+    path = str(tmp_path / "runs.db")
+    hostile = "evil\x1b[2J\u202e\x9b"
+    with runstore.open(path, clock=ManualClock(T0)) as store:
+        store.create(hostile, "{}")
+    code, out, err = cli(capsys, "show", path, hostile)
+    assert code == 0
+    assert "evil\\x1b[2J\\u202e\\x9b" in out
+    code, out, err = cli(capsys, "show", path, "nope\x1b")
+    assert code == 1
+    assert "\x1b" not in err
+    code, out, err = cli(capsys, "show", path, hostile, "--json")
+    assert out.isascii()
+    assert json.loads(out)["run"]["run_id"] == hostile
+    for text in (out, err):
+        assert not any(ch in text for ch in "\x1b\u202e\x9b")

@@ -46,6 +46,7 @@ from typing import Final, TextIO
 from ._check import check
 from ._common import COMMANDS as COMMANDS
 from ._common import Failure, Result
+from ._format import printable_lines
 from ._look import runs, show, stats
 from ._maintain import backup, migrate, purge
 from ._parsers import add_parsers as add_parsers
@@ -72,12 +73,13 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     except Failure as failure:
         if want_json:
             error = {"message": failure.text, **failure.detail}
-            out.write(json.dumps({"error": error}, indent=2, ensure_ascii=False) + "\n")
+            out.write(json.dumps({"error": error}, indent=2) + "\n")
         else:
-            err.write(f"runstore {args.command}: {failure.text}\n")
+            err.write(printable_lines(f"runstore {args.command}: {failure.text}") + "\n")
         return failure.code
     if want_json:
-        out.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+        # ASCII only: no byte of the document can act on a terminal.
+        out.write(json.dumps(document, indent=2) + "\n")
     else:
-        out.write(text)
+        out.write(printable_lines(text))
     return code

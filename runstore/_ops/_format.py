@@ -113,12 +113,29 @@ def fact_json(fact: OwnershipFact) -> dict[str, Any]:
     }
 
 
+def printable(text: str) -> str:
+    """``text`` with every character a terminal could act on (control, format
+    and separator characters other than the space: escape sequences, bidi
+    overrides) written as a Python escape, so a run id cannot repaint the
+    operator's terminal."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+def printable_lines(text: str) -> str:
+    """``printable`` for each line of ``text`` (the line breaks are kept)."""
+    return "\n".join(printable(line) for line in text.split("\n"))
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "") -> str:
-    """Left-aligned columns, two spaces apart; the last column is not padded."""
-    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=True)]
+    """Left-aligned columns, two spaces apart; the last column is not padded.
+    Cells are made ``printable`` first, so the columns stay aligned."""
+    cleaned = [[printable(str(cell)) for cell in cells] for cells in (headers, *rows)]
+    widths = [max(len(cell) for cell in column) for column in zip(*cleaned, strict=True)]
     lines = []
-    for cells in (headers, *rows):
-        padded = [str(cell).ljust(width) for cell, width in zip(cells, widths, strict=True)]
+    for cells in cleaned:
+        padded = [cell.ljust(width) for cell, width in zip(cells, widths, strict=True)]
         lines.append((indent + "  ".join(padded)).rstrip())
     return "\n".join(lines) + "\n"
 

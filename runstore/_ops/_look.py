@@ -21,6 +21,7 @@ from ._format import (
     lease_json,
     owner_json,
     owner_text,
+    printable,
     round_text,
     row_json,
     span,
@@ -181,7 +182,7 @@ def _show_text(
         ),
     ]
     width = max(len(name) for name, _ in fields)
-    text = "".join(f"{name.ljust(width)}  {value}\n" for name, value in fields)
+    text = "".join(f"{name.ljust(width)}  {printable(value)}\n" for name, value in fields)
     if lease is None:
         text += "\nlease (the strategy's record): none\n"
     else:
@@ -329,9 +330,10 @@ def stats(args: argparse.Namespace) -> Result:
                 f"{heartbeat_text(oldest, now)} ({ago(oldest.heartbeat_at_ms, now)})",
             )
         )
-    width = [max(len(line[i]) for line in lines) for i in range(2)]
+    width = [max(len(printable(line[i])) for line in lines) for i in range(2)]
     text = "".join(
-        f"{name.ljust(width[0])}  {value.rjust(width[1])}  {note}".rstrip() + "\n"
+        f"{printable(name).ljust(width[0])}  {printable(value).rjust(width[1])}  {note}".rstrip()
+        + "\n"
         for name, value, note in lines
     )
     return document, text, OK
