@@ -247,4 +247,5 @@ def test_a_wal_without_its_shm_is_refused_in_words(tmp_path: Path) -> None:
     error = caught.value
     assert error.code == "persistence_failed"
     assert "-wal file but no -shm" in str(error)
+    assert error.cause["stage"] == "side-files"
     assert _look(tmp_path) == before

@@ -529,6 +529,7 @@ def _still_busy(stage: str, error: BaseException, attempts: int) -> PersistenceF
             "open it once without read_only (or as a user who may write its folder)"
         )
         name = None
+        stage = "side-files"
     elif isinstance(error, _Changed):
         text = "the database file kept changing while it was read"
         name = None
