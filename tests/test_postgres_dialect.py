@@ -57,6 +57,10 @@ def test_postgres_statements_mention_every_parameter_sqlite_numbers(
         sqlite_text, postgres_text = getattr(sqlite, name), getattr(postgres, name)
         if not isinstance(sqlite_text, str) or not sqlite_text:
             continue
+        if name.startswith("LIST_"):
+            # Pieces of list_runs's assembled SELECT; LIST_PARAMETERS mentions
+            # all eight (test_list_runs_plans runs every assembly).
+            continue
         highest = max((int(n) for n in re.findall(r"\?(\d+)", sqlite_text)), default=0)
         assert _parameters(postgres_text) == set(range(1, highest + 1)), name
 

@@ -34,7 +34,7 @@ def _optional(value: object, check: Any) -> bool:
     return value is None or bool(check(value))
 
 
-def _schema_ok(row: Sequence[Any]) -> bool:
+def _schema_ok(row: Sequence[Any], stateless: bool = False) -> bool:
     (
         run_id,
         status,
@@ -74,7 +74,7 @@ def _schema_ok(row: Sequence[Any]) -> bool:
         and _optional(cancel, is_timestamp)
         and _optional(lineage, is_identifier)
         and _optional(round_ordinal, is_timestamp)
-        and type(state) is str
+        and (state is None if stateless else type(state) is str)
     )
 
 
@@ -97,9 +97,10 @@ def _state_valid(state: object) -> bool:
     return True
 
 
-def decode_run(method: str, row: Sequence[Any]) -> RunRow:
-    """A validated ``RunRow``, or ``decode_failed``."""
-    if not _schema_ok(row):
+def decode_run(method: str, row: Sequence[Any], *, stateless: bool = False) -> RunRow:
+    """A validated ``RunRow``, or ``decode_failed``. ``stateless``: a listed
+    row read without its state (the state column is NULL and not judged)."""
+    if not _schema_ok(row, stateless):
         raise DecodeFailedError(
             method,
             "could not decode flows_runs row",
@@ -114,7 +115,8 @@ def decode_run(method: str, row: Sequence[Any]) -> RunRow:
         or (status == "running") != (owner is not None)
     )
     broken_claim = claim is False or (claim is None) != (claimed_at is None)
-    if broken_owner or broken_claim or json_text_complaint(state) is not None:
+    broken_state = not stateless and json_text_complaint(state) is not None
+    if broken_owner or broken_claim or broken_state:
         # The cause reaches logs and telemetry; run state may hold credentials,
         # so only the invariants read here are reported.
         raise DecodeFailedError(
@@ -128,7 +130,7 @@ def decode_run(method: str, row: Sequence[Any]) -> RunRow:
                 "claimed_at_ms": claimed_at,
                 "has_owner_columns": any(v is not None for v in row[5:8]),
                 "has_claim_columns": any(v is not None for v in row[9:12]),
-                "state_json_valid": _state_valid(state),
+                "state_json_valid": None if stateless else _state_valid(state),
             },
         )
     return RunRow(

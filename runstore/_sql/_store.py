@@ -26,7 +26,7 @@ names), ``_tm`` its transaction manager (``write``, ``read``, ``snapshot``,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from types import ModuleType, TracebackType
 from typing import Any, ClassVar, Final, Protocol, Self, TypeVar
 
@@ -73,6 +73,7 @@ from .._values import (
     OwnerId,
     OwnershipFact,
     RunChange,
+    RunPage,
     RunRow,
     RunSnapshot,
     RunStatus,
@@ -682,6 +683,107 @@ class SqlRunStore:
 
         return self._tm.write("steal", body)
 
+    # -- finding work, batch renewal, purging ---------------------------------------------
+
+    def list_runs(
+        self,
+        *,
+        status: RunStatus | Collection[RunStatus] | None = None,
+        claimable_at: int | None = None,
+        stale_at: int | None = None,
+        claim_stale_at: int | None = None,
+        cancel_requested: bool | None = None,
+        lineage_id: str | None = None,
+        parent_run_id: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
+        with_state: bool = False,
+    ) -> RunPage:
+        """One page of the runs matching every given filter, in listing order
+        ``(created_at_ms, run_id)``: one SELECT (one snapshot) over an index
+        in that order, reading one row more than the page to know whether
+        another follows. See ``ModelRunStore.list_runs`` for the filters."""
+        query = admit.admit_list_runs(
+            status,
+            claimable_at,
+            stale_at,
+            claim_stale_at,
+            cancel_requested,
+            lineage_id,
+            parent_run_id,
+            limit,
+            after,
+            with_state,
+        )
+        statement = _listing(self._queries, query)
+        created, last = query.after if query.after is not None else (-1, "")
+        params = (
+            created,
+            last,
+            query.claimable_at,
+            None if query.stale_at is None else query.stale_at - HEARTBEAT_STALE_AFTER_MS,
+            None
+            if query.claim_stale_at is None
+            else query.claim_stale_at - HEARTBEAT_STALE_AFTER_MS,
+            query.lineage_id,
+            query.parent_run_id,
+            query.limit + 1,
+        )
+        rows = self._tm.read("list_runs", lambda c: c.execute(statement, params).fetchall())
+        stateless = not query.with_state
+        runs = [decode_run("list_runs", row, stateless=stateless) for row in rows[: query.limit]]
+        if len(rows) <= query.limit:
+            return RunPage(tuple(runs), None)
+        tail = runs[-1]
+        return RunPage(tuple(runs), admit.encode_cursor(tail.created_at_ms, tail.run_id))
+
+    def purge_settled(self, before_ms: int, *, limit: int = 1000) -> int:
+        """Delete up to ``limit`` settled runs finished before ``before_ms`` in
+        one transaction (``ModelRunStore.purge_settled`` says which): their
+        attempts, facts, state and any lease row first, then the runs in run id
+        order, so the delete trigger numbers their tombstones in that order."""
+        q = self._queries
+        cutoff, size = admit.admit_purge_settled(before_ms, limit)
+
+        def body(tx: Transaction) -> int:
+            execute = tx.connection.execute
+            found = [row[0] for row in execute(q.PURGE_CANDIDATES, (cutoff, size)).fetchall()]
+            if found and q.PURGE_RECHECK:
+                rows = execute(q.PURGE_RECHECK, (q.ids_param(found),)).fetchall()
+                found = [row[0] for row in rows]
+            if not found:
+                return 0
+            ids = q.ids_param(sorted(found))
+            for statement in (q.PURGE_ATTEMPTS, q.PURGE_FACTS, q.PURGE_STATE, q.PURGE_LEASES):
+                execute(statement, (ids,))
+            purged = _count(execute(q.PURGE_RUNS, (ids,)))
+            if purged != len(found):
+                raise PersistenceFailedError(
+                    "purge_settled",
+                    "a purge deleted other runs than it chose",
+                    {"stage": "write-invariant", "chosen": len(found), "deleted": purged},
+                )
+            return int(purged)
+
+        return self._tm.write("purge_settled", body)
+
+    def compact_changes(self, through_revision: int, *, limit: int = 1000) -> int:
+        """Drop up to ``limit`` tombstones at or below ``through_revision``,
+        oldest first (``ModelRunStore.compact_changes``); the revision stays."""
+        q = self._queries
+        through, size = admit.admit_compact_changes(through_revision, limit)
+
+        def body(tx: Transaction) -> int:
+            execute = tx.connection.execute
+            found = execute(q.COMPACT_CANDIDATES, (through, size)).fetchall()
+            if not found:
+                return 0
+            dropped = execute(q.COMPACT_DELETE, (q.ids_param([row[0] for row in found]),))
+            execute(q.COMPACT_RECORD, (max(row[1] for row in found),))
+            return int(dropped.rowcount)
+
+        return self._tm.write("compact_changes", body)
+
     # -- facts, revisions, whole state --------------------------------------------------
 
     def ownership_facts(self, run_id: str) -> list[OwnershipFact]:
@@ -798,6 +900,55 @@ class SqlRunStore:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _count(cursor: Any) -> int:
+    """How many rows a counted write changed: its change count, or the count a
+    server-side function answered (a statement that returns a row)."""
+    if cursor.description is None:
+        return int(cursor.rowcount)
+    row = cursor.fetchone()
+    return int(row[0]) if row is not None and row[0] is not None else 0
+
+
+def _listing(q: ModuleType, query: admit.ListQuery) -> str:
+    """The one SELECT of a ``list_runs`` page, from the backend's pieces
+    (``LIST_*`` in its queries module; parameters as they describe)."""
+    claimable = query.claimable_at is not None
+    if query.with_state:
+        columns = q.LIST_COLUMNS_WITH_STATE
+        table = q.LIST_FROM_CLAIMABLE_WITH_STATE if claimable else q.LIST_FROM_WITH_STATE
+    else:
+        columns = q.LIST_COLUMNS
+        table = q.LIST_FROM_CLAIMABLE if claimable else q.LIST_FROM
+    filters = [q.LIST_PARAMETERS]
+    if claimable:
+        filters.append(q.LIST_CLAIMABLE)
+    if query.stale_at is not None:
+        filters.append(q.LIST_STALE)
+    if query.claim_stale_at is not None:
+        filters.append(q.LIST_CLAIM_STALE)
+    if query.cancel_requested is not None:
+        filters.append(
+            q.LIST_CANCEL_WAITING if query.cancel_requested else q.LIST_CANCEL_NOT_WAITING
+        )
+    if query.lineage_id is not None:
+        filters.append(q.LIST_LINEAGE)
+    if query.parent_run_id is not None:
+        filters.append(q.LIST_PARENT)
+    if query.after is not None:
+        filters.append(q.LIST_AFTER)
+
+    def arm(status: str | None) -> str:
+        chosen = filters if status is None else [q.LIST_STATUS.format(status=status), *filters]
+        return f"SELECT {columns} {table} WHERE {' AND '.join(chosen)}"
+
+    statuses = query.statuses
+    if statuses is None or len(statuses) == 1:
+        return f"{arm(None if statuses is None else statuses[0])} {q.LIST_ORDER}"
+    # One arm per status, each in listing order by the status index, merged.
+    arms = f" {q.LIST_UNION} ".join(arm(status) for status in statuses)
+    return f"{arms} {q.LIST_UNION_ORDER}"
 
 
 def _who(owner: OwnerId) -> tuple[str, int, str]:

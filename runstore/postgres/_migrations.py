@@ -22,6 +22,9 @@ PostgreSQL's. What differs, and why:
 - ``flows_request_cancel_lineage`` marks a lineage's rounds one by one in run
   id order (the order the revisions must follow) and returns each round it
   marked; an UPDATE's row order is the plan's, not the table's.
+- ``flows_renew_runs`` and ``flows_purge_runs`` (``heartbeat_many``,
+  ``purge_settled``) write many runs one by one in run id order, for the
+  same reason.
 - Functions that read tables are created with ``SET search_path FROM
   CURRENT``: they always see the schema they were migrated into, whatever the
   search path of the session whose write fires them.
@@ -354,6 +357,67 @@ INSERT INTO flows_run_state (run_id, state_json) SELECT run_id, state_json FROM 
 ALTER TABLE flows_runs DROP COLUMN state_json;
 """
 
+# The SQLite step's indexes (runstore.sqlite._migrations, _FINDING_WORK), plus
+# the two functions that write many runs in run id order: PostgreSQL applies
+# an UPDATE's or DELETE's rows in the order of its plan, and the deferred
+# revision trigger numbers row events in the order they happened.
+_FINDING_WORK: Final = f"""
+CREATE INDEX flows_runs_listing_idx ON flows_runs (created_at_ms, run_id);
+CREATE INDEX flows_runs_status_listing_idx ON flows_runs (status, created_at_ms, run_id);
+CREATE INDEX flows_runs_claimable_idx ON flows_runs (created_at_ms, run_id)
+  WHERE status IN ('pending', 'suspended') AND claim_host_id IS NULL;
+CREATE INDEX flows_runs_claimed_idx ON flows_runs (created_at_ms, run_id)
+  WHERE claim_host_id IS NOT NULL;
+CREATE INDEX flows_runs_finished_idx ON flows_runs (finished_at_ms, run_id)
+  WHERE finished_at_ms IS NOT NULL;
+CREATE INDEX flows_run_changes_tombstone_idx ON flows_run_changes (revision)
+  WHERE deleted = 1;
+ALTER TABLE flows_run_source ADD COLUMN compacted_through BIGINT NOT NULL DEFAULT 0
+  CHECK ({_int("compacted_through")});
+
+-- Renews the rows of the runs in renew_ids (to GREATEST(old, the matching
+-- stamp)) that the given owner holds, one by one in run id order; answers how
+-- many it wrote.
+CREATE FUNCTION flows_renew_runs(
+  renew_ids text[], renew_stamps bigint[], by_host text, by_pid bigint, by_nonce text
+) RETURNS bigint LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  item record;
+  wrote bigint := 0;
+BEGIN
+  FOR item IN
+    SELECT u.id, u.stamp FROM unnest(renew_ids, renew_stamps) AS u(id, stamp)
+    ORDER BY u.id COLLATE "C"
+  LOOP
+    UPDATE flows_runs SET heartbeat_at_ms = GREATEST(heartbeat_at_ms, item.stamp)
+    WHERE run_id = item.id AND status = 'running'
+      AND owner_host_id = by_host AND owner_pid = by_pid AND owner_nonce = by_nonce;
+    IF FOUND THEN
+      wrote := wrote + 1;
+    END IF;
+  END LOOP;
+  RETURN wrote;
+END
+$$;
+
+-- Deletes the runs in purge_ids one by one in run id order; answers how many.
+CREATE FUNCTION flows_purge_runs(purge_ids text[])
+RETURNS bigint LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  item text;
+  deleted bigint := 0;
+BEGIN
+  FOR item IN SELECT u.id FROM unnest(purge_ids) AS u(id) ORDER BY u.id COLLATE "C" LOOP
+    DELETE FROM flows_runs WHERE run_id = item;
+    IF FOUND THEN
+      deleted := deleted + 1;
+    END IF;
+  END LOOP;
+  RETURN deleted;
+END
+$$;
+"""
+
 _TEXTS: Final = {
     1001: _INITIAL,
     1002: _LINEAGE,
@@ -362,6 +426,7 @@ _TEXTS: Final = {
     6: _CONSENSUS,
     2001: _OWNERSHIP_FACTS,
     2002: _RUN_STATE,
+    2003: _FINDING_WORK,
 }
 
 #: The chain: SQLite's ids and names, in SQLite's order, with PostgreSQL text.

@@ -24,6 +24,7 @@ The differences:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 _TERMINAL: Final = "('completed', 'failed', 'cancelled')"
@@ -294,6 +295,136 @@ CHANGES: Final = (
     "ORDER BY revision"
 )
 
+# -- list_runs ---------------------------------------------------------------------
+#
+# The pieces of a page's SELECT (``runstore.sqlite._queries`` explains them;
+# the parameters are the same: $1, $2 the cursor, $3 unused, $4 the stale
+# cutoff, $5 the claim-stale cutoff, $6 the lineage, $7 the parent, $8 the row
+# limit). ``LIST_PARAMETERS`` mentions all eight, so any assembly of the
+# pieces tells PostgreSQL every parameter's type. PostgreSQL has no index
+# hints: its planner picks the partial index a filter's text implies.
+
+LIST_COLUMNS: Final = """
+  r.run_id, r.status, r.created_at_ms, r.started_at_ms, r.finished_at_ms,
+  r.owner_host_id, r.owner_pid, r.owner_nonce, r.heartbeat_at_ms,
+  r.claim_host_id, r.claim_pid, r.claim_nonce, r.claimed_at_ms,
+  r.parent_run_id, r.cancel_requested_at_ms, r.lineage_id, r.round_ordinal,
+  NULL::text
+"""
+LIST_COLUMNS_WITH_STATE: Final = _RUN_COLUMNS
+LIST_FROM: Final = "FROM flows_runs AS r"
+LIST_FROM_WITH_STATE: Final = _FROM_RUNS
+LIST_FROM_CLAIMABLE: Final = LIST_FROM
+LIST_FROM_CLAIMABLE_WITH_STATE: Final = _FROM_RUNS
+LIST_STATUS: Final = "r.status = '{status}'"
+LIST_CLAIMABLE: Final = "r.status IN ('pending', 'suspended') AND r.claim_host_id IS NULL"
+LIST_STALE: Final = "r.status = 'running' AND r.heartbeat_at_ms < $4::bigint"
+LIST_CLAIM_STALE: Final = "r.claim_host_id IS NOT NULL AND r.claimed_at_ms < $5::bigint"
+_WAITING: Final = "r.cancel_requested_at_ms IS NOT NULL AND r.cancel_acknowledgement_json IS NULL"
+LIST_CANCEL_WAITING: Final = f"({_WAITING})"
+LIST_CANCEL_NOT_WAITING: Final = f"NOT ({_WAITING})"
+LIST_LINEAGE: Final = "(r.lineage_id = $6::text OR (r.run_id = $6::text AND r.lineage_id IS NULL))"
+LIST_PARENT: Final = "r.parent_run_id = $7::text"
+LIST_AFTER: Final = "(r.created_at_ms, r.run_id) > ($1::bigint, $2::text)"
+LIST_PARAMETERS: Final = _unused(
+    "$1::bigint",
+    "$2::text",
+    "$3::bigint",
+    "$4::bigint",
+    "$5::bigint",
+    "$6::text",
+    "$7::text",
+    "$8::bigint",
+)
+LIST_ORDER: Final = "ORDER BY r.created_at_ms, r.run_id LIMIT $8::bigint"
+LIST_UNION: Final = "UNION ALL"
+LIST_UNION_ORDER: Final = "ORDER BY 3, 1 LIMIT $8::bigint"
+
+# -- claim_next ---------------------------------------------------------------------
+
+# As SQLite's, locking the row it picks; rows other workers hold are skipped,
+# so concurrent callers take different runs instead of queuing on one.
+CLAIM_NEXT_PICK: Final = """
+SELECT r.run_id, r.status FROM flows_runs AS r
+WHERE r.status IN ('pending', 'suspended') AND r.claim_host_id IS NULL
+  AND r.status IN ($3::text, $4::text)
+  AND (r.created_at_ms, r.run_id) > ($1::bigint, $2::text)
+ORDER BY r.created_at_ms, r.run_id LIMIT 1
+FOR UPDATE SKIP LOCKED
+"""
+
+# -- heartbeat_many -------------------------------------------------------------------
+
+# flows_renew_runs writes the rows one by one in run id order (an UPDATE's own
+# row order is its plan's) and answers how many it wrote; $1 ids, $2 stamps.
+RENEW_MANY_WRITE: Final = (
+    "SELECT flows_renew_runs($1::text[], $2::bigint[], $3::text, $4::bigint, $5::text)"
+)
+OWNED_AMONG: Final = f"""
+SELECT run_id FROM flows_runs WHERE run_id = ANY($1::text[]) AND {_owned_by(2)}
+"""
+EXISTING_AMONG: Final = "SELECT run_id FROM flows_runs WHERE run_id = ANY($1::text[])"
+
+# -- purge_settled, compact_changes ------------------------------------------------------
+
+_LIVE_ROUND: Final = f"""(
+    EXISTS (SELECT 1 FROM flows_runs AS m
+            WHERE m.lineage_id = COALESCE(r.lineage_id, r.run_id)
+              AND m.status NOT IN {_TERMINAL})
+    OR EXISTS (SELECT 1 FROM flows_runs AS m
+               WHERE m.run_id = COALESCE(r.lineage_id, r.run_id)
+                 AND (m.lineage_id IS NULL OR m.lineage_id = m.run_id)
+                 AND m.status NOT IN {_TERMINAL})
+)"""
+# Locks what it picks; a run another transaction holds (a child being created
+# under it takes a key-share lock) waits for the next call.
+PURGE_CANDIDATES: Final = f"""
+SELECT r.run_id FROM flows_runs AS r
+WHERE r.finished_at_ms < $1::bigint AND r.status IN {_TERMINAL}
+  AND NOT EXISTS (SELECT 1 FROM flows_runs AS c WHERE c.parent_run_id = r.run_id)
+  AND NOT {_LIVE_ROUND}
+ORDER BY r.finished_at_ms, r.run_id LIMIT $2::bigint
+FOR UPDATE OF r SKIP LOCKED
+"""
+# The candidates, locked now, that are still purgeable in a fresh snapshot (a
+# child committed after PURGE_CANDIDATES's snapshot keeps its parent).
+PURGE_RECHECK: Final = f"""
+SELECT r.run_id FROM flows_runs AS r
+WHERE r.run_id = ANY($1::text[])
+  AND NOT EXISTS (SELECT 1 FROM flows_runs AS c WHERE c.parent_run_id = r.run_id)
+  AND NOT {_LIVE_ROUND}
+"""
+PURGE_ATTEMPTS: Final = "DELETE FROM flows_attempts WHERE run_id = ANY($1::text[])"
+PURGE_FACTS: Final = "DELETE FROM flows_ownership_facts WHERE run_id = ANY($1::text[])"
+PURGE_STATE: Final = "DELETE FROM flows_run_state WHERE run_id = ANY($1::text[])"
+PURGE_LEASES: Final = "DELETE FROM flows_consensus_leases WHERE run_id = ANY($1::text[])"
+# flows_purge_runs deletes the runs one by one in run id order (the order the
+# deferred revision trigger numbers their tombstones) and answers how many.
+PURGE_RUNS: Final = "SELECT flows_purge_runs($1::text[])"
+
+COMPACT_CANDIDATES: Final = """
+SELECT run_id, revision FROM flows_run_changes
+WHERE deleted = 1 AND revision <= $1::bigint ORDER BY revision LIMIT $2::bigint
+"""
+COMPACT_DELETE: Final = (
+    "DELETE FROM flows_run_changes WHERE deleted = 1 AND run_id = ANY($1::text[])"
+)
+COMPACT_RECORD: Final = (
+    "UPDATE flows_run_source SET compacted_through = GREATEST(compacted_through, $1::bigint) "
+    "WHERE singleton = 1"
+)
+
+
+def ids_param(run_ids: Sequence[str]) -> list[str]:
+    """Run ids as the ``text[]`` parameter of ``*_AMONG`` and ``PURGE_*``."""
+    return list(run_ids)
+
+
+def stamps_param(pairs: Sequence[tuple[str, int]]) -> tuple[list[str], list[int]]:
+    """(run id, stamp) pairs as RENEW_MANY_WRITE's $1 (ids) and $2 (stamps)."""
+    return [rid for rid, _ in pairs], [stamp for _, stamp in pairs]
+
+
 # -- whole state and invariants (reads only) ----------------------------------------
 
 ALL_RUNS: Final = f"SELECT {_RUN_COLUMNS} {_FROM_RUNS} ORDER BY r.run_id"
@@ -314,7 +445,9 @@ INVARIANT_QUERIES: Final[tuple[tuple[str, str], ...]] = (
     (
         "the revision is the newest change",
         """SELECT (SELECT revision FROM flows_run_source)
-                  IS DISTINCT FROM (SELECT COALESCE(MAX(revision), 0) FROM flows_run_changes)""",
+                  IS DISTINCT FROM GREATEST(
+                    (SELECT COALESCE(MAX(revision), 0) FROM flows_run_changes),
+                    (SELECT compacted_through FROM flows_run_source))""",
     ),
     (
         "every run has a live change entry",

@@ -15,6 +15,8 @@ id     name                                what it does
 6      ``journal_consensus``               ``flows_consensus_leases`` + backfill
 2001   ``runstore_ownership_facts``        the companion fact table + baseline
 2002   ``runstore_run_state``              run state moves to ``flows_run_state``
+2003   ``runstore_finding_work``           listing, claimable, claimed, finished and
+                                           tombstone indexes; ``compacted_through``
 =====  ==================================  =========================================
 
 The pending migrations run, in order, inside one ``BEGIN IMMEDIATE``
@@ -283,6 +285,31 @@ ALTER TABLE flows_runs DROP COLUMN state_json;
 """
 
 
+# Finding work and purging: every listing reads an index in its page order
+# ``(created_at_ms, run_id)`` instead of sorting the table. The partial
+# indexes hold only the rows a hot filter wants (claimable runs, claimed
+# runs); the status index serves one status (several are merged per status);
+# the finished index serves purge_settled oldest first; the tombstone index
+# compact_changes. No index holds ``heartbeat_at_ms``, so a heartbeat
+# rewrites no index entry. ``compacted_through`` records the newest tombstone
+# revision ever compacted: the revision may equal it once the newest change
+# is gone from the feed.
+_FINDING_WORK: Final = f"""
+CREATE INDEX flows_runs_listing_idx ON flows_runs (created_at_ms, run_id);
+CREATE INDEX flows_runs_status_listing_idx ON flows_runs (status, created_at_ms, run_id);
+CREATE INDEX flows_runs_claimable_idx ON flows_runs (created_at_ms, run_id)
+  WHERE status IN ('pending', 'suspended') AND claim_host_id IS NULL;
+CREATE INDEX flows_runs_claimed_idx ON flows_runs (created_at_ms, run_id)
+  WHERE claim_host_id IS NOT NULL;
+CREATE INDEX flows_runs_finished_idx ON flows_runs (finished_at_ms, run_id)
+  WHERE finished_at_ms IS NOT NULL;
+CREATE INDEX flows_run_changes_tombstone_idx ON flows_run_changes (revision)
+  WHERE deleted = 1;
+ALTER TABLE flows_run_source ADD COLUMN compacted_through INTEGER NOT NULL DEFAULT 0
+  CHECK ({_int("compacted_through")});
+"""
+
+
 @attrs.frozen
 class Migration:
     """One recorded schema step."""
@@ -300,6 +327,7 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(6, "journal_consensus", _CONSENSUS),
     Migration(2001, "runstore_ownership_facts", _OWNERSHIP_FACTS),
     Migration(2002, "runstore_run_state", _RUN_STATE),
+    Migration(2003, "runstore_finding_work", _FINDING_WORK),
 )
 
 _KNOWN: Final = {m.id: m.name for m in MIGRATIONS}

@@ -18,6 +18,8 @@ heartbeat is stale exactly when it is ``< cutoff``.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Final
 
 _TERMINAL: Final = "('completed', 'failed', 'cancelled')"
@@ -288,6 +290,153 @@ CHANGES: Final = (
     "SELECT run_id, revision, deleted FROM flows_run_changes WHERE revision > ?1 ORDER BY revision"
 )
 
+# -- list_runs ---------------------------------------------------------------------
+#
+# A page is one SELECT (one snapshot) assembled by the store core from these
+# pieces: the columns, the table (SQLite may be told which index serves a
+# filter), the filters that were given joined by AND, the keyset condition
+# after the cursor, and the order. Each filter is written so that the partial
+# index it belongs to is implied by its text. The parameters are fixed: ?1
+# and ?2 the cursor's (created_at_ms, run_id), ?3 unused (``claimable_at``
+# judges nothing), ?4 the stale cutoff, ?5 the claim-stale cutoff, ?6 the
+# lineage, ?7 the parent, ?8 the row limit (one more than the page, so the
+# store knows whether another page follows). Several statuses become one arm
+# per status, merged by ``LIST_UNION``.
+
+#: A listed run without its state (the state column is NULL) and with it.
+LIST_COLUMNS: Final = """
+  r.run_id, r.status, r.created_at_ms, r.started_at_ms, r.finished_at_ms,
+  r.owner_host_id, r.owner_pid, r.owner_nonce, r.heartbeat_at_ms,
+  r.claim_host_id, r.claim_pid, r.claim_nonce, r.claimed_at_ms,
+  r.parent_run_id, r.cancel_requested_at_ms, r.lineage_id, r.round_ordinal,
+  NULL
+"""
+LIST_COLUMNS_WITH_STATE: Final = _RUN_COLUMNS
+LIST_FROM: Final = "FROM flows_runs AS r"
+LIST_FROM_WITH_STATE: Final = _FROM_RUNS
+#: The table named with the index a claimable listing must use (the planner
+#: without statistics would read both statuses of the status index and sort).
+LIST_FROM_CLAIMABLE: Final = "FROM flows_runs AS r INDEXED BY flows_runs_claimable_idx"
+LIST_FROM_CLAIMABLE_WITH_STATE: Final = (
+    "FROM flows_runs AS r INDEXED BY flows_runs_claimable_idx "
+    "LEFT JOIN flows_run_state AS s ON s.run_id = r.run_id"
+)
+#: One status; ``{status}`` is an admitted status name (a literal, so the
+#: status index's prefix and the partial indexes are seen to apply).
+LIST_STATUS: Final = "r.status = '{status}'"
+LIST_CLAIMABLE: Final = "r.status IN ('pending', 'suspended') AND r.claim_host_id IS NULL"
+LIST_STALE: Final = "r.status = 'running' AND r.heartbeat_at_ms < ?4"
+LIST_CLAIM_STALE: Final = "r.claim_host_id IS NOT NULL AND r.claimed_at_ms < ?5"
+_WAITING: Final = "r.cancel_requested_at_ms IS NOT NULL AND r.cancel_acknowledgement_json IS NULL"
+LIST_CANCEL_WAITING: Final = f"({_WAITING})"
+LIST_CANCEL_NOT_WAITING: Final = f"NOT ({_WAITING})"
+LIST_LINEAGE: Final = "(r.lineage_id = ?6 OR (r.run_id = ?6 AND r.lineage_id IS NULL))"
+LIST_PARENT: Final = "r.parent_run_id = ?7"
+LIST_AFTER: Final = "(r.created_at_ms, r.run_id) > (?1, ?2)"
+#: Mentions every parameter (nothing to do on SQLite, which binds and ignores).
+LIST_PARAMETERS: Final = "1"
+LIST_ORDER: Final = "ORDER BY r.created_at_ms, r.run_id LIMIT ?8"
+#: Merges the arms (each ordered by the status index) into one order.
+LIST_UNION: Final = "UNION ALL"
+LIST_UNION_ORDER: Final = "ORDER BY 3, 1 LIMIT ?8"
+
+# -- claim_next ---------------------------------------------------------------------
+
+# The oldest unclaimed run of the statuses ?3 and ?4 (the same status twice for
+# one) after the listing key (?1, ?2), by the claimable index.
+CLAIM_NEXT_PICK: Final = """
+SELECT r.run_id, r.status FROM flows_runs AS r INDEXED BY flows_runs_claimable_idx
+WHERE r.status IN ('pending', 'suspended') AND r.claim_host_id IS NULL
+  AND r.status IN (?3, ?4) AND (r.created_at_ms, r.run_id) > (?1, ?2)
+ORDER BY r.created_at_ms, r.run_id LIMIT 1
+"""
+
+# -- heartbeat_many -------------------------------------------------------------------
+#
+# ``ids_param`` packs run ids for ``IN (SELECT value FROM json_each(?1))``;
+# ``stamps_param`` packs (run id, stamp) pairs for RENEW_MANY_WRITE's ?1 and ?2.
+
+# The rows the strategy renewed, each to MAX(old, its stamp), in run id order:
+# the pairs arrive sorted and the PK seek follows them, so the revision
+# trigger numbers them in that order (tests pin it).
+RENEW_MANY_WRITE: Final = f"""
+UPDATE flows_runs SET heartbeat_at_ms = MAX(flows_runs.heartbeat_at_ms, j.value)
+FROM json_each(?1) AS j
+WHERE flows_runs.run_id = j.key AND {_owned_by(3)}
+"""
+# Among ?1, the runs ?2-?4 owns (after RENEW_MANY_WRITE: those it wrote).
+OWNED_AMONG: Final = f"""
+SELECT run_id FROM flows_runs
+WHERE run_id IN (SELECT value FROM json_each(?1)) AND {_owned_by(2)}
+"""
+# Among ?1, the runs that exist.
+EXISTING_AMONG: Final = (
+    "SELECT run_id FROM flows_runs WHERE run_id IN (SELECT value FROM json_each(?1))"
+)
+
+# -- purge_settled, compact_changes ------------------------------------------------------
+
+_LIVE_ROUND: Final = f"""(
+    EXISTS (SELECT 1 FROM flows_runs AS m
+            WHERE m.lineage_id = COALESCE(r.lineage_id, r.run_id)
+              AND m.status NOT IN {_TERMINAL})
+    OR EXISTS (SELECT 1 FROM flows_runs AS m
+               WHERE m.run_id = COALESCE(r.lineage_id, r.run_id)
+                 AND (m.lineage_id IS NULL OR m.lineage_id = m.run_id)
+                 AND m.status NOT IN {_TERMINAL})
+)"""
+# Up to ?2 settled runs finished before ?1, oldest first, that no run names as
+# parent and whose lineage has no live round (the finished index, in order).
+PURGE_CANDIDATES: Final = f"""
+SELECT r.run_id FROM flows_runs AS r INDEXED BY flows_runs_finished_idx
+WHERE r.finished_at_ms < ?1 AND r.status IN {_TERMINAL}
+  AND NOT EXISTS (SELECT 1 FROM flows_runs AS c WHERE c.parent_run_id = r.run_id)
+  AND NOT {_LIVE_ROUND}
+ORDER BY r.finished_at_ms, r.run_id LIMIT ?2
+"""
+#: Nothing to re-check: ``BEGIN IMMEDIATE`` keeps every writer out since
+#: PURGE_CANDIDATES (PostgreSQL re-reads its locked candidates).
+PURGE_RECHECK: Final = ""
+# Everything of the runs ?1 (run ids), then the runs in run id order: the
+# delete trigger leaves each one's tombstone, numbered in that order.
+PURGE_ATTEMPTS: Final = (
+    "DELETE FROM flows_attempts WHERE run_id IN (SELECT value FROM json_each(?1))"
+)
+PURGE_FACTS: Final = (
+    "DELETE FROM flows_ownership_facts WHERE run_id IN (SELECT value FROM json_each(?1))"
+)
+PURGE_STATE: Final = "DELETE FROM flows_run_state WHERE run_id IN (SELECT value FROM json_each(?1))"
+PURGE_LEASES: Final = (
+    "DELETE FROM flows_consensus_leases WHERE run_id IN (SELECT value FROM json_each(?1))"
+)
+PURGE_RUNS: Final = "DELETE FROM flows_runs WHERE run_id IN (SELECT value FROM json_each(?1))"
+
+# Up to ?2 tombstones at or below revision ?1, oldest first.
+COMPACT_CANDIDATES: Final = """
+SELECT run_id, revision FROM flows_run_changes
+WHERE deleted = 1 AND revision <= ?1 ORDER BY revision LIMIT ?2
+"""
+COMPACT_DELETE: Final = (
+    "DELETE FROM flows_run_changes WHERE deleted = 1 "
+    "AND run_id IN (SELECT value FROM json_each(?1))"
+)
+# The newest tombstone revision ever compacted (the revision may equal it).
+COMPACT_RECORD: Final = (
+    "UPDATE flows_run_source SET compacted_through = MAX(compacted_through, ?1) WHERE singleton = 1"
+)
+
+
+def ids_param(run_ids: Sequence[str]) -> str:
+    """Run ids as the ``json_each`` parameter of ``*_AMONG`` and ``PURGE_*``."""
+    return json.dumps(list(run_ids), ensure_ascii=False, separators=(",", ":"))
+
+
+def stamps_param(pairs: Sequence[tuple[str, int]]) -> tuple[str, None]:
+    """(run id, stamp) pairs, sorted by run id, as RENEW_MANY_WRITE's ?1 (a
+    JSON object, iterated in key order) and ?2 (unused here)."""
+    return json.dumps(dict(pairs), ensure_ascii=False, separators=(",", ":")), None
+
+
 # -- whole state and invariants (reads only) ----------------------------------------
 
 ALL_RUNS: Final = f"SELECT {_RUN_COLUMNS} {_FROM_RUNS} ORDER BY r.run_id"
@@ -308,7 +457,8 @@ INVARIANT_QUERIES: Final[tuple[tuple[str, str], ...]] = (
     (
         "the revision is the newest change",
         """SELECT (SELECT revision FROM flows_run_source)
-                  <> (SELECT COALESCE(MAX(revision), 0) FROM flows_run_changes)""",
+                  <> MAX((SELECT COALESCE(MAX(revision), 0) FROM flows_run_changes),
+                         (SELECT compacted_through FROM flows_run_source))""",
     ),
     (
         "every run has a live change entry",
