@@ -7,7 +7,7 @@ The tree::
     ├── RunNotFoundError(RunStoreError, LookupError)      "not_found_row"
     ├── ConstraintError(RunStoreError)                    "constraint"
     ├── DecodeFailedError(RunStoreError)                  "decode_failed"
-    └── PersistenceFailedError(RunStoreError)             "persistence_failed"
+    └── PersistenceFailedError(RunStoreError)             "persistence_failed", .outcome_unknown
         └── UnsupportedDatabaseError                      (a file we must not open)
 
 ``cause`` is a payload-free dict: field names, lengths, validity flags and
@@ -136,7 +136,7 @@ class DecodeFailedError(RunStoreError):
 
 class PersistenceFailedError(RunStoreError):
     """Raised when storage or the consensus strategy fails. The whole operation
-    rolled back; nothing it did is visible."""
+    rolled back and nothing it did is visible, unless ``outcome_unknown``."""
 
     def __init__(
         self,
@@ -145,6 +145,16 @@ class PersistenceFailedError(RunStoreError):
         cause: dict[str, Any] | None = None,
     ) -> None:
         super().__init__("persistence_failed", method, text, cause)
+
+    @property
+    def outcome_unknown(self) -> bool:
+        """True when the operation may have committed: the connection to a
+        database server was lost after the commit was sent, before its answer
+        arrived (``cause["outcome"] == "unknown"``). Such an operation is never
+        replayed by the store; read the run again (``get``,
+        ``ownership_facts``) to learn what happened. False for every other
+        failure, which rolled back whole."""
+        return self.cause.get("outcome") == "unknown"
 
 
 class UnsupportedDatabaseError(PersistenceFailedError):

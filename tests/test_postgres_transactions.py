@@ -83,6 +83,8 @@ def test_a_transient_failure_that_lasts_exhausts_the_budget(url: str) -> None:
         assert caught.value.code == "persistence_failed"
         assert caught.value.cause["attempts"] == 3
         assert caught.value.cause["database_code"] == "busy"
+        assert caught.value.cause["reason"] == "serialization-failure"
+        assert caught.value.outcome_unknown is False
         assert caught.value.__cause__ is None
         assert caught.value.__context__ is None
         assert store.state() == before
@@ -134,6 +136,8 @@ def test_a_connection_lost_after_commit_was_sent_has_an_unknown_outcome(url: str
             store.request_cancel("r", 666)
         assert caught.value.code == "persistence_failed"
         assert caught.value.cause["outcome"] == "unknown"
+        assert caught.value.outcome_unknown is True
+        assert "outcome unknown" in caught.value.message
         assert caught.value.cause["database_code"] == "connection"
         assert "attempts" not in caught.value.cause
         assert store.state() == before

@@ -19,6 +19,17 @@ PostgreSQL's messages quote row values ("Failing row contains ...", "Key
 credentials. So a cause carries only the SQLSTATE, the constraint and table
 names (schema, never data) and the class of the Python exception, never the
 message, its detail, hint, context or the statement.
+
+A ``persistence_failed`` cause also names a ``reason`` and the message says
+it in words, so an operator can tell the failures apart without the server's
+text: ``statement-timeout`` (the server's ``statement_timeout``) from
+``interrupted`` (``store.interrupt()``), both SQLSTATE 57014;
+``lock-timeout``; ``idle-in-transaction-timeout``; ``too-many-connections``
+(the server's ``max_connections``, or a pooler's pool, is exhausted);
+``connection-lost``; ``server-shutting-down``; ``read-only-server`` (a
+standby); ``serialization-failure`` and ``deadlock`` (once retries ran out);
+``disk-full``; ``out-of-memory``; and for a failed reconnection the reasons
+``open`` gives (``unreachable``, ``authentication-failed``, ...).
 """
 
 from __future__ import annotations
@@ -33,6 +44,9 @@ from ..consensus._types import ConsensusError
 
 #: Serialization failure and deadlock: the whole transaction is replayed.
 TRANSIENT_STATES: Final = frozenset({"40001", "40P01"})
+
+#: The server ended the session (FATAL): what was open rolled back.
+SESSION_ENDED_STATES: Final = frozenset({"25P03", "57P01", "57P02", "57P03"})
 
 #: ``create``'s constraints by PostgreSQL's constraint names (see ``_migrations``).
 _CREATE_CONSTRAINTS: Final = {
@@ -73,9 +87,14 @@ def is_transient(error: BaseException, *, connection_lost: bool = False) -> bool
     found = database_error(error)
     if isinstance(found, InjectedFault):
         return found.fault.transient
-    if sqlstate(found) in TRANSIENT_STATES:
+    state = sqlstate(found)
+    if state in TRANSIENT_STATES:
         return True
-    return connection_lost and isinstance(found, psycopg.OperationalError)
+    if not connection_lost:
+        return False
+    # The session is gone and its transaction with it (the server ended it:
+    # a shutdown, an idle-in-transaction timeout, or the link dropped).
+    return isinstance(found, psycopg.OperationalError) or state in SESSION_ENDED_STATES
 
 
 def database_code(state: str | None, error: BaseException | None) -> str:
@@ -91,7 +110,7 @@ def database_code(state: str | None, error: BaseException | None) -> str:
     if state == "57014":
         return "interrupted"
     family = state[:2]
-    if family == "08" or state in ("57P01", "57P02", "57P03"):
+    if family == "08" or state in ("57P01", "57P02", "57P03", "25P03"):
         return "connection"
     if family == "53":
         return "resource"
@@ -100,13 +119,159 @@ def database_code(state: str | None, error: BaseException | None) -> str:
     return "unknown"
 
 
-def classify(method: str, error: BaseException) -> RunStoreError:
+#: Why a connection could not be made, by SQLSTATE when the server sent one,
+#: else by a phrase of libpq's message (the message itself is never passed
+#: on: it names hosts, users and databases).
+CONNECT_STATES: Final = {
+    "28P01": "authentication-failed",
+    "28000": "authentication-failed",
+    "3D000": "database-missing",
+    "42501": "permission-denied",
+    "53300": "too-many-connections",
+    "57P03": "server-starting-or-stopping",
+}
+_CONNECT_PHRASES: Final = (
+    ("password authentication failed", "authentication-failed"),
+    ("authentication failed", "authentication-failed"),
+    ("no password supplied", "authentication-failed"),
+    ("does not exist", "database-missing"),
+    ("permission denied", "permission-denied"),
+    ("too many clients", "too-many-connections"),
+    ("too many connections", "too-many-connections"),
+    ("remaining connection slots are reserved", "too-many-connections"),
+    ("the database system is", "server-starting-or-stopping"),
+    ("timeout expired", "timeout"),
+    ("could not translate host name", "host-unknown"),
+    ("connection refused", "unreachable"),
+    ("no such file or directory", "unreachable"),
+    ("server is in hot standby mode", "read-only-server"),
+    ("session is read-only", "read-only-server"),
+    ("ssl", "ssl"),
+)
+CONNECT_TEXTS: Final = {
+    "authentication-failed": "authentication failed",
+    "database-missing": "the database (or role) does not exist",
+    "permission-denied": "permission denied",
+    "too-many-connections": (
+        "the server has no free connection slot (its max_connections, or a pooler's "
+        "pool, is exhausted)"
+    ),
+    "server-starting-or-stopping": "the server is starting up or shutting down",
+    "timeout": "the connection timed out",
+    "host-unknown": "the host name is unknown",
+    "unreachable": "the server could not be reached",
+    "read-only-server": "every server named accepts only read-only sessions",
+    "ssl": "the SSL negotiation failed",
+    "unknown": "the server refused or could not be reached",
+}
+
+
+def connect_reason(error: BaseException) -> str:
+    """Why connecting failed (a key of ``CONNECT_TEXTS``), never libpq's text."""
+    state = sqlstate(error)
+    if state in CONNECT_STATES:
+        return CONNECT_STATES[state]
+    text = str(error).lower()
+    for phrase, reason in _CONNECT_PHRASES:
+        if phrase in text:
+            return reason
+    return "unknown"
+
+
+class ReconnectFailed(Exception):
+    """Raised by the transaction manager when replacing a lost connection
+    failed; caused by the driver's error, so the retry logic still sees a
+    lost connection. ``reason`` is ``connect_reason``'s."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__("reconnect failed")
+        self.reason = reason
+
+
+#: The reason a failure gets, by SQLSTATE (57014 is decided by the caller).
+_REASONS: Final = {
+    "40001": "serialization-failure",
+    "40P01": "deadlock",
+    "55P03": "lock-timeout",
+    "25P03": "idle-in-transaction-timeout",
+    "53300": "too-many-connections",
+    "53100": "disk-full",
+    "53200": "out-of-memory",
+    "57P01": "server-shutting-down",
+    "57P02": "server-shutting-down",
+    "57P03": "server-shutting-down",
+    "25006": "read-only-server",
+}
+
+#: What the message says for each reason.
+REASON_TEXTS: Final = {
+    "statement-timeout": (
+        "the statement ran longer than the server's statement_timeout and was cancelled"
+    ),
+    "interrupted": "the running statement was cancelled by store.interrupt()",
+    "lock-timeout": "a lock wait ran longer than the server's lock_timeout",
+    "idle-in-transaction-timeout": (
+        "the server ended the session: its transaction sat idle longer than "
+        "idle_in_transaction_session_timeout"
+    ),
+    "too-many-connections": CONNECT_TEXTS["too-many-connections"],
+    "connection-lost": (
+        "the connection to the database server was lost; the store reconnects on its next operation"
+    ),
+    "server-shutting-down": (
+        "the database server is shutting down, restarting or recovering; the store "
+        "reconnects on its next operation"
+    ),
+    "read-only-server": (
+        "the server accepts only read-only transactions (a standby, or "
+        "default_transaction_read_only)"
+    ),
+    "serialization-failure": "a serialization failure outlasted the retry budget",
+    "deadlock": "a deadlock outlasted the retry budget",
+    "disk-full": "the database server's disk is full",
+    "out-of-memory": "the database server ran out of memory",
+    "injected": "an injected fault failed the operation",
+    "unknown": "database operation failed",
+}
+
+UNKNOWN_OUTCOME_TEXT: Final = (
+    "the connection was lost after the commit was sent, so the operation may or may "
+    "not have committed (outcome unknown); it was not replayed: read the run to learn "
+    "what happened"
+)
+
+
+def failure_reason(error: BaseException, *, interrupted: bool = False) -> str:
+    """The ``reason`` of a failed operation (a key of ``REASON_TEXTS`` or
+    ``CONNECT_TEXTS``). ``interrupted``: ``store.interrupt()`` was called
+    during the operation, so a cancellation (57014) was that and not the
+    server's ``statement_timeout``."""
+    if isinstance(error, ReconnectFailed):
+        return error.reason
+    found = database_error(error)
+    if isinstance(found, InjectedFault):
+        return "injected"
+    state = sqlstate(found)
+    if state == "57014":
+        return "interrupted" if interrupted else "statement-timeout"
+    if state in _REASONS:
+        return _REASONS[state]
+    if state is None and isinstance(found, psycopg.OperationalError):
+        return "connection-lost"
+    if state is not None and state.startswith("08"):
+        return "connection-lost"
+    return "unknown"
+
+
+def classify(method: str, error: BaseException, *, interrupted: bool = False) -> RunStoreError:
     """The payload-free ``RunStoreError`` for a failed operation."""
     if isinstance(error, RunStoreError):
         return error
     found = database_error(error)
     state = sqlstate(found)
     code = database_code(state, found)
+    if isinstance(error, ReconnectFailed):
+        code = "resource" if error.reason == "too-many-connections" else "connection"
     cause: dict[str, Any] = {
         "error": type(found if found is not None else error).__name__,
         "sqlstate": state,
@@ -124,6 +289,20 @@ def classify(method: str, error: BaseException) -> RunStoreError:
         if method == "create" and constraint in _CREATE_CONSTRAINTS:
             cause["constraint"] = _CREATE_CONSTRAINTS[constraint]
         return ConstraintError(method, {"database_code": "constraint", **cause})
+    reason = failure_reason(error, interrupted=interrupted)
+    text = REASON_TEXTS.get(reason) or CONNECT_TEXTS.get(reason) or REASON_TEXTS["unknown"]
+    if isinstance(error, ReconnectFailed):
+        text = f"could not reconnect to the database server: {CONNECT_TEXTS[reason]}"
     return PersistenceFailedError(
-        method, cause={"category": "persistence_failed", "database_code": code, **cause}
+        method,
+        text,
+        {"category": "persistence_failed", "database_code": code, "reason": reason, **cause},
     )
+
+
+def unknown_outcome(method: str, error: BaseException) -> RunStoreError:
+    """The error of an operation whose commit was sent on a connection that
+    was then lost: ``outcome_unknown`` is true, and it is never replayed."""
+    classified = classify(method, error)
+    cause = {**classified.cause, "outcome": "unknown", "reason": "connection-lost"}
+    return PersistenceFailedError(method, UNKNOWN_OUTCOME_TEXT, cause)

@@ -45,7 +45,8 @@ from ..consensus._local import LocalConsensus
 from ..consensus._sql import SqlConsensus
 from ..sqlite._migrations import SchemaRefused
 from . import _migrations
-from ._errors import sqlstate
+from ._clock_check import ClockCheck
+from ._errors import CONNECT_TEXTS, connect_reason, sqlstate
 from ._store import PostgresRunStore
 from ._tx import Connection, TransactionManager
 
@@ -54,55 +55,6 @@ MINIMUM_POSTGRES: Final = 15
 
 SCHEMES: Final = ("postgresql", "postgres")
 _MAX_IDENTIFIER_BYTES: Final = 63
-
-#: Why a connection failed, by SQLSTATE when the server sent one, else by a
-#: phrase of libpq's message (the message itself is never passed on: it
-#: names hosts, users and databases, and runstore's errors carry codes).
-_CONNECT_STATES: Final = {
-    "28P01": "authentication-failed",
-    "28000": "authentication-failed",
-    "3D000": "database-missing",
-    "42501": "permission-denied",
-    "53300": "too-many-connections",
-    "57P03": "server-starting-or-stopping",
-}
-_CONNECT_PHRASES: Final = (
-    ("password authentication failed", "authentication-failed"),
-    ("authentication failed", "authentication-failed"),
-    ("no password supplied", "authentication-failed"),
-    ("does not exist", "database-missing"),
-    ("permission denied", "permission-denied"),
-    ("too many clients", "too-many-connections"),
-    ("the database system is", "server-starting-or-stopping"),
-    ("timeout expired", "timeout"),
-    ("could not translate host name", "host-unknown"),
-    ("connection refused", "unreachable"),
-    ("no such file or directory", "unreachable"),
-    ("ssl", "ssl"),
-)
-_CONNECT_TEXTS: Final = {
-    "authentication-failed": "authentication failed",
-    "database-missing": "the database (or role) does not exist",
-    "permission-denied": "permission denied",
-    "too-many-connections": "the server has too many connections",
-    "server-starting-or-stopping": "the server is starting up or shutting down",
-    "timeout": "the connection timed out",
-    "host-unknown": "the host name is unknown",
-    "unreachable": "the server could not be reached",
-    "ssl": "the SSL negotiation failed",
-    "unknown": "the server refused or could not be reached",
-}
-
-
-def _connect_reason(error: BaseException) -> str:
-    state = sqlstate(error)
-    if state in _CONNECT_STATES:
-        return _CONNECT_STATES[state]
-    text = str(error).lower()
-    for phrase, reason in _CONNECT_PHRASES:
-        if phrase in text:
-            return reason
-    return "unknown"
 
 
 def is_url(target: object) -> bool:
@@ -177,6 +129,7 @@ def open(
     schema: str | None = None,
     read_only: bool = False,
     migrate: bool = True,
+    check_clock: bool | None = None,
 ) -> PostgresRunStore:
     """Open (migrating as needed) the run store in ``url``'s database.
 
@@ -188,15 +141,23 @@ def open(
     (in a read-only snapshot when ``read_only``). ``migrate=False`` refuses a
     missing schema or one that needs migrating; ``read_only=True`` opens a
     migrated schema in read-only sessions and refuses every write.
+    ``check_clock`` measures the store clock against the server's and refuses
+    lease operations while they are more than half the skew allowance apart
+    (``runstore.postgres._clock_check``); the default checks a
+    ``SystemClock`` and no other clock.
     """
     if not is_url(url):
         raise _refuse("url", "must be a postgresql:// URL")
     for name, value in (("read_only", read_only), ("migrate", migrate)):
         if type(value) is not bool:
             raise _refuse(name, "must be True or False")
+    if check_clock is not None and type(check_clock) is not bool:
+        raise _refuse("check_clock", "must be True, False or None")
     if clock is None:
         clock = SystemClock()
     clock = admit_clock("open", clock)
+    if check_clock is None:
+        check_clock = type(clock) is SystemClock
     if consensus is None:
         consensus = SqlConsensus()
     consensus = admit_consensus("open", consensus)
@@ -228,6 +189,10 @@ def open(
         )
         if read_only:
             psycopg.Connection.execute(connection, "SET default_transaction_read_only = on")
+        else:
+            # A session that leaves a transaction open holds run-row locks;
+            # bound that (unless the URL, role or database set a bound).
+            psycopg.Connection.execute(connection, _IDLE_IN_TRANSACTION)
         if selected[0] is not None:
             psycopg.Connection.execute(connection, f"SET search_path TO {_quoted(selected[0])}")
         return connection
@@ -239,6 +204,9 @@ def open(
         selected[0] = resolved
         # Later connections (after a loss) set the search path themselves.
         tm = TransactionManager(connection, connect, consensus, RetryPolicy(), read_only=read_only)
+        if check_clock and not read_only:
+            tm.clock_check = ClockCheck(clock)
+            _measure_at_open(tm.clock_check, connection)
         store = PostgresRunStore(tm, clock=clock, consensus=consensus, url=shown, schema=resolved)
         on_open = getattr(consensus, "on_open", None)
         if callable(on_open):
@@ -250,6 +218,29 @@ def open(
         connection.close()
         raise
     return store
+
+
+#: The bound on a session's idle open transaction, unless one is set already.
+IDLE_IN_TRANSACTION_MS: Final = 10_000
+_IDLE_IN_TRANSACTION: Final = (
+    "SELECT pg_catalog.set_config('idle_in_transaction_session_timeout', "
+    f"'{IDLE_IN_TRANSACTION_MS}', false) "
+    "WHERE pg_catalog.current_setting('idle_in_transaction_session_timeout') = '0'"
+)
+
+
+def _measure_at_open(check: ClockCheck, connection: Connection) -> None:
+    failure: PersistenceFailedError | None = None
+    try:
+        check.measure(connection)
+    except psycopg.Error as error:
+        failure = PersistenceFailedError(
+            "open",
+            "could not read the PostgreSQL server's clock",
+            {"stage": "clock", "sqlstate": sqlstate(error), "error": type(error).__name__},
+        )
+    if failure is not None:
+        raise failure
 
 
 def _parses(url: str) -> bool:
@@ -266,10 +257,10 @@ def _first_connection(connect: Any) -> Connection:
     try:
         connection: Connection = connect()
     except psycopg.Error as error:
-        reason = _connect_reason(error)
+        reason = connect_reason(error)
         failure = PersistenceFailedError(
             "open",
-            f"could not connect to the PostgreSQL server: {_CONNECT_TEXTS[reason]}",
+            f"could not connect to the PostgreSQL server: {CONNECT_TEXTS[reason]}",
             {
                 "stage": "connect",
                 "reason": reason,

@@ -40,6 +40,14 @@ class PostgresRunStore(SqlRunStore):
         """The schema the store's tables live in."""
         return self._schema
 
+    @property
+    def clock_offset_ms(self) -> int | None:
+        """The store clock minus the server's ``clock_timestamp()``, in ms, as
+        last measured; None when the store does not check its clock (see
+        ``runstore.postgres.open``'s ``check_clock``)."""
+        check = getattr(self._tm, "clock_check", None)
+        return None if check is None else check.offset_ms
+
     def __repr__(self) -> str:
         mode = ", read_only=True" if self.read_only else ""
         return (

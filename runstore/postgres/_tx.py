@@ -51,7 +51,8 @@ from .._sql._modes import read_only_refusal
 from .._sql._tx import RollbackAndReturn
 from .._sql._tx import run_callbacks as _run_callbacks
 from ..consensus._types import ConsensusError
-from ._errors import classify, is_transient
+from ._clock_check import LEASE_METHODS, ClockCheck
+from ._errors import ReconnectFailed, classify, connect_reason, is_transient, unknown_outcome
 
 T = TypeVar("T")
 
@@ -60,7 +61,7 @@ _IDLE: Final = pq.TransactionStatus.IDLE
 _FAILED: Final = pq.TransactionStatus.INERROR
 
 #: What the manager classifies; anything else is a defect and propagates.
-_CLASSIFIED = (RunStoreError, psycopg.Error, ConsensusError, InjectedFault)
+_CLASSIFIED = (RunStoreError, psycopg.Error, ConsensusError, InjectedFault, ReconnectFailed)
 
 
 class Connection(psycopg.Connection[Any]):
@@ -135,6 +136,10 @@ class TransactionManager:
         self._active: Transaction | None = None
         self._depth = 0
         self._random = random.Random()
+        #: Measures the store clock against the server's before lease writes.
+        self.clock_check: ClockCheck | None = None
+        #: Set by ``interrupt()``; tells a cancellation from a statement timeout.
+        self._interrupted = False
 
     def live(self) -> Connection:
         """The connection, reconnected first when the last one was lost."""
@@ -143,7 +148,14 @@ class TransactionManager:
             if connection is not None:
                 connection.close()
             self.connection = None
-            self.connection = connection = self._connect()
+            failure: ReconnectFailed | None = None
+            try:
+                self.connection = connection = self._connect()
+            except psycopg.Error as error:
+                failure = ReconnectFailed(connect_reason(error))
+                failure.__cause__ = error  # read by is_transient, never raised past us
+            if failure is not None:
+                raise failure
         assert connection is not None
         return connection
 
@@ -157,6 +169,7 @@ class TransactionManager:
             if self._active is not None:
                 return self._nested(method, body)
             self._check_open(method)
+            self._interrupted = False
             policy = self.retry
             started = time.monotonic()
             attempt = 0
@@ -165,16 +178,15 @@ class TransactionManager:
                 error: RunStoreError
                 sent = [False]
                 try:
-                    return self._attempt(body, sent)
+                    return self._attempt(method, body, sent)
                 except RollbackAndReturn as rolled_back:
                     return rolled_back.value  # type: ignore[no-any-return]
                 except _CLASSIFIED as failure:
                     lost = _is_lost(self.connection)
                     if lost and sent[0]:
-                        error = classify(method, failure)
-                        error.cause["outcome"] = "unknown"
+                        error = unknown_outcome(method, failure)
                     elif not is_transient(failure, connection_lost=lost):
-                        error = classify(method, failure)
+                        error = classify(method, failure, interrupted=self._interrupted)
                     else:
                         delay = self._delay(policy, attempt)
                         elapsed_ms = (time.monotonic() - started) * 1000
@@ -182,7 +194,7 @@ class TransactionManager:
                             attempt >= policy.max_attempts
                             or elapsed_ms + delay * 1000 > policy.budget_ms
                         ):
-                            error = classify(method, failure)
+                            error = classify(method, failure, interrupted=self._interrupted)
                             error.cause["attempts"] = attempt
                         else:
                             time.sleep(delay)
@@ -198,8 +210,11 @@ class TransactionManager:
         ceiling = min(policy.max_delay_ms, policy.base_delay_ms * (2 ** min(attempt, 30)))
         return self._random.uniform(0, ceiling) / 1000
 
-    def _attempt(self, body: Callable[[Transaction], T], sent: list[bool]) -> T:
+    def _attempt(self, method: str, body: Callable[[Transaction], T], sent: list[bool]) -> T:
         connection = self.live()
+        check = self.clock_check
+        if check is not None and method in LEASE_METHODS:
+            check.verify(method, connection)
         armed: ArmedFault | None = None
         if self.faults is not None:
             armed = self.faults._take()
@@ -302,6 +317,7 @@ class TransactionManager:
             if self._active is not None:
                 return body(self._active._connection)
             self._check_open(method)
+            self._interrupted = False
             policy = self.retry
             started = time.monotonic()
             attempt = 0
@@ -321,7 +337,7 @@ class TransactionManager:
                     ):
                         time.sleep(delay)
                         continue
-                    error = classify(method, failure)
+                    error = classify(method, failure, interrupted=self._interrupted)
                 raise error
 
     def snapshot(self, method: str, body: Callable[[Transaction], T], *, keep: bool = False) -> T:
@@ -357,6 +373,7 @@ class TransactionManager:
         connection = self.connection
         if self.closed or connection is None or connection.closed:
             return
+        self._interrupted = True
         try:
             connection.cancel_safe(timeout=5.0)
         except psycopg.Error:
