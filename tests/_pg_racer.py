@@ -1,8 +1,8 @@
 """A child process that races for runs on command, for the PostgreSQL race tests.
 
-Usage: ``python tests/_pg_racer.py URL HOST_ID``
+Usage: ``python tests/_pg_racer.py URL HOST_ID [--lazy]``
 
-It opens the store at URL on a ``ManualClock`` as owner
+It opens the store at URL (unless ``--lazy``) on a ``ManualClock`` as owner
 ``OwnerId(HOST_ID, <its pid>, "racer")``, prints ``{"ready": pid}``, and then
 answers one JSON line for every JSON command line on stdin, as fast as it
 can (the parent sends the same command to every racer at once); a command's
@@ -13,8 +13,9 @@ can (the parent sends the same command to every racer at once); a command's
 - ``{"op": "steal", "run_id", "now_ms", "owner": [host, pid, nonce],
   "heartbeat_at_ms"}``: steal the run from that owner with
   ``cross-host-unreachable-stale`` evidence;
-- ``{"op": "open"}``: open (and close) one more store on URL, migrating it if
-  it needs it (the migration race);
+- ``{"op": "open_url", "url", "migrate": true}``: open (and close) a store
+  on that URL, migrating it if it needs it and ``migrate`` allows (the
+  migration race);
 - ``{"op": "exit"}``.
 
 Each answer is ``{"outcome": "<class name>"}``, or ``{"error": code,
@@ -47,8 +48,9 @@ def main(argv: list[str]) -> int:
         if "now_ms" in command and command["now_ms"] > clock.now_ms():
             clock.set(command["now_ms"])
         try:
-            if op == "open":
-                runstore.open(url, clock=ManualClock(0)).close()
+            if op == "open_url":
+                migrate = command.get("migrate", True)
+                runstore.open(command["url"], clock=ManualClock(0), migrate=migrate).close()
                 outcome: object = "opened"
             elif op == "claim_and_own":
                 assert store is not None
@@ -64,7 +66,12 @@ def main(argv: list[str]) -> int:
             else:
                 raise AssertionError(f"unknown op {op!r}")
         except RunStoreError as error:
-            print(json.dumps({"error": error.code, "reason": error.cause.get("reason")}))
+            cause = error.cause
+            print(
+                json.dumps(
+                    {"error": error.code, "reason": cause.get("reason") or cause.get("stage")}
+                )
+            )
         else:
             name = outcome if isinstance(outcome, str) else type(outcome).__name__
             print(json.dumps({"outcome": name}), flush=True)
