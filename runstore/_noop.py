@@ -1,16 +1,19 @@
 """``NoopRunStore``: a stand-in store for testing code that uses a store.
 
 Direct operations (``create``, ``get``, ``lineage``, ``latest_round``,
-``request_cancel_lineage``) raise ``persistence_failed``; compare-and-swap
+``request_cancel_lineage``, ``list_runs``, ``purge_settled``,
+``compact_changes``) raise ``persistence_failed``; compare-and-swap
 operations answer their typed loss (``NotFound``, or ``ClaimLost`` for
-``activate`` and ``abandon_claim``); ``acknowledge_cancel`` answers False. Any
+``activate`` and ``abandon_claim``; ``heartbeat_many`` answers ``NotFound``
+for each run id, ``claim_next`` None: there is nothing to take);
+``acknowledge_cancel`` answers False. Any
 operation can be replaced by passing a callable under its name. Arguments are
 not admitted: this is a test double, not a store.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -28,7 +31,7 @@ from ._outcomes import (
     StealOutcome,
     TransitionOutcome,
 )
-from ._values import OwnershipFact, RunChange, RunRow, StoreState
+from ._values import OwnershipFact, RunChange, RunPage, RunRow, StoreState
 
 _OPERATIONS = frozenset(
     {
@@ -48,6 +51,11 @@ _OPERATIONS = frozenset(
         "reconfirm",
         "transition_owned",
         "steal",
+        "list_runs",
+        "claim_next",
+        "heartbeat_many",
+        "purge_settled",
+        "compact_changes",
         "ownership_facts",
         "revision",
         "changes",
@@ -123,6 +131,23 @@ class NoopRunStore:
 
     def steal(self, *_args: Any) -> StealOutcome:
         return NotFound()
+
+    def list_runs(self, **_filters: Any) -> RunPage:
+        raise _unavailable("list_runs")
+
+    def claim_next(self, *_args: Any, **_kwargs: Any) -> RunRow | None:
+        return None
+
+    def heartbeat_many(
+        self, owner: Any, run_ids: Sequence[str], now_ms: Any
+    ) -> dict[str, HeartbeatOutcome]:
+        return {run_id: NotFound() for run_id in run_ids}
+
+    def purge_settled(self, *_args: Any, **_kwargs: Any) -> int:
+        raise _unavailable("purge_settled")
+
+    def compact_changes(self, *_args: Any, **_kwargs: Any) -> int:
+        raise _unavailable("compact_changes")
 
     def ownership_facts(self, run_id: str) -> list[OwnershipFact]:
         return []

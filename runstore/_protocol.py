@@ -7,7 +7,8 @@ then runs as one all-or-nothing transaction. Lost races are outcome values;
 only misuse and infrastructure failures raise ``RunStoreError``.
 
 Time: operations that judge a lease (``claim``, ``claim_and_own``, ``steal``,
-``heartbeat``, ``reconfirm``, ``recover_claim``) take the caller's ``now_ms``
+``heartbeat``, ``reconfirm``, ``recover_claim``, ``claim_next``,
+``heartbeat_many``) take the caller's ``now_ms``
 literally but refuse one more than ``HEARTBEAT_SKEW_ALLOWANCE_MS`` ahead of the
 store's clock. ``create``, ``activate`` and ``transition_owned`` stamp
 lifecycle columns from the store's clock.
@@ -15,6 +16,7 @@ lifecycle columns from the store's clock.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
@@ -34,6 +36,7 @@ from ._values import (
     OwnerId,
     OwnershipFact,
     RunChange,
+    RunPage,
     RunRow,
     RunSnapshot,
     RunStatus,
@@ -158,6 +161,54 @@ class RunStore(Protocol):
         evidence: LivenessEvidence,
     ) -> StealOutcome:
         """Claim a stale running run with matching evidence; follow with ``activate``."""
+        ...
+
+    def list_runs(
+        self,
+        *,
+        status: RunStatus | Collection[RunStatus] | None = None,
+        claimable_at: int | None = None,
+        stale_at: int | None = None,
+        claim_stale_at: int | None = None,
+        cancel_requested: bool | None = None,
+        lineage_id: str | None = None,
+        parent_run_id: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
+        with_state: bool = False,
+    ) -> RunPage:
+        """One page (``limit`` rows, at most 1000) of the runs matching every
+        given filter, in ``(created_at_ms, run_id)`` order, from one snapshot;
+        ``page.next`` resumes after it (``None`` on the last page). Rows come
+        without state unless ``with_state=True``."""
+        ...
+
+    def claim_next(
+        self,
+        owner: OwnerId,
+        now_ms: int,
+        *,
+        status: RunStatus | Collection[RunStatus] = ("pending", "suspended"),
+    ) -> RunRow | None:
+        """Claim and activate the oldest unclaimed run of ``status`` this caller
+        can take (concurrent callers get different runs); its row, or None."""
+        ...
+
+    def heartbeat_many(
+        self, owner: OwnerId, run_ids: Sequence[str], now_ms: int
+    ) -> dict[str, HeartbeatOutcome]:
+        """Renew many of the owner's leases in one transaction; each answer is
+        what ``heartbeat`` alone would give, keys in ``run_ids`` order."""
+        ...
+
+    def purge_settled(self, before_ms: int, *, limit: int = 1000) -> int:
+        """Delete up to ``limit`` settled runs finished before ``before_ms``
+        (never one with a live lineage round or a child), leaving tombstones
+        in the change feed; answers how many."""
+        ...
+
+    def compact_changes(self, through_revision: int, *, limit: int = 1000) -> int:
+        """Drop up to ``limit`` tombstones at or below ``through_revision``."""
         ...
 
     def ownership_facts(self, run_id: str) -> list[OwnershipFact]:

@@ -127,6 +127,7 @@ _LOSSES: Final[dict[str, AlreadyClaimed | HeartbeatFresh | SnapshotChanged]] = {
 }
 _NOT_FOUND: Final = NotFound()
 _UPDATED: Final = Updated()
+_LOST: Final = Lost()
 _FENCE_LOST: Final = FenceLost()
 _CLAIM_LOST: Final = ClaimLost()
 _ACTIVATED: Final = Activated()
@@ -418,45 +419,62 @@ class SqlRunStore:
             return self._tm.read(method, precheck)
 
         def body(tx: Transaction) -> ClaimAndOwnOutcome:
-            execute = tx.connection.execute
-            self._lock(tx, rid)
-            row = execute(q.CLAIM_AND_OWN_CLASSIFY, classify_params).fetchone()
-            if row is None:
-                return _NOT_FOUND
-            admissible, loss_tag, last = row
-            loss = _LOSSES[loss_tag]
-            if not admissible:
-                return loss
-            consensus = tx.consensus
-            transition = "claimed"
-            if previous is None:
-                grant = consensus.claim(tx, rid, who, now)
-            elif previous == who:
-                # Re-owning one's own stale run: release, then a fresh grant
-                # (a new generation, fenced by the new grant time).
-                consensus.release_ownership(tx, rid, who)
-                last += 1
-                self._fact(tx, rid, "released", who, None, last)
-                grant = consensus.claim(tx, rid, who, now)
-            else:
-                assert proof is not None
-                grant = consensus.steal(tx, rid, who, now, proof)
-                transition = "stolen"
-            if type(grant) is not Granted:
-                # Nothing of this operation may stay (contract.md, Decided here 1).
-                raise RollbackAndReturn(loss)
-            granted = grant.granted_at_ms
-            if type(consensus.activate(tx, rid, who, granted, now)) is not Promoted:
-                raise RollbackAndReturn(loss)
-            execute(q.FACTS_GRANT_ACTIVATED_AT, (rid, transition, *_who(who), granted, last + 1))
-            wrote = execute(
-                q.CLAIM_AND_OWN_WRITE, (*classify_params, who.host_id, who.pid, who.nonce, now)
-            ).rowcount
-            if wrote != 1:
-                raise _write_invariant(method, rid)
-            return _ACTIVATED
+            return self._claim_and_own_in(tx, rid, previous, who, now, proof, classify_params)
 
         return self._tm.write(method, body)
+
+    def _claim_and_own_in(
+        self,
+        tx: Transaction,
+        rid: str,
+        previous: OwnerId | None,
+        who: OwnerId,
+        now: int,
+        proof: LivenessEvidence | None,
+        classify_params: tuple[Any, ...],
+    ) -> ClaimAndOwnOutcome:
+        """``claim_and_own``'s compare-and-swap inside ``tx`` (also ``claim_next``'s):
+        ``previous`` is the snapshot's owner, ``classify_params`` the classify
+        query's parameters (the snapshot and the staleness cutoff)."""
+        q = self._queries
+        method = "claim_and_own"
+        execute = tx.connection.execute
+        self._lock(tx, rid)
+        row = execute(q.CLAIM_AND_OWN_CLASSIFY, classify_params).fetchone()
+        if row is None:
+            return _NOT_FOUND
+        admissible, loss_tag, last = row
+        loss = _LOSSES[loss_tag]
+        if not admissible:
+            return loss
+        consensus = tx.consensus
+        transition = "claimed"
+        if previous is None:
+            grant = consensus.claim(tx, rid, who, now)
+        elif previous == who:
+            # Re-owning one's own stale run: release, then a fresh grant
+            # (a new generation, fenced by the new grant time).
+            consensus.release_ownership(tx, rid, who)
+            last += 1
+            self._fact(tx, rid, "released", who, None, last)
+            grant = consensus.claim(tx, rid, who, now)
+        else:
+            assert proof is not None
+            grant = consensus.steal(tx, rid, who, now, proof)
+            transition = "stolen"
+        if type(grant) is not Granted:
+            # Nothing of this operation may stay (contract.md, Decided here 1).
+            raise RollbackAndReturn(loss)
+        granted = grant.granted_at_ms
+        if type(consensus.activate(tx, rid, who, granted, now)) is not Promoted:
+            raise RollbackAndReturn(loss)
+        execute(q.FACTS_GRANT_ACTIVATED_AT, (rid, transition, *_who(who), granted, last + 1))
+        wrote = execute(
+            q.CLAIM_AND_OWN_WRITE, (*classify_params, who.host_id, who.pid, who.nonce, now)
+        ).rowcount
+        if wrote != 1:
+            raise _write_invariant(method, rid)
+        return _ACTIVATED
 
     def activate(
         self,
@@ -737,6 +755,106 @@ class SqlRunStore:
         tail = runs[-1]
         return RunPage(tuple(runs), admit.encode_cursor(tail.created_at_ms, tail.run_id))
 
+    def claim_next(
+        self,
+        owner: OwnerId,
+        now_ms: int,
+        *,
+        status: RunStatus | Collection[RunStatus] = admit.CLAIMABLE_STATUSES,
+    ) -> RunRow | None:
+        """Claim and activate the oldest unclaimed run of ``status`` (pending
+        and suspended by default), as ``claim_and_own`` with its current
+        snapshot would, in one write transaction; its row (with state), or
+        None when there is none. On PostgreSQL the pick skips rows other
+        transactions hold, so concurrent workers take different runs. A run the
+        strategy refuses is passed over (that attempt rolls back whole) and
+        the next one is tried."""
+        q = self._queries
+        method = "claim_next"
+        who, now, statuses = admit.admit_claim_next(owner, now_ms, status, self._clock)
+        wanted = (statuses[0], statuses[-1])
+        cutoff = now - HEARTBEAT_STALE_AFTER_MS
+        after: tuple[int, str] = (-1, "")
+
+        def body(tx: Transaction) -> RunRow | tuple[int, str] | None:
+            execute = tx.connection.execute
+            picked = execute(q.CLAIM_NEXT_PICK, (*after, *wanted)).fetchone()
+            if picked is None:
+                return None
+            rid, picked_status, created = picked
+            params = (rid, picked_status, None, None, None, None, cutoff)
+            try:
+                outcome = self._claim_and_own_in(tx, rid, None, who, now, None, params)
+            except RollbackAndReturn:
+                # The strategy refused this run: nothing of the attempt stays,
+                # and the next pick looks after it.
+                raise RollbackAndReturn((created, rid)) from None
+            if outcome is not _ACTIVATED:
+                raise _write_invariant(method, rid)
+            return decode_run(method, execute(q.GET, (rid,)).fetchone())
+
+        while True:
+            found = self._tm.write(method, body)
+            if not isinstance(found, tuple):
+                return found
+            after = found
+
+    def heartbeat_many(
+        self, owner: OwnerId, run_ids: Sequence[str], now_ms: int
+    ) -> dict[str, HeartbeatOutcome]:
+        """Renew ``owner``'s leases on many runs in one write transaction, each
+        answer what ``heartbeat`` alone would give (keys in ``run_ids``
+        order). The strategy renews them all at once when it offers
+        ``heartbeat_many`` (``SqlConsensus`` does, set-based), else one
+        ``heartbeat`` call each; one set-based statement then writes the
+        renewed rows in run id order (one revision each)."""
+        q = self._queries
+        method = "heartbeat_many"
+        who, ids, now = admit.admit_heartbeat_many(owner, run_ids, now_ms, self._clock)
+        ordered = sorted(ids)
+
+        def body(tx: Transaction) -> dict[str, HeartbeatOutcome]:
+            execute = tx.connection.execute
+            if not ordered:
+                return {}
+            if q.LOCK_RUNS:
+                execute(q.LOCK_RUNS, (q.ids_param(ordered),))
+            consensus = tx.consensus
+            batch = getattr(consensus, "heartbeat_many", None)
+            if batch is not None:
+                renewals = batch(tx, ordered, who, now)
+            else:
+                renewals = {rid: consensus.heartbeat(tx, rid, who, now) for rid in ordered}
+            pairs = [
+                (rid, renewal.heartbeat_at_ms)
+                for rid in ordered
+                if type(renewal := renewals.get(rid, _LOST)) is not Lost
+            ]
+            written: set[str] | list[str] = []
+            if pairs:
+                params = (*q.stamps_param(pairs), who.host_id, who.pid, who.nonce)
+                count = _count(execute(q.RENEW_MANY_WRITE, params))
+                if count == len(pairs):
+                    written = [rid for rid, _stamp in pairs]
+                else:
+                    # A renewed lease over a row this owner does not hold:
+                    # reported (FenceLost), never hidden.
+                    renewed = q.ids_param([rid for rid, _stamp in pairs])
+                    owned = execute(q.OWNED_AMONG, (renewed, *_who(who))).fetchall()
+                    written = [row[0] for row in owned]
+            done = set(written)
+            rest = [rid for rid in ordered if rid not in done]
+            existing: set[str] = set()
+            if rest:
+                found = execute(q.EXISTING_AMONG, (q.ids_param(rest),)).fetchall()
+                existing = {row[0] for row in found}
+            return {
+                rid: _UPDATED if rid in done else _FENCE_LOST if rid in existing else _NOT_FOUND
+                for rid in ids
+            }
+
+        return self._tm.write(method, body)
+
     def purge_settled(self, before_ms: int, *, limit: int = 1000) -> int:
         """Delete up to ``limit`` settled runs finished before ``before_ms`` in
         one transaction (``ModelRunStore.purge_settled`` says which): their
@@ -947,7 +1065,7 @@ def _listing(q: ModuleType, query: admit.ListQuery) -> str:
     if statuses is None or len(statuses) == 1:
         return f"{arm(None if statuses is None else statuses[0])} {q.LIST_ORDER}"
     # One arm per status, each in listing order by the status index, merged.
-    arms = f" {q.LIST_UNION} ".join(arm(status) for status in statuses)
+    arms = " UNION ALL ".join(q.LIST_UNION_ARM.format(arm=arm(status)) for status in statuses)
     return f"{arms} {q.LIST_UNION_ORDER}"
 
 

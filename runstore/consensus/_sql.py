@@ -21,7 +21,7 @@ heartbeat is strictly older than ``now_ms - HEARTBEAT_STALE_AFTER_MS``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, TypeVar
 
@@ -206,6 +206,27 @@ class SqlConsensus:
 
     def reconfirm(self, tx: Transaction, run_id: str, owner: OwnerId, now_ms: int) -> RenewOutcome:
         return self._renew("RECONFIRM", tx, run_id, owner, now_ms)
+
+    def heartbeat_many(
+        self, tx: Transaction, run_ids: Sequence[str], owner: OwnerId, now_ms: int
+    ) -> dict[str, RenewOutcome]:
+        """``heartbeat`` of each run, in one set-based UPDATE: the leases
+        ``owner`` holds among ``run_ids`` are renewed, every other run is
+        ``Lost``."""
+
+        def run(s: ModuleType) -> dict[str, RenewOutcome]:
+            renewed = tx.connection.execute(
+                s.HEARTBEAT_MANY,
+                (s.ids_param(run_ids), owner.host_id, owner.pid, owner.nonce, now_ms),
+            ).fetchall()
+            stamps = dict(renewed)
+            lost = Lost()
+            return {
+                rid: lost if (stamp := stamps.get(rid)) is None else Renewed(stamp)
+                for rid in run_ids
+            }
+
+        return self._run(tx, run)
 
     def recover(
         self,

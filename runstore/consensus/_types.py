@@ -27,6 +27,14 @@ when it opens a database, so a strategy that keeps its leases elsewhere
 (``LocalConsensus``) can rebuild them from the run rows, as the lease backfill
 migration does for ``SqlConsensus``.
 
+Optional: ``heartbeat_many(tx, run_ids, owner, now_ms) -> dict[str,
+RenewOutcome]``, the batch ``heartbeat``. ``run_ids`` are
+distinct and sorted; the answer maps each to what ``heartbeat`` alone would
+answer (a missing key counts as ``Lost()``). A store's ``heartbeat_many``
+calls it once when the strategy has it, and otherwise calls ``heartbeat``
+once per run id, in run id order, in the same transaction. ``SqlConsensus``
+implements it with one set-based statement.
+
 A strategy that keeps its state in the store's database uses
 ``tx.connection``, in the SQL of ``tx.dialect`` (``"sqlite"`` or
 ``"postgresql"``); one that keeps it elsewhere registers the undo of each

@@ -7,6 +7,7 @@ any of these runs, so each run's lease changes are serialized by that lock.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 import psycopg
@@ -59,6 +60,12 @@ SET heartbeat_at_ms = GREATEST(COALESCE(heartbeat_at_ms, $5::bigint), $5::bigint
 WHERE run_id = $1::text AND {_OWNER_IS} AND claim_host_id IS NULL
 RETURNING heartbeat_at_ms
 """
+HEARTBEAT_MANY: Final = f"""
+UPDATE flows_consensus_leases
+SET heartbeat_at_ms = GREATEST(COALESCE(heartbeat_at_ms, $5::bigint), $5::bigint)
+WHERE run_id = ANY($1::text[]) AND {_OWNER_IS}
+RETURNING run_id, heartbeat_at_ms
+"""
 RECOVER: Final = f"""
 UPDATE flows_consensus_leases
 SET claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL
@@ -88,3 +95,8 @@ SELECT run_id, owner_host_id, owner_pid, owner_nonce, granted_at_ms, heartbeat_a
        claim_host_id, claim_pid, claim_nonce, claimed_at_ms
 FROM flows_consensus_leases ORDER BY run_id
 """
+
+
+def ids_param(run_ids: Sequence[str]) -> list[str]:
+    """Run ids as HEARTBEAT_MANY's $1."""
+    return list(run_ids)

@@ -104,6 +104,11 @@ _CLEARED_CLAIM: Final = (
 # -- the run lock ------------------------------------------------------------------
 
 LOCK_RUN: Final = "SELECT 1 FROM flows_runs WHERE run_id = $1::text FOR UPDATE"
+#: Many runs' rows (``heartbeat_many``), locked in run id order so two batches
+#: over overlapping runs cannot deadlock.
+LOCK_RUNS: Final = (
+    "SELECT 1 FROM flows_runs WHERE run_id = ANY($1::text[]) ORDER BY run_id FOR UPDATE"
+)
 
 # -- create, get, lineage, latest_round ----------------------------------------
 
@@ -337,7 +342,9 @@ LIST_PARAMETERS: Final = _unused(
     "$8::bigint",
 )
 LIST_ORDER: Final = "ORDER BY r.created_at_ms, r.run_id LIMIT $8::bigint"
-LIST_UNION: Final = "UNION ALL"
+#: PostgreSQL 15 appends UNION ALL arms and sorts them all, so each arm is
+#: cut to the page first: the sort then handles at most a page per status.
+LIST_UNION_ARM: Final = "({arm} ORDER BY r.created_at_ms, r.run_id LIMIT $8::bigint)"
 LIST_UNION_ORDER: Final = "ORDER BY 3, 1 LIMIT $8::bigint"
 
 # -- claim_next ---------------------------------------------------------------------
@@ -345,7 +352,7 @@ LIST_UNION_ORDER: Final = "ORDER BY 3, 1 LIMIT $8::bigint"
 # As SQLite's, locking the row it picks; rows other workers hold are skipped,
 # so concurrent callers take different runs instead of queuing on one.
 CLAIM_NEXT_PICK: Final = """
-SELECT r.run_id, r.status FROM flows_runs AS r
+SELECT r.run_id, r.status, r.created_at_ms FROM flows_runs AS r
 WHERE r.status IN ('pending', 'suspended') AND r.claim_host_id IS NULL
   AND r.status IN ($3::text, $4::text)
   AND (r.created_at_ms, r.run_id) > ($1::bigint, $2::text)

@@ -7,7 +7,9 @@ Parameters are numbered; each statement's parameters are listed where
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from collections.abc import Sequence
 from typing import Final
 
 #: The errors a statement here raises when storage fails.
@@ -49,6 +51,13 @@ UPDATE flows_consensus_leases SET heartbeat_at_ms = MAX(COALESCE(heartbeat_at_ms
 WHERE run_id = ?1 AND {_OWNER_IS} AND claim_host_id IS NULL
 RETURNING heartbeat_at_ms
 """
+# heartbeat_many: every lease among ?1 (a JSON array of run ids) that ?2-?4
+# owns, renewed at once; each renewed run and its new stamp come back.
+HEARTBEAT_MANY: Final = f"""
+UPDATE flows_consensus_leases SET heartbeat_at_ms = MAX(COALESCE(heartbeat_at_ms, ?5), ?5)
+WHERE run_id IN (SELECT value FROM json_each(?1)) AND {_OWNER_IS}
+RETURNING run_id, heartbeat_at_ms
+"""
 RECOVER: Final = f"""
 UPDATE flows_consensus_leases
 SET claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL
@@ -77,3 +86,8 @@ SELECT run_id, owner_host_id, owner_pid, owner_nonce, granted_at_ms, heartbeat_a
        claim_host_id, claim_pid, claim_nonce, claimed_at_ms
 FROM flows_consensus_leases ORDER BY run_id
 """
+
+
+def ids_param(run_ids: Sequence[str]) -> str:
+    """Run ids as HEARTBEAT_MANY's ?1."""
+    return json.dumps(list(run_ids), ensure_ascii=False, separators=(",", ":"))

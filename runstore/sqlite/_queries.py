@@ -99,6 +99,8 @@ _CLEARED_CLAIM: Final = (
 #: Nothing to run: ``BEGIN IMMEDIATE`` already serializes every writer of the
 #: file (PostgreSQL locks the run row here; see ``runstore.postgres._queries``).
 LOCK_RUN: Final = ""
+#: Nor for many runs (``heartbeat_many``).
+LOCK_RUNS: Final = ""
 
 # -- create, get, lineage, latest_round ----------------------------------------
 
@@ -336,8 +338,9 @@ LIST_AFTER: Final = "(r.created_at_ms, r.run_id) > (?1, ?2)"
 #: Mentions every parameter (nothing to do on SQLite, which binds and ignores).
 LIST_PARAMETERS: Final = "1"
 LIST_ORDER: Final = "ORDER BY r.created_at_ms, r.run_id LIMIT ?8"
-#: Merges the arms (each ordered by the status index) into one order.
-LIST_UNION: Final = "UNION ALL"
+#: One arm of several statuses (``{arm}``, a SELECT ordered by the status
+#: index); the arms are joined by UNION ALL, which SQLite merges in order.
+LIST_UNION_ARM: Final = "{arm}"
 LIST_UNION_ORDER: Final = "ORDER BY 3, 1 LIMIT ?8"
 
 # -- claim_next ---------------------------------------------------------------------
@@ -345,7 +348,7 @@ LIST_UNION_ORDER: Final = "ORDER BY 3, 1 LIMIT ?8"
 # The oldest unclaimed run of the statuses ?3 and ?4 (the same status twice for
 # one) after the listing key (?1, ?2), by the claimable index.
 CLAIM_NEXT_PICK: Final = """
-SELECT r.run_id, r.status FROM flows_runs AS r INDEXED BY flows_runs_claimable_idx
+SELECT r.run_id, r.status, r.created_at_ms FROM flows_runs AS r INDEXED BY flows_runs_claimable_idx
 WHERE r.status IN ('pending', 'suspended') AND r.claim_host_id IS NULL
   AND r.status IN (?3, ?4) AND (r.created_at_ms, r.run_id) > (?1, ?2)
 ORDER BY r.created_at_ms, r.run_id LIMIT 1
