@@ -1,4 +1,4 @@
-"""``runstore demo``: several worker processes compete for runs on one SQLite file.
+"""``runstore demo``: several worker processes compete for runs on one database.
 
 The coordinator creates the runs, starts the workers, and then breaks two of
 them on purpose: one is killed with SIGKILL in the middle of a run, another is
@@ -10,13 +10,22 @@ pid is alive, but it stopped heartbeating). When the stopped worker wakes up,
 its late writes are refused by the fence and its supervisor raises
 ``LeaseLost``. At the end every run must be completed exactly once.
 
+With ``--db postgresql://...`` the runs live in that PostgreSQL database and
+every worker is a host of its own (its own ``host_id``), as workers on
+several machines would be: the survivors cannot ask the operating system
+about a peer on another host, so both orphaned runs are taken over with
+``cross-host-unreachable-stale`` evidence once their leases are stale, and
+the stopped worker's late write is refused all the same. The URL reaches
+the workers through their environment, never their command line, and its
+password is never printed.
+
 Every process runs the store on a sped-up clock (``--speed``, 50 times real
 time by default), so a 30-second lease goes stale in well under a second. The
 library never knows: it reads time only through the ``Clock`` it is given.
 
 Usage::
 
-    runstore demo [--workers N] [--runs M] [--db PATH] [--seed S] [--speed X]
+    runstore demo [--workers N] [--runs M] [--db PATH|URL] [--seed S] [--speed X]
 
 The exit status is 0 when every invariant held and 1 otherwise.
 """
@@ -61,6 +70,22 @@ STEP_MS = 2_000
 SCAN_MS = 1_000
 HOST = "demo-host"
 RUN_PREFIX = "demo-run-"
+#: How the coordinator hands the database to its workers (a URL may hold a password).
+DB_VARIABLE = "RUNSTORE_DEMO_DB"
+
+
+def _is_url(target: str | None) -> bool:
+    scheme, sep, _ = (target or "").partition("://")
+    return bool(sep) and scheme.lower() in ("postgresql", "postgres")
+
+
+def _shown(target: str) -> str:
+    """``target`` as the demo prints it: a URL without its password."""
+    if not _is_url(target):
+        return target
+    from .postgres._open import redacted
+
+    return redacted(target)
 
 
 class SpedUpClock:
@@ -132,10 +157,10 @@ class _Worker:
     def __init__(self, options: argparse.Namespace) -> None:
         self.name: str = options.name
         self.clock = SpedUpClock(options.origin_ns, options.speed)
-        self.raw = runstore.open(options.db, clock=self.clock)
+        self.raw = runstore.open(options.db or os.environ[DB_VARIABLE], clock=self.clock)
         self.gate = threading.Lock()
         self.store: Any = _Gated(self.raw, self.gate)
-        self.me = OwnerId(HOST, os.getpid(), uuid.uuid4().hex[:8])
+        self.me = OwnerId(options.host, os.getpid(), uuid.uuid4().hex[:8])
         self.run_ids = [f"{RUN_PREFIX}{n:02d}" for n in range(1, options.runs + 1)]
         self.random = random.Random(f"{options.seed}-{self.name}")
         self.current: str | None = None
@@ -269,7 +294,8 @@ class _Worker:
 
 def _worker_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="runstore demo worker")
-    parser.add_argument("--db", required=True)
+    parser.add_argument("--db", help=f"the database (default: ${DB_VARIABLE})")
+    parser.add_argument("--host", default=HOST)
     parser.add_argument("--name", required=True)
     parser.add_argument("--origin-ns", type=int, required=True)
     parser.add_argument("--speed", type=float, required=True)
@@ -339,14 +365,16 @@ class _Demo:
 
     # -- processes --
 
-    def spawn(self, name: str, db: Path) -> None:
+    def spawn(self, name: str, db: Path | str) -> None:
+        # Workers on PostgreSQL are hosts of their own; on one file, one host.
+        host = f"demo-{name}" if _is_url(str(db)) else HOST
         command = [
             sys.executable,
             "-m",
             "runstore._demo",
             "_worker",
-            "--db",
-            str(db),
+            "--host",
+            host,
             "--name",
             name,
             "--origin-ns",
@@ -359,7 +387,11 @@ class _Demo:
             str(self.options.seed),
         ]
         process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, DB_VARIABLE: str(db)},
         )
         proc = _Proc(name, process)
         self.procs[name] = proc
@@ -383,18 +415,27 @@ class _Demo:
     def run(self) -> int:
         options = self.options
         with contextlib.ExitStack() as stack:
+            db: Path | str
             if options.db is None:
                 folder = Path(stack.enter_context(tempfile.TemporaryDirectory()))
                 db = folder / "demo.db"
+            elif _is_url(options.db):
+                db = options.db
             else:
                 db = Path(options.db)
                 if db.exists():
                     self.out(f"runstore demo: {db} already exists; give a new path")
                     return 2
             store = stack.enter_context(runstore.open(db, clock=self.clock))
+            if _is_url(str(db)) and store.changes(0):
+                self.out(
+                    f"runstore demo: {_shown(str(db))} already holds runs; give an empty "
+                    "database or schema (?schema=...)"
+                )
+                return 2
             for n in range(1, options.runs + 1):
                 store.create(f"{RUN_PREFIX}{n:02d}", json.dumps({"step": 0}))
-            where = db if options.db else "a temporary file"
+            where = _shown(str(db)) if options.db else "a temporary file"
             self.out(
                 f"runstore demo: {options.runs} runs of {STEPS} steps in {where},"
                 f" {options.workers} worker processes, demo clock x{options.speed:g}"
@@ -576,13 +617,18 @@ class _Demo:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="runstore demo",
-        description="Worker processes compete for runs on one SQLite file; one is killed, "
-        "one is stopped, the survivors take over with evidence, and every run completes "
-        "exactly once.",
+        description="Worker processes compete for runs on one SQLite file (or one "
+        "PostgreSQL database, each worker a host of its own); one is killed, one is "
+        "stopped, the survivors take over with evidence, and every run completes exactly "
+        "once.",
     )
     parser.add_argument("--workers", type=int, default=3, help="worker processes (default 3)")
     parser.add_argument("--runs", type=int, default=20, help="runs to complete (default 20)")
-    parser.add_argument("--db", help="the database file to create (default: a temporary one)")
+    parser.add_argument(
+        "--db",
+        help="the database file to create (default: a temporary one), or a postgresql:// "
+        "URL of an empty database or schema",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed for every random choice")
     parser.add_argument(
         "--speed", type=float, default=50.0, help="demo seconds per real second (default 50)"
