@@ -108,6 +108,13 @@ class Transaction:
         self._rollback.append(fn)
 
 
+def _cancel(connection: Connection) -> None:
+    try:
+        connection.cancel_safe(timeout=5.0)
+    except psycopg.Error:
+        return  # the server could not be asked; nothing is running there
+
+
 def _is_lost(connection: Connection | None) -> bool:
     return connection is None or connection.closed or connection.broken
 
@@ -369,15 +376,18 @@ class TransactionManager:
 
     def interrupt(self) -> None:
         """Cancel the statement running right now, from any thread (no lock:
-        the call it cancels holds it). An idle connection is unaffected."""
+        the call it cancels holds it). An idle connection is unaffected.
+
+        Returns at once: the cancel request travels on a connection of its
+        own from a daemon thread, so a caller (the supervisor's event loop)
+        never waits on a server it cannot reach (a partition)."""
         connection = self.connection
         if self.closed or connection is None or connection.closed:
             return
         self._interrupted = True
-        try:
-            connection.cancel_safe(timeout=5.0)
-        except psycopg.Error:
-            return  # the server could not be asked; nothing is running there
+        threading.Thread(
+            target=_cancel, args=(connection,), name="runstore-interrupt", daemon=True
+        ).start()
 
     def close(self) -> None:
         with self.lock:
