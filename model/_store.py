@@ -720,6 +720,9 @@ class ModelRunStore:
         current snapshot would; return its row (with state) or None when there
         is none.
 
+        A run whose stored state no longer decodes raises ``decode_failed``
+        and nothing is written.
+
         ``choose`` (model only) takes that candidate instead of the oldest, so
         the machines can follow a store that skipped runs other callers held;
         a ``choose`` that is not a candidate raises ``ValueError``.
@@ -735,6 +738,10 @@ class ModelRunStore:
             if not candidates:
                 return None
             rid = candidates[0] if choose is None else choose
+            # A run whose stored state no longer decodes is refused before
+            # anything is written (decode_failed), as a SQL store's read of
+            # the row inside its transaction rolls the claim back.
+            decoded("claim_next", state.rows[rid])
             outcome = self.claim_and_own(rid, state.rows[rid].snapshot, who, now)
             if not isinstance(outcome, Activated):
                 raise AssertionError(f"claim_next could not take an unclaimed run: {outcome!r}")

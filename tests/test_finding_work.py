@@ -290,6 +290,25 @@ def test_claim_next_with_nothing_to_take_writes_nothing(store: Any, clock: Manua
     assert store.state() == before
 
 
+def test_claim_next_of_a_run_whose_state_is_corrupt_raises_and_writes_nothing(
+    store: Any, clock: ManualClock
+) -> None:
+    """The row it would return does not decode: decode_failed, nothing claimed."""
+    needs(store, "claim_next")
+    from runstore.stateful._targets import raw_writer_for
+
+    store.create("r", "{}")
+    writer = raw_writer_for(lambda clock, path: store)
+    assert writer is not None
+    assert writer(store, "r", '{"v":"\\ud800"}') is True
+    before = store.state()
+    with pytest.raises(RunStoreError) as caught:
+        store.claim_next(A, clock.now_ms())
+    assert (caught.value.code, caught.value.method) == ("decode_failed", "claim_next")
+    assert store.state() == before
+    writer(store, "r", "{}")  # healed, so the fixture's invariant check passes
+
+
 def test_claim_next_admits_owner_reading_and_statuses(store: Any, clock: ManualClock) -> None:
     needs(store, "claim_next")
     store.create("r", "{}")
