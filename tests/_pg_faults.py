@@ -8,7 +8,8 @@ the way ``pg_ctl stop`` does, by signal: ``-m immediate`` is ``SIGQUIT``
 ``-m fast`` is ``SIGINT`` (sessions are ended, a checkpoint is written);
 ``kill()`` is ``SIGKILL`` to the postmaster, as a machine failure would do.
 A node made with ``standby_of`` is a streaming replica cloned with
-``pg_basebackup -R``; ``promote()`` makes it a primary.
+``pg_basebackup -R`` (replicating through the loopback port ``via``, a
+proxy, when given); ``promote()`` makes it a primary.
 
 Every node runs with ``synchronous_commit=on`` (a commit is acknowledged
 after its WAL was written out, so a server crash loses nothing acknowledged)
@@ -27,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
-import selectors
+import select
 import shutil
 import signal
 import socket
@@ -72,7 +73,11 @@ class Node:
     """One throwaway cluster on loopback TCP (see the module docstring)."""
 
     def __init__(
-        self, *, standby_of: Node | None = None, settings: dict[str, str] | None = None
+        self,
+        *,
+        standby_of: Node | None = None,
+        via: int | None = None,
+        settings: dict[str, str] | None = None,
     ) -> None:
         self._user: dict[str, Any] = {}
         if os.geteuid() == 0:
@@ -93,8 +98,10 @@ class Node:
                 )  # fmt: skip
             else:
                 self._run(
-                    _binary("pg_basebackup"), "-h", "127.0.0.1", "-p", str(standby_of.port),
+                    _binary("pg_basebackup"), "-h", "127.0.0.1",
+                    "-p", str(via or standby_of.port),
                     "-U", ROLE, "-D", str(self.data), "-R", "-X", "stream", "--no-sync",
+                    "--checkpoint=fast",
                 )  # fmt: skip
             self.settings = {
                 "listen_addresses": "127.0.0.1",
@@ -213,20 +220,20 @@ class Node:
 
 
 class Proxy:
-    """A pausable TCP forwarder from a loopback port to ``port``."""
+    """A pausable TCP forwarder from a loopback port to ``port``: a thread
+    per direction of each connection, so one slow reader never stalls
+    another connection."""
 
     def __init__(self, port: int) -> None:
         self.target = port
         self.listener = socket.create_server(("127.0.0.1", 0))
-        self.listener.setblocking(False)
         self.port: int = self.listener.getsockname()[1]
         self.paused = threading.Event()
         self._stop = threading.Event()
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(self.listener, selectors.EVENT_READ, None)
-        self._pairs: list[tuple[socket.socket, socket.socket]] = []
-        self._thread = threading.Thread(target=self._serve, name="pg-proxy", daemon=True)
-        self._thread.start()
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._threads: list[threading.Thread] = []
+        self._spawn(self._accept_loop)
 
     def url(self, database: str, **params: str) -> str:
         query = urllib.parse.urlencode(params, quote_via=urllib.parse.quote)
@@ -239,50 +246,59 @@ class Proxy:
     def resume(self) -> None:
         self.paused.clear()
 
-    def _serve(self) -> None:
+    def _spawn(self, target: Any, *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, name="pg-proxy", daemon=True)
+        with self._lock:
+            self._threads.append(thread)
+        thread.start()
+
+    def _accept_loop(self) -> None:
         while not self._stop.is_set():
             if self.paused.is_set():
                 time.sleep(0.01)
                 continue
-            for key, _ in self._selector.select(timeout=0.02):
-                if key.data is None:
-                    self._accept()
-                else:
-                    self._forward(key.fileobj, key.data)  # type: ignore[arg-type]
+            ready, _, _ = select.select([self.listener], [], [], 0.05)
+            if not ready:
+                continue
+            try:
+                client, _ = self.listener.accept()
+                server = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                continue
+            with self._lock:
+                self._sockets += [client, server]
+            self._spawn(self._pump, client, server)
+            self._spawn(self._pump, server, client)
 
-    def _accept(self) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         try:
-            client, _ = self.listener.accept()
-        except BlockingIOError:
-            return
-        server = socket.create_connection(("127.0.0.1", self.target))
-        for one in (client, server):
-            one.setblocking(True)
-        self._pairs.append((client, server))
-        self._selector.register(client, selectors.EVENT_READ, server)
-        self._selector.register(server, selectors.EVENT_READ, client)
-
-    def _forward(self, source: socket.socket, sink: socket.socket) -> None:
-        try:
-            data = source.recv(65536)
-        except OSError:
-            data = b""
-        if data:
-            with contextlib.suppress(OSError):
+            while not self._stop.is_set():
+                if self.paused.is_set():
+                    time.sleep(0.01)
+                    continue
+                ready, _, _ = select.select([source], [], [], 0.05)
+                if not ready:
+                    continue
+                data = source.recv(65536)
+                if not data:
+                    break
                 sink.sendall(data)
-            return
+        except (OSError, ValueError):
+            pass
         for one in (source, sink):
-            with contextlib.suppress(KeyError, ValueError):
-                self._selector.unregister(one)
             with contextlib.suppress(OSError):
                 one.shutdown(socket.SHUT_RDWR)
-            one.close()
 
     def close(self) -> None:
+        """Stop forwarding and drop every connection (bytes in flight are lost)."""
         self._stop.set()
-        self._thread.join(5)
-        for pair in self._pairs:
-            for one in pair:
-                with contextlib.suppress(OSError):
-                    one.close()
+        with self._lock:
+            sockets, threads = list(self._sockets), list(self._threads)
+        for one in sockets:
+            with contextlib.suppress(OSError):
+                one.shutdown(socket.SHUT_RDWR)
+        for thread in threads:
+            thread.join(5)
+        for one in sockets:
+            one.close()
         self.listener.close()
