@@ -48,11 +48,13 @@ from runstore import StoreState
 
 from ._history import Operation
 from ._spec import (
+    EXCLUDED_READS,
     FINAL_STATE,
     Node,
     Partition,
     Result,
     Spec,
+    final_state_operations,
     initial_state,
     make_node,
     matches,
@@ -96,7 +98,8 @@ class PartitionVerdict:
     budget, an operation the model cannot replay). ``explored`` counts the
     distinct (state, placed set) pairs the search met, ``steps`` the model
     applications. On a violation ``minimal`` is the shrunk offending
-    sub-history and ``explanation`` describes it.
+    sub-history and ``explanation`` describes it; when linearizable,
+    ``revisions`` counts the row writes of the linearization found.
     """
 
     key: str
@@ -111,6 +114,33 @@ class PartitionVerdict:
     explanation: Explanation | None = None
     search_seconds: float = 0.0
     shrink_seconds: float = 0.0
+    #: Row writes of the linearization found (None unless linearizable).
+    revisions: int | None = None
+
+
+@attrs.frozen
+class RevisionCheck:
+    """Whether the database's final revision fits the history.
+
+    Every row write (insert, update, delete) raises the database-wide
+    revision by one, and the model counts them the same way. So once every
+    object is linearizable, ``final - initial`` must equal the sum over
+    objects of the row writes of *some* linearization of each:
+    ``found`` is that sum for the linearizations the search happened to
+    find; when it differs, each object's achievable counts are enumerated
+    (operations of unknown outcome, which may have written or not, make
+    several counts achievable) and ``result`` says whether the final count is
+    one of their sums. ``result`` is ``"ok"``, ``"violation"`` (a write the
+    history does not account for, or one it claims that never happened) or
+    ``"unchecked"`` (``reason`` says why: an object not linearizable, an
+    excluded operation that may write, the enumeration's budget).
+    """
+
+    result: Literal["ok", "violation", "unchecked"]
+    initial: int
+    final: int
+    found: int | None
+    reason: str | None = None
 
 
 @attrs.frozen
@@ -128,12 +158,14 @@ class HistoryVerdict:
     excluded: tuple[tuple[Operation, str], ...]
     operations: int
     seconds: float
+    revision: RevisionCheck | None = None
 
     @property
     def status(self) -> Verdict:
-        if any(p.result == "violation" for p in self.partitions):
+        revision = self.revision.result if self.revision is not None else None
+        if revision == "violation" or any(p.result == "violation" for p in self.partitions):
             return "violation"
-        if any(p.result == "unchecked" for p in self.partitions):
+        if revision == "unchecked" or any(p.result == "unchecked" for p in self.partitions):
             return "unchecked"
         return "linearizable"
 
@@ -191,6 +223,18 @@ class HistoryVerdict:
                 )
             elif p.result == "unchecked":
                 lines.append(f"  unchecked {p.key}: {p.reason}")
+        check = self.revision
+        if check is not None:
+            counted = check.final - check.initial
+            if check.result == "ok":
+                lines.append(f"  revision: {counted} row writes, as the history accounts for")
+            elif check.result == "violation":
+                lines.append(
+                    f"  revision violation: the database counted {counted} row writes "
+                    f"(revision {check.initial} to {check.final}); {check.reason}"
+                )
+            else:
+                lines.append(f"  revision unchecked: {check.reason}")
         return "\n".join(lines)
 
 
@@ -201,6 +245,8 @@ class _Search:
     explored: int
     steps: int
     order: tuple[int, ...]
+    #: Row writes (revisions) of the linearization found, when one was.
+    revisions: int | None = None
 
 
 def _may_write(op: Operation) -> bool:
@@ -214,11 +260,18 @@ def _search(
     *,
     max_steps: int,
     track: bool = False,
+    collect: set[int] | None = None,
 ) -> _Search:
     """Wing-Gong with memoization over ``ops`` (one object) from ``start``.
 
     ``order`` is the linearization found, or with ``track`` the deepest
-    partial one on a violation.
+    partial one on a violation. With ``collect`` the search does not stop at
+    the first linearization: it adds the row-write count (revisions) of every
+    linearization it finds to ``collect`` and goes on until it has seen them
+    all (the revision counter is then part of the memoized state, and an
+    operation of unknown outcome may be placed whenever the model commits
+    it, even without changing anything but the counter); its result is
+    ``"linearizable"`` when it found any.
     """
     n = len(ops)
     definite = [op.definite for op in ops]
@@ -258,9 +311,14 @@ def _search(
     placed_unknown = 0
     steps = 0
     entry = nxt[head]
+    base_revision = start.state.revision
     while True:
         if remaining == 0:
-            return _Search("linearizable", None, len(cache), steps, _order(top))
+            revisions = node.state.revision - base_revision
+            if collect is None:
+                return _Search("linearizable", None, len(cache), steps, _order(top), revisions)
+            collect.add(revisions)
+            entry = -1  # recorded: backtrack as if this order had failed
         if entry != -1 and not entry & 1:
             i = entry >> 1
             steps += 1
@@ -280,6 +338,8 @@ def _search(
                         "unchecked", f"{op.id} {op.method}: {result[1]}", len(cache), steps, ()
                     )
                 agrees = matches(op, result)
+            elif collect is not None:
+                agrees = after is not node
             else:
                 agrees = after is not node and after.key != node.key
             if agrees:
@@ -290,7 +350,9 @@ def _search(
                     new_definite = placed_definite
                     new_unknown = placed_unknown | (1 << position[i])
                 low = ((new_definite + 1) & ~new_definite).bit_length() - 1
-                key = (after.key, low, new_definite >> low, new_unknown)
+                key: tuple[Any, ...] = (after.key, low, new_definite >> low, new_unknown)
+                if collect is not None:
+                    key = (*key, after.state.revision)
                 before = len(cache)
                 cache.add(key)
                 if len(cache) != before:
@@ -320,6 +382,8 @@ def _search(
             continue
         # An operation's return came before it was placed: undo the last placement.
         if top is None:
+            if collect:
+                return _Search("linearizable", None, len(cache), steps, ())
             return _Search("violation", None, len(cache), steps, _order(best))
         i, node, top = top
         depth -= 1
@@ -532,6 +596,7 @@ def check_partition(
         explanation=explanation,
         search_seconds=searched - started,
         shrink_seconds=time.perf_counter() - searched,
+        revisions=found.revisions,
     )
 
 
@@ -539,6 +604,7 @@ def check_history(
     operations: Iterable[Operation],
     *,
     initial: StoreState | None = None,
+    final: StoreState | None = None,
     max_unknown: int = MAX_UNKNOWN,
     max_steps: int = MAX_STEPS,
     shrink: bool = True,
@@ -549,13 +615,20 @@ def check_history(
     ``operations``: the records (``load_history(paths)``,
     ``HistoryRecorder.operations()``, or built by hand with ``operation``).
     ``initial``: the store's ``state()`` when recording began (default: an
-    empty store). ``max_unknown`` and ``max_steps`` bound each object's search
-    (past them the object is ``unchecked``); ``shrink`` shrinks each violation
-    to a minimal offending sub-history (only the first ``max_shrunk`` of them,
-    when given). Returns a ``HistoryVerdict``; it never raises on a violation.
+    empty store). ``final``: the store's ``state()`` read after every client
+    stopped, if you have it: each run's final rows, lease, facts and
+    acknowledgement are then checked as a read that follows every operation,
+    and the final database revision as ``verdict.revision`` (a
+    ``RevisionCheck``). ``max_unknown`` and ``max_steps`` bound each object's
+    search (past them the object is ``unchecked``); ``shrink`` shrinks each
+    violation to a minimal offending sub-history (only the first
+    ``max_shrunk`` of them, when given). Returns a ``HistoryVerdict``; it
+    never raises on a violation.
     """
     started = time.perf_counter()
     history = list(operations)
+    if final is not None:
+        history += final_state_operations(history, final)
     partitions, excluded = partition_operations(history, initial)
     verdicts: list[PartitionVerdict] = []
     for partition in partitions:
@@ -569,9 +642,76 @@ def check_history(
                 shrink_violations=shrink and (max_shrunk is None or shrunk < max_shrunk),
             )
         )
+    revision = None
+    if final is not None:
+        revision = check_revision(
+            partitions, verdicts, excluded, initial, final, max_steps=max_steps
+        )
     return HistoryVerdict(
         partitions=tuple(verdicts),
         excluded=tuple(excluded),
         operations=sum(len(p.operations) for p in partitions),
         seconds=time.perf_counter() - started,
+        revision=revision,
+    )
+
+
+#: Achievable revision totals kept while summing over objects, before giving up.
+MAX_REVISION_SUMS: Final = 100_000
+
+
+def check_revision(
+    partitions: Sequence[Partition],
+    verdicts: Sequence[PartitionVerdict],
+    excluded: Sequence[tuple[Operation, str]],
+    initial: StoreState | None,
+    final: StoreState,
+    *,
+    max_steps: int = MAX_STEPS,
+) -> RevisionCheck:
+    """The ``RevisionCheck`` of a history whose objects were judged (see there)."""
+    first = initial.revision if initial is not None else 0
+    counted = final.revision - first
+
+    def unchecked(reason: str, found: int | None = None) -> RevisionCheck:
+        return RevisionCheck("unchecked", first, final.revision, found, reason)
+
+    if any(v.result != "linearizable" for v in verdicts):
+        return unchecked("not every object is linearizable")
+    writers = [
+        op
+        for op, _ in excluded
+        if op.method not in EXCLUDED_READS and not (op.status == "error" and op.definite)
+    ]
+    if writers:
+        return unchecked(
+            f"{len(writers)} excluded operations may have written ({writers[0].method})"
+        )
+    found = sum(v.revisions or 0 for v in verdicts)
+    if found == counted:
+        return RevisionCheck("ok", first, final.revision, found)
+    # The linearizations found disagree: enumerate what each object could count.
+    spec = Spec()
+    sums = {0}
+    for partition in partitions:
+        start = make_node(initial_state(initial, partition.runs))
+        counts: set[int] = set()
+        search = _search(
+            _prepare(partition.operations), start, spec, max_steps=max_steps, collect=counts
+        )
+        if search.result == "unchecked":
+            return unchecked(f"enumerating {partition.key}'s row writes: {search.reason}", found)
+        sums = {a + b for a in sums for b in counts}
+        if len(sums) > MAX_REVISION_SUMS:
+            return unchecked("too many achievable row-write counts to enumerate", found)
+    if counted in sums:
+        return RevisionCheck("ok", first, final.revision, found)
+    near = sorted(sums, key=lambda total: (abs(total - counted), total))[:3]
+    return RevisionCheck(
+        "violation",
+        first,
+        final.revision,
+        found,
+        f"the history accounts for {', '.join(map(str, sorted(near)))}"
+        + (" (nearest)" if len(sums) > len(near) else ""),
     )

@@ -90,6 +90,9 @@ EXCLUDED: Final[Mapping[str, str]] = MappingProxyType(
     }
 )
 
+#: Excluded methods that never write (so the revision count can still be checked).
+EXCLUDED_READS: Final = frozenset({"revision", "changes", "state", "check_invariants"})
+
 Result: TypeAlias = tuple[Literal["ok", "error", "unreplayable"], Any]
 
 
@@ -251,6 +254,33 @@ def project_store_state(state: StoreState, runs: Iterable[str]) -> dict[str, lis
             (a for a in state.acknowledgements if a.run_id in chosen), key=lambda a: a.run_id
         ),
     }
+
+
+def final_state_operations(operations: Sequence[Operation], state: StoreState) -> list[Operation]:
+    """One final-state read per run (every run of ``state`` and every run a
+    per-run operation names), invoked after every recorded operation returned:
+    the final state must be the end state of some linearization."""
+    after = max((op.returned_ns or op.invoked_ns for op in operations), default=0)
+    runs = {row.run_id for row in state.rows}
+    runs |= {
+        op.args[0]
+        for op in operations
+        if op.method in PER_RUN and op.args and type(op.args[0]) is str
+    }
+    return [
+        Operation(
+            id=f"final:{index}",
+            process="final",
+            method=FINAL_STATE,
+            args=((run_id,),),
+            kwargs={},
+            invoked_ns=after + 1,
+            returned_ns=after + 2,
+            status="ok",
+            value=project_store_state(state, [run_id]),
+        )
+        for index, run_id in enumerate(sorted(runs))
+    ]
 
 
 class Spec:

@@ -14,31 +14,36 @@ While the workers run, the coordinator injects faults: it SIGKILLs a worker
 and starts a new incarnation in its place (same host, new pid and nonce, a new
 history file; the killed one's last call is left pending), or SIGSTOPs one for
 a while (its leases go stale and are taken over; when it is continued its late
-writes meet the fence) and SIGCONTs it. It prints a progress line every second.
+writes meet the fence) and SIGCONTs it. On a PostgreSQL target given
+``--restart-command`` (or a ``restarter`` function), it also restarts the
+server: it runs the command and waits until the server answers with a new
+start time; every session is cut, calls in flight fail with an unknown
+outcome, and the stores reconnect. It prints a progress line every second.
 
 When the budget is spent it stops the workers, reads the database's final
-state (and runs ``check_invariants()`` on it), adds to the history one
-final-state read per run (a read that follows every operation, so the final
-state must be the end state of some linearization, pending operations
-included or not), and checks the whole history with ``check_history``. It
+state (and runs ``check_invariants()`` on it), and checks the whole history
+with ``check_history(..., initial=..., final=...)``: one final-state read per
+run follows every operation, so the final state must be the end state of some
+linearization, pending operations included or not, and the database's final
+revision must count the row writes of some linearization of every run. It
 prints the verdict with operations checked per second; on a violation it
 writes the minimal offending sub-history of each failing object (readable
 ``.txt`` and re-checkable ``.jsonl``) to ``--out`` and exits 1.
 
 Exit status: 0 linearizable, 1 a violation or a broken invariant, 2 bad
 usage, 3 some object could not be checked (too many operations of unknown
-outcome, or the search budget): never a silent pass.
+outcome, the search budget, or a revision count that could not be
+checked): never a silent pass.
 
 Targets (``--db``): a SQLite file path (created if missing; an existing
 database is used as it is, its state taken as the initial state, and the
 runs get a fresh prefix), or whatever else ``runstore.open`` opens (a
-``postgresql://`` URL: it is opened as it is, and the faults are the same;
-the PostgreSQL-specific ones, such as a server restart, are not built yet).
-A target that cannot be opened is a usage error; a URL's password is never
-printed, and the workers get their settings on stdin, not in argv.
-``--store MODULE:FACTORY`` tortures a store of one's
-own: ``factory(clock, target) -> RunStore``, called in every worker (the zoo's
-concurrency bugs are such factories).
+``postgresql://`` URL, opened as it is; ``runstore.stateful._pgserver`` starts
+a throwaway server to torture and restart). A target that cannot be opened
+is a usage error; a URL's password is never printed, and the workers get
+their settings on stdin, not in argv. ``--store MODULE:FACTORY`` tortures a
+store of one's own: ``factory(clock, target) -> RunStore``, called in every
+worker (the zoo's concurrency bugs are such factories).
 """
 
 from __future__ import annotations
@@ -66,10 +71,9 @@ import runstore
 from runstore import HEARTBEAT_SKEW_ALLOWANCE_MS, HEARTBEAT_STALE_AFTER_MS, OwnerId
 from runstore._clock import Clock
 
-from ._history import HistoryRecorder, Operation, RecordingClock, load_history
+from ._history import HistoryRecorder, RecordingClock, load_history
 from ._history_report import write_violation
 from ._linearize import MAX_UNKNOWN, HistoryVerdict, check_history
-from ._spec import FINAL_STATE, PER_RUN, project_store_state
 from ._workload import Worker
 
 #: Virtual milliseconds at the shared origin (any large value: stamps stay positive).
@@ -99,6 +103,10 @@ class TortureConfig:
     skew_ms: int = 5_000
     kills: bool = True
     stops: bool = True
+    #: A shell command that restarts the database server (``--restart-command``).
+    restart_command: str | None = None
+    #: The same as a function, for a server this process runs itself.
+    restarter: Callable[[], None] | None = attrs.field(default=None, eq=False)
     fault_every_s: float = 0.8
     slot_ms: float = 2.0
     threads: int = 2
@@ -117,6 +125,7 @@ class TortureResult:
     kills: int
     stops: int
     invariant_failure: str | None
+    restarts: int
     written: tuple[Path, ...]
     history_dir: Path
 
@@ -216,6 +225,72 @@ def open_target(target: str, clock: Clock, store: str | None = None) -> Any:
     return runstore.open(target, clock=clock, durability="normal")
 
 
+#: How long the torture waits for a restarted server (or a target that a
+#: restart left unreachable) before it gives up.
+RESTART_TIMEOUT_S = 60.0
+
+
+def open_patiently(target: str, clock: Clock, store: str | None = None) -> Any:
+    """``open_target``, retried while it fails with ``persistence_failed``
+    (a server restarting) for up to ``RESTART_TIMEOUT_S``."""
+    deadline = time.monotonic() + RESTART_TIMEOUT_S
+    while True:
+        try:
+            return open_target(target, clock, store)
+        except runstore.RunStoreError as error:
+            if error.code != "persistence_failed" or time.monotonic() > deadline:
+                raise
+        time.sleep(0.05)
+
+
+def server_started(target: str) -> object | None:
+    """The PostgreSQL server's start time (``pg_postmaster_start_time()``), or
+    None while it cannot be reached. A restart is a change of this value."""
+    import psycopg
+
+    try:
+        with psycopg.connect(target, connect_timeout=2, autocommit=True) as connection:
+            row = connection.execute("SELECT pg_postmaster_start_time()").fetchone()
+    except psycopg.Error:
+        return None
+    return None if row is None else row[0]
+
+
+def restart_server(config: TortureConfig) -> None:
+    """Restart the database server (the restart fault), and return once the
+    server answers again with a new start time.
+
+    The command (or function) may return before the server is back, or even
+    before it went down (``kill -USR1 <pid>`` to ``runstore.stateful._pgserver``):
+    the new start time is what says it restarted. ``TortureError`` when it did
+    not within ``RESTART_TIMEOUT_S``, or the command failed.
+    """
+    before = server_started(config.db)
+    if config.restarter is not None:
+        config.restarter()
+    elif config.restart_command is not None:
+        try:
+            done = subprocess.run(
+                config.restart_command,
+                shell=True,
+                stdin=subprocess.DEVNULL,
+                timeout=RESTART_TIMEOUT_S,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise TortureError("the restart command did not finish in time") from None
+        if done.returncode != 0:
+            raise TortureError(f"the restart command failed (exit status {done.returncode})")
+    deadline = time.monotonic() + RESTART_TIMEOUT_S
+    while True:
+        started = server_started(config.db)
+        if started is not None and started != before:
+            return
+        if time.monotonic() > deadline:
+            raise TortureError("the server did not restart (its start time did not change)")
+        time.sleep(0.02)
+
+
 # -- the worker ---------------------------------------------------------------------
 
 
@@ -231,7 +306,8 @@ def worker_main(config: dict[str, Any]) -> int:
     stores = []
     workers = []
     for _ in range(config.get("threads", 1)):
-        store = open_target(config["db"], RecordingClock(clock), config.get("store"))
+        # Patiently: a replacement may start while the server restarts.
+        store = open_patiently(config["db"], RecordingClock(clock), config.get("store"))
         stores.append(store)
         me = OwnerId(config["host"], os.getpid(), secrets.token_hex(4))
         workers.append(
@@ -326,33 +402,6 @@ def _count_invokes(paths: Sequence[Path], offsets: dict[Path, tuple[int, int]]) 
     return total
 
 
-def final_state_operations(
-    operations: Sequence[Operation], state: runstore.StoreState
-) -> list[Operation]:
-    """One final-state read per run, after every recorded operation."""
-    after = max((op.returned_ns or op.invoked_ns for op in operations), default=time.monotonic_ns())
-    runs = {row.run_id for row in state.rows}
-    runs |= {
-        op.args[0]
-        for op in operations
-        if op.method in PER_RUN and op.args and type(op.args[0]) is str
-    }
-    return [
-        Operation(
-            id=f"final:{index}",
-            process="final",
-            method=FINAL_STATE,
-            args=((run_id,),),
-            kwargs={},
-            invoked_ns=after + 1,
-            returned_ns=after + 2,
-            status="ok",
-            value=project_store_state(state, [run_id]),
-        )
-        for index, run_id in enumerate(sorted(runs))
-    ]
-
-
 def run_torture(config: TortureConfig) -> TortureResult:
     """Run one campaign (see the module docstring)."""
     if (
@@ -362,6 +411,9 @@ def run_torture(config: TortureConfig) -> TortureResult:
         raise TortureError("--workers, --threads, --runs, --seconds and --speed must be positive")
     if not 0 <= config.skew_ms <= HEARTBEAT_SKEW_ALLOWANCE_MS:
         raise TortureError(f"--skew-ms must be within 0..{HEARTBEAT_SKEW_ALLOWANCE_MS}")
+    restarts_on = config.restart_command is not None or config.restarter is not None
+    if restarts_on and not _is_url(config.db):
+        raise TortureError("--restart-command restarts a PostgreSQL server: --db must be its URL")
     seed = config.seed if config.seed is not None else random.randrange(2**32)
     rng = random.Random(seed)
     out = Path(config.out)
@@ -434,13 +486,17 @@ def run_torture(config: TortureConfig) -> TortureResult:
     deadline_ns = time.monotonic_ns() + int(config.seconds * 1e9)
     for process in processes:
         _go(process.popen, deadline_ns)
-    kills = stops = 0
+    kills = stops = restarts = 0
     offsets: dict[Path, tuple[int, int]] = {}
     started = time.monotonic()
     next_fault = started + rng.uniform(0.3, 1.0) * config.fault_every_s
     next_progress = started + 1.0
     stale_real_s = HEARTBEAT_STALE_AFTER_MS / config.speed / 1000
-    faults = [kind for kind, on in (("kill", config.kills), ("stop", config.stops)) if on]
+    faults = [
+        kind
+        for kind, on in (("kill", config.kills), ("stop", config.stops), ("restart", restarts_on))
+        if on
+    ]
     try:
         while time.monotonic_ns() < deadline_ns:
             time.sleep(0.02)
@@ -452,8 +508,12 @@ def run_torture(config: TortureConfig) -> TortureResult:
             if faults and now >= next_fault and time.monotonic_ns() < deadline_ns - int(0.5e9):
                 next_fault = now + rng.uniform(0.5, 1.5) * config.fault_every_s
                 victim = rng.choice(processes)
-                if victim.popen.poll() is None and victim.stopped_until is None:
-                    if rng.choice(faults) == "kill":
+                kind = rng.choice(faults)
+                if kind == "restart":
+                    restart_server(config)
+                    restarts += 1
+                elif victim.popen.poll() is None and victim.stopped_until is None:
+                    if kind == "kill":
                         victim.popen.send_signal(signal.SIGKILL)
                         victim.popen.wait()
                         kills += 1
@@ -469,7 +529,8 @@ def run_torture(config: TortureConfig) -> TortureResult:
                 _say(
                     config,
                     f"torture: {now - started:5.1f} s  {ops} operations  "
-                    f"{kills} kills  {stops} stops",
+                    f"{kills} kills  {stops} stops"
+                    + (f"  {restarts} restarts" if restarts_on else ""),
                 )
     finally:
         for process in processes:
@@ -483,7 +544,7 @@ def run_torture(config: TortureConfig) -> TortureResult:
                 process.popen.wait()
         for popen in spawned:
             _close_pipes(popen)
-    return _judge(config, seed, initial, history_dir, out, kills, stops)
+    return _judge(config, seed, initial, history_dir, out, kills, stops, restarts)
 
 
 def _judge(
@@ -494,9 +555,11 @@ def _judge(
     out: Path,
     kills: int,
     stops: int,
+    restarts: int,
 ) -> TortureResult:
     invariant_failure = None
-    with contextlib.closing(open_target(config.db, TortureClock(0, 1.0, 0), config.store)) as store:
+    judge_clock = TortureClock(0, 1.0, 0)
+    with contextlib.closing(open_patiently(config.db, judge_clock, config.store)) as store:
         final = store.state()
         try:
             store.check_invariants()
@@ -504,16 +567,20 @@ def _judge(
             invariant_failure = f"{type(error).__name__}: {error}"
     operations = load_history(sorted(history_dir.glob("*.jsonl")))
     recorded = len(operations)
-    operations += final_state_operations(operations, final)
     verdict = check_history(
         operations,
         initial=initial,
+        final=final,
         max_unknown=config.max_unknown,
         shrink=config.shrink,
         max_shrunk=MAX_SHRUNK,
     )
     rate = verdict.operations_per_second
-    _say(config, f"torture: {recorded} operations recorded, {kills} kills, {stops} stops")
+    _say(
+        config,
+        f"torture: {recorded} operations recorded, {kills} kills, {stops} stops"
+        + (f", {restarts} restarts" if restarts else ""),
+    )
     _say(config, verdict.summary())
     _say(config, f"torture: {rate:,.0f} operations checked per second")
     written: list[Path] = []
@@ -538,6 +605,7 @@ def _judge(
         operations=recorded,
         kills=kills,
         stops=stops,
+        restarts=restarts,
         invariant_failure=invariant_failure,
         written=tuple(written),
         history_dir=history_dir,
@@ -592,6 +660,13 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-kills", action="store_true", help="never SIGKILL a worker")
     parser.add_argument("--no-stops", action="store_true", help="never SIGSTOP a worker")
     parser.add_argument(
+        "--restart-command",
+        metavar="CMD",
+        help="a shell command that restarts the PostgreSQL server of --db (e.g. pg_ctl restart "
+        "-m immediate); run now and then as a fault, the torture waiting for the server's start "
+        "time to change",
+    )
+    parser.add_argument(
         "--max-unknown",
         type=int,
         default=MAX_UNKNOWN,
@@ -626,6 +701,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         threads=args.threads,
         kills=not args.no_kills,
         stops=not args.no_stops,
+        restart_command=args.restart_command,
         max_unknown=args.max_unknown,
         shrink=not args.no_shrink,
         quiet=args.quiet,

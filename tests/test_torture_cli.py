@@ -4,6 +4,7 @@ progress, verdict, rate and exit statuses."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -79,12 +80,14 @@ def test_faults_leave_pending_calls_and_the_history_still_checks(tmp_path):
         (["--db", "no/such/folder/db"], "cannot open no/such/folder/db: persistence_failed"),
         (["--db", "x.db", "--store", "no_such_module:factory"], "cannot load the store factory"),
         (["--db", "x.db", "--skew-ms", "20000"], "--skew-ms must be within"),
+        (["--db", "x.db", "--restart-command", "true"], "--db must be its URL"),
     ],
 )
 def test_unusable_targets_and_options_exit_2_with_a_message(tmp_path, arguments, message):
     """Refused before any worker starts: a target that cannot be opened (a
     PostgreSQL server that is not there, or a version that cannot open URLs),
-    a factory that cannot be imported, a skew past the allowance."""
+    a factory that cannot be imported, a skew past the allowance, a restart
+    command for a target that is not a PostgreSQL server."""
     done = subprocess.run(
         [sys.executable, "-m", "runstore.cli", "torture", *arguments],
         capture_output=True,
@@ -106,3 +109,66 @@ def test_a_url_is_printed_without_its_password():
         "postgresql://u@db/runs?password=***&sslmode=require"
     )
     assert shown_target("/tmp/runs.db") == "/tmp/runs.db"
+
+
+def test_on_a_throwaway_postgres_server_restarted_by_command(tmp_path):
+    """What CI does: ``python -m runstore.stateful._pgserver`` prints a fresh
+    database's URL; the torture runs on it with ``--restart-command "kill
+    -USR1 <pid>"`` (the command returns before the server is back: the
+    torture waits for its start time to change), restarts it, and passes;
+    SIGTERM stops the server and removes its folder."""
+    import signal
+    import urllib.parse
+    from pathlib import Path
+
+    from runstore.stateful import _postgres
+
+    if _postgres._binary("initdb") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("PostgreSQL binaries not found (CI=true requires the PostgreSQL tests)")
+        pytest.skip("PostgreSQL binaries not found")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "runstore.stateful._pgserver"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        url = server.stdout.readline().strip()
+        assert url.startswith("postgresql://")
+        folder = Path(urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)["host"][0])
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "runstore.cli",
+                "torture",
+                "--db",
+                url,
+                "--seconds",
+                "2",
+                "--no-kills",
+                "--no-stops",
+                "--restart-command",
+                f"kill -USR1 {server.pid}",
+                "--out",
+                str(tmp_path / "out"),
+                "--seed",
+                "5",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        lines = done.stdout.splitlines()
+        assert any(line.endswith(" restarts") and " 0 restarts" not in line for line in lines)
+        assert lines[-1] == "torture: passed"
+    finally:
+        server.send_signal(signal.SIGTERM)
+        status = server.wait(60)
+        if server.stdout is not None:
+            server.stdout.close()
+    assert status == 0
+    assert not folder.exists()

@@ -2,12 +2,16 @@
 
 The differential machines run one operation at a time in one process, so
 these bugs hide from them; ``runstore torture`` (real worker processes on one
-SQLite file, the recorded history checked for linearizability) must find each
+database, the recorded history checked for linearizability) must find each
 of them. Every module in ``RACES`` holds one bug in the real SQLite store and
 a torture factory, ``factory(clock, path) -> store``, opening the file (so
-``runstore torture --store tests.zoo.<module>:factory`` runs it).
+``runstore torture --store tests.zoo.<module>:factory`` runs it);
+``POSTGRES_RACES`` hold bugs in the PostgreSQL store, with factories
+``factory(clock, url)``, tortured with server restarts among the faults.
 ``CONTROLS`` are stores that do things differently but correctly; the
-torture must pass them.
+torture must pass them, and the shipped stores too. ``COUNTS`` are bugs no
+per-run read can see, only the final database-wide revision count (which
+the torture checks too).
 
 ``deferred_write`` is the write path the transaction-mode bugs share: a
 transaction begun by ``BEGIN`` (deferred) instead of ``BEGIN IMMEDIATE``, or
@@ -32,9 +36,15 @@ RACES = (
     "race_retry_replays_half",
 )
 CONTROLS = ("deferred_begin_full_replay",)
+POSTGRES_RACES = (
+    "race_pg_no_row_lock",
+    "race_pg_autocommit",
+)
+COUNTS = ("count_heartbeat_writes_twice",)
 
 #: One bounded torture run, as CI runs it: each race must be found in at least
-#: 19 of 20 such runs (``benchmarks/torture_detection.py`` counts).
+#: 19 of 20 such runs (``benchmarks/torture_detection.py`` counts), on either
+#: backend (on PostgreSQL a server restart is one of the faults).
 BUDGET = {"workers": 3, "threads": 2, "runs": 1, "seconds": 2.0}
 
 #: A classify query's loss tag, as the outcome it names.
