@@ -6,7 +6,8 @@ A store is half of ownership. This module is the other half:
   heartbeat the lease every ``HEARTBEAT_INTERVAL_MS`` while the owned work
   runs, tolerate failing writes for ``HEARTBEAT_WRITE_TOLERANCE_MS``, and
   interrupt the work with ``LeaseLost`` the moment the fence is gone or the
-  lease lapses;
+  lease lapses; ``supervise_many`` (a ``Fleet``) does the same for many runs
+  of one owner with one ``heartbeat_many`` per pulse;
 - the peer's side, ``LivenessCheck``/``LivenessProbe``, ``lease_liveness``,
   ``same_host_pid_probe`` and ``takeover_evidence``: decide that a recorded
   owner is gone and produce the ``LivenessEvidence`` the store verifies before
@@ -28,6 +29,8 @@ from ._faces import AsyncSupervisor as AsyncSupervisor
 from ._faces import ThreadSupervisor as ThreadSupervisor
 from ._faces import asupervise as asupervise
 from ._faces import supervise as supervise
+from ._fleet import Fleet as Fleet
+from ._fleet import supervise_many as supervise_many
 from ._liveness import LivenessCheck as LivenessCheck
 from ._liveness import LivenessContext as LivenessContext
 from ._liveness import LivenessProbe as LivenessProbe
@@ -41,6 +44,7 @@ __all__ = [
     "HEARTBEAT_STALE_AFTER_MS",
     "HEARTBEAT_WRITE_TOLERANCE_MS",
     "AsyncSupervisor",
+    "Fleet",
     "LeaseLost",
     "LivenessCheck",
     "LivenessContext",
@@ -53,5 +57,6 @@ __all__ = [
     "lease_liveness",
     "same_host_pid_probe",
     "supervise",
+    "supervise_many",
     "takeover_evidence",
 ]
