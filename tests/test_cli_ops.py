@@ -245,13 +245,10 @@ def test_the_read_commands_change_nothing(db: Db, capsys: pytest.CaptureFixture[
         ("show", db.target, "working", "--state"),
         ("check", db.target),
         ("migrate", db.target, "--check"),
+        ("runs", db.target, "--all"),
+        ("stats", db.target),
+        ("purge", db.target, "--before", str(T0 + 1)),
     ]
-    if hasattr(runstore.SqliteRunStore, "list_runs"):
-        commands += [
-            ("runs", db.target, "--all"),
-            ("stats", db.target),
-            ("purge", db.target, "--before", str(T0 + 1)),
-        ]
     for argv in commands:
         code, _out, err = cli(capsys, *argv)
         assert code == 0, (argv, err)
@@ -445,28 +442,6 @@ def test_check_as_a_user_who_may_only_read(shared: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "host-a/4102/c0ffee" in done.stdout
     assert look() == before
-
-
-# -- a store without the listing operations ---------------------------------------------------
-
-
-@pytest.mark.skipif(
-    hasattr(runstore.SqliteRunStore, "list_runs"), reason="the SQL stores offer list_runs"
-)
-def test_without_list_runs_the_listing_commands_say_so(
-    db: Db, capsys: pytest.CaptureFixture[str]
-) -> None:
-    for argv in (
-        ("runs", db.target),
-        ("stats", db.target),
-        ("purge", db.target, "--before", "1d"),
-    ):
-        code, out, err = cli(capsys, *argv)
-        assert (code, out) == (2, "")
-        assert "store has no list_runs operation" in err or "no purge_settled" in err
-        code, document = cli_json(capsys, *argv)
-        assert code == 2
-        assert document["error"]["code"] == "unsupported_operation"
 
 
 # -- formats ------------------------------------------------------------------------------------

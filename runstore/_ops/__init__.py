@@ -29,8 +29,7 @@ A URL's password is never printed.
 
 Exit codes: 0 done (no problem found), 1 a check failed or something was
 found wanting (``check``, ``migrate --check`` with pending steps, ``show`` of
-a missing run), 2 a usage error, a database that cannot be opened, or an
-operation the store lacks.
+a missing run), 2 a usage error or a database that cannot be opened.
 """
 
 from __future__ import annotations

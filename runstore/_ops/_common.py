@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Final
 
 from .. import _open
@@ -62,18 +62,6 @@ def cannot_open(target: str, error: RunStoreError) -> Failure:
 def plain(value: Any) -> Any:
     """A cause as JSON can hold it."""
     return json.loads(json.dumps(value, default=str))
-
-
-def require(store: Any, operation: str) -> Callable[..., Any]:
-    found = getattr(store, operation, None)
-    if not callable(found):
-        raise Failure(
-            f"this {store.dialect} store has no {operation} operation "
-            "(this version of runstore does not offer it yet)",
-            USAGE,
-            {"code": "unsupported_operation", "operation": operation},
-        )
-    return found  # type: ignore[no-any-return]
 
 
 def now_of(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from typing import Any
 from .._constants import HEARTBEAT_STALE_AFTER_MS, MAX_SAFE_INTEGER, MAXIMUM_PAGE_SIZE
 from .._errors import RunStoreError
 from .._values import RUN_STATUSES, Lease, OwnerId, OwnershipFact, RunRow
-from ._common import FOUND, OK, Failure, Result, now_of, open_store, require, store_error
+from ._common import FOUND, OK, Failure, Result, now_of, open_store, store_error
 from ._format import (
     ago,
     attempt_json,
@@ -68,7 +68,7 @@ def runs(args: argparse.Namespace) -> Result:
     now = now_of(args)
     filters = _run_filters(args, now)
     with open_store(args.db, read_only=True) as store:
-        list_runs = require(store, "list_runs")
+        list_runs = store.list_runs
         rows: list[RunRow] = []
         after = args.after
         try:
@@ -243,7 +243,7 @@ def _show_text(
 
 
 def walk(store: Any, **filters: Any) -> Iterator[RunRow]:
-    list_runs = require(store, "list_runs")
+    list_runs = store.list_runs
     after = None
     while True:
         try:
@@ -322,18 +322,18 @@ def stats(args: argparse.Namespace) -> Result:
         )
     lines.append(("pending claims", str(claims), f"{stale_claims} stale" if stale_claims else ""))
     lines.append(("cancel requested", str(cancels), "not yet acknowledged" if cancels else ""))
-    if oldest is not None:
-        lines.append(
-            (
-                "oldest running heartbeat",
-                oldest.run_id,
-                f"{heartbeat_text(oldest, now)} ({ago(oldest.heartbeat_at_ms, now)})",
-            )
-        )
     width = [max(len(printable(line[i])) for line in lines) for i in range(2)]
     text = "".join(
         f"{printable(name).ljust(width[0])}  {printable(value).rjust(width[1])}  {note}".rstrip()
         + "\n"
         for name, value, note in lines
     )
+    if oldest is not None:
+        text += (
+            f"oldest running heartbeat: {printable(oldest.run_id)}, "
+            f"{ago(oldest.heartbeat_at_ms, now)}"
+        )
+        if is_stale(oldest.heartbeat_at_ms, now):
+            text += f" ({heartbeat_text(oldest, now)})"
+        text += "\n"
     return document, text, OK

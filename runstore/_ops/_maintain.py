@@ -27,7 +27,6 @@ from ._common import (
     migration_names,
     now_of,
     open_store,
-    require,
     shown,
     step_json,
     store_error,
@@ -103,7 +102,6 @@ def purge(args: argparse.Namespace) -> Result:
     before = when(args.before, now)
     options: dict[str, Any] = {"read_only": True} if not args.yes else {"migrate": False}
     with open_store(args.db, **options) as store:
-        purge_settled = require(store, "purge_settled")
         rows = list(walk(store))
         candidates = purge_candidates(rows, before, args.limit + 1)
         more = len(candidates) > args.limit
@@ -111,7 +109,7 @@ def purge(args: argparse.Namespace) -> Result:
         purged: int | None = None
         if args.yes:
             try:
-                purged = int(purge_settled(before, limit=args.limit))
+                purged = int(store.purge_settled(before, limit=args.limit))
             except RunStoreError as error:
                 raise store_error(error) from None
     document = {
