@@ -39,7 +39,7 @@ model would answer for each operation that could have gone next.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Literal, TypeAlias
 
 import attrs
@@ -50,6 +50,7 @@ from ._history import Operation
 from ._spec import (
     EXCLUDED_READS,
     FINAL_STATE,
+    PURGE_PART,
     Node,
     Partition,
     Result,
@@ -116,29 +117,36 @@ class PartitionVerdict:
     shrink_seconds: float = 0.0
     #: Row writes of the linearization found (None unless linearizable).
     revisions: int | None = None
+    #: Runs each ``purge_settled`` call (by id) deleted here in that linearization.
+    purged: Mapping[str, int] = attrs.field(factory=dict)
 
 
 @attrs.frozen
 class RevisionCheck:
-    """Whether the database's final revision fits the history.
+    """Whether the counts that span objects fit the history: the database's
+    final revision and the answers of ``purge_settled``.
 
     Every row write (insert, update, delete) raises the database-wide
     revision by one, and the model counts them the same way. So once every
     object is linearizable, ``final - initial`` must equal the sum over
-    objects of the row writes of *some* linearization of each:
-    ``found`` is that sum for the linearizations the search happened to
-    find; when it differs, each object's achievable counts are enumerated
-    (operations of unknown outcome, which may have written or not, make
-    several counts achievable) and ``result`` says whether the final count is
-    one of their sums. ``result`` is ``"ok"``, ``"violation"`` (a write the
-    history does not account for, or one it claims that never happened) or
-    ``"unchecked"`` (``reason`` says why: an object not linearizable, an
-    excluded operation that may write, the enumeration's budget).
+    objects of the row writes of *some* linearization of each, and each
+    ``purge_settled`` answer the sum of the runs its parts deleted on every
+    object in those same linearizations. ``found`` is the row-write sum of
+    the linearizations the search happened to find; when any count differs,
+    each object's achievable counts are enumerated (operations of unknown
+    outcome, which may have written or not, make several achievable) and
+    ``result`` says whether the recorded counts are one of their sums.
+    ``result`` is ``"ok"``, ``"violation"`` (a write the history does not
+    account for, one it claims that never happened, a purge count that does
+    not add up) or ``"unchecked"`` (``reason`` says why: an object not
+    linearizable, an excluded operation that may write, the enumeration's
+    budget). ``final`` is None when only purge answers were checked (no
+    final state was given).
     """
 
     result: Literal["ok", "violation", "unchecked"]
     initial: int
-    final: int
+    final: int | None
     found: int | None
     reason: str | None = None
 
@@ -225,14 +233,23 @@ class HistoryVerdict:
                 lines.append(f"  unchecked {p.key}: {p.reason}")
         check = self.revision
         if check is not None:
-            counted = check.final - check.initial
-            if check.result == "ok":
+            if check.result == "ok" and check.final is not None:
+                counted = check.final - check.initial
                 lines.append(f"  revision: {counted} row writes, as the history accounts for")
-            elif check.result == "violation":
+            elif check.result == "ok":
+                lines.append("  counts: every purge_settled answer adds up")
+            elif (
+                check.result == "violation"
+                and check.final is not None
+                and not (check.reason or "").startswith("purge_settled")
+            ):
+                counted = check.final - check.initial
                 lines.append(
                     f"  revision violation: the database counted {counted} row writes "
                     f"(revision {check.initial} to {check.final}); {check.reason}"
                 )
+            elif check.result == "violation":
+                lines.append(f"  counts violation: {check.reason}")
             else:
                 lines.append(f"  revision unchecked: {check.reason}")
         return "\n".join(lines)
@@ -247,6 +264,8 @@ class _Search:
     order: tuple[int, ...]
     #: Row writes (revisions) of the linearization found, when one was.
     revisions: int | None = None
+    #: Runs each ``purge_settled`` part deleted in it (see ``_tally_slots``).
+    tally: tuple[int, ...] = ()
 
 
 def _may_write(op: Operation) -> bool:
@@ -260,21 +279,23 @@ def _search(
     *,
     max_steps: int,
     track: bool = False,
-    collect: set[int] | None = None,
+    collect: set[tuple[int, tuple[int, ...]]] | None = None,
 ) -> _Search:
     """Wing-Gong with memoization over ``ops`` (one object) from ``start``.
 
     ``order`` is the linearization found, or with ``track`` the deepest
     partial one on a violation. With ``collect`` the search does not stop at
-    the first linearization: it adds the row-write count (revisions) of every
-    linearization it finds to ``collect`` and goes on until it has seen them
-    all (the revision counter is then part of the memoized state, and an
+    the first linearization: it adds the row-write count (revisions) and the
+    tally of every linearization it finds to ``collect`` and goes on until it
+    has seen them all (both are then part of the memoized state, and an
     operation of unknown outcome may be placed whenever the model commits
     it, even without changing anything but the counter); its result is
     ``"linearizable"`` when it found any.
     """
     n = len(ops)
     definite = [op.definite for op in ops]
+    slots = {i: k for k, i in enumerate(_tally_slots(ops))}
+    tally: tuple[int, ...] = (0,) * len(slots)
     position = [0] * n
     counts = [0, 0]
     for i in range(n):
@@ -300,11 +321,11 @@ def _search(
         last = entry_id
 
     cache: set[tuple[Any, ...]] = set()
-    # Placements as a linked list of frames (op, node before it, frame below),
-    # so the deepest partial order is kept in O(1).
-    top: tuple[int, Node, Any] | None = None
+    # Placements as a linked list of frames (op, node before it, frame below,
+    # tally before it), so the deepest partial order is kept in O(1).
+    top: tuple[int, Node, Any, tuple[int, ...]] | None = None
     depth = 0
-    best: tuple[int, Node, Any] | None = None
+    best: tuple[int, Node, Any, tuple[int, ...]] | None = None
     best_depth = 0
     node = start
     placed_definite = 0
@@ -316,8 +337,9 @@ def _search(
         if remaining == 0:
             revisions = node.state.revision - base_revision
             if collect is None:
-                return _Search("linearizable", None, len(cache), steps, _order(top), revisions)
-            collect.add(revisions)
+                found = _order(top)
+                return _Search("linearizable", None, len(cache), steps, found, revisions, tally)
+            collect.add((revisions, tally))
             entry = -1  # recorded: backtrack as if this order had failed
         if entry != -1 and not entry & 1:
             i = entry >> 1
@@ -349,16 +371,21 @@ def _search(
                 else:
                     new_definite = placed_definite
                     new_unknown = placed_unknown | (1 << position[i])
+                new_tally = tally
+                slot = slots.get(i)
+                if slot is not None:
+                    new_tally = (*tally[:slot], int(result[1]), *tally[slot + 1 :])
                 low = ((new_definite + 1) & ~new_definite).bit_length() - 1
                 key: tuple[Any, ...] = (after.key, low, new_definite >> low, new_unknown)
                 if collect is not None:
-                    key = (*key, after.state.revision)
+                    key = (*key, after.state.revision, new_tally)
                 before = len(cache)
                 cache.add(key)
                 if len(cache) != before:
-                    top = (i, node, top)
+                    top = (i, node, top, tally)
                     depth += 1
                     node = after
+                    tally = new_tally
                     placed_definite = new_definite
                     placed_unknown = new_unknown
                     # Lift the call (and the return) out of the list.
@@ -385,7 +412,7 @@ def _search(
             if collect:
                 return _Search("linearizable", None, len(cache), steps, ())
             return _Search("violation", None, len(cache), steps, _order(best))
-        i, node, top = top
+        i, node, top, tally = top
         depth -= 1
         c = 2 * i
         if definite[i]:
@@ -405,7 +432,13 @@ def _search(
         entry = nxt[c]
 
 
-def _order(frame: tuple[int, Node, Any] | None) -> tuple[int, ...]:
+def _tally_slots(ops: Sequence[Operation]) -> list[int]:
+    """The positions of the definite ``purge_settled`` parts, whose deletion
+    counts a linearization tallies (to sum them per call afterwards)."""
+    return [i for i, op in enumerate(ops) if op.method == PURGE_PART and op.definite]
+
+
+def _order(frame: tuple[int, Node, Any, tuple[int, ...]] | None) -> tuple[int, ...]:
     order = []
     while frame is not None:
         order.append(frame[0])
@@ -597,7 +630,16 @@ def check_partition(
         search_seconds=searched - started,
         shrink_seconds=time.perf_counter() - searched,
         revisions=found.revisions,
+        purged=_purged(partition.operations, found.tally),
     )
+
+
+def _purged(ops: Sequence[Operation], tally: tuple[int, ...]) -> dict[str, int]:
+    """``tally`` (aligned with the definite purge parts of ``ops`` as
+    prepared) by the id of the ``purge_settled`` call each part belongs to."""
+    prepared = _prepare(ops)
+    calls = [str(prepared[i].args[1]) for i in _tally_slots(prepared)]
+    return dict(zip(calls, tally, strict=False)) if tally else {}
 
 
 def check_history(
@@ -643,10 +685,11 @@ def check_history(
             )
         )
     revision = None
-    if final is not None:
-        revision = check_revision(
-            partitions, verdicts, excluded, initial, final, max_steps=max_steps
-        )
+    purges = any(
+        p.method == PURGE_PART and p.definite for part in partitions for p in part.operations
+    )
+    if final is not None or purges:
+        revision = check_counts(partitions, verdicts, excluded, initial, final, max_steps=max_steps)
     return HistoryVerdict(
         partitions=tuple(verdicts),
         excluded=tuple(excluded),
@@ -660,21 +703,31 @@ def check_history(
 MAX_REVISION_SUMS: Final = 100_000
 
 
-def check_revision(
+def check_counts(
     partitions: Sequence[Partition],
     verdicts: Sequence[PartitionVerdict],
     excluded: Sequence[tuple[Operation, str]],
     initial: StoreState | None,
-    final: StoreState,
+    final: StoreState | None,
     *,
     max_steps: int = MAX_STEPS,
 ) -> RevisionCheck:
     """The ``RevisionCheck`` of a history whose objects were judged (see there)."""
     first = initial.revision if initial is not None else 0
-    counted = final.revision - first
+    last = final.revision if final is not None else None
+    calls = sorted(
+        {
+            (str(op.args[1]), op.value)
+            for partition in partitions
+            for op in partition.operations
+            if op.method == PURGE_PART and op.definite
+        }
+    )
+    answers = tuple(int(answer) for _, answer in calls)
+    index = {call: k for k, (call, _) in enumerate(calls)}
 
     def unchecked(reason: str, found: int | None = None) -> RevisionCheck:
-        return RevisionCheck("unchecked", first, final.revision, found, reason)
+        return RevisionCheck("unchecked", first, last, found, reason)
 
     if any(v.result != "linearizable" for v in verdicts):
         return unchecked("not every object is linearizable")
@@ -683,35 +736,56 @@ def check_revision(
         for op, _ in excluded
         if op.method not in EXCLUDED_READS and not (op.status == "error" and op.definite)
     ]
-    if writers:
+    if writers and last is not None:
         return unchecked(
             f"{len(writers)} excluded operations may have written ({writers[0].method})"
         )
-    found = sum(v.revisions or 0 for v in verdicts)
-    if found == counted:
-        return RevisionCheck("ok", first, final.revision, found)
+    counted = last - first if last is not None else 0
+    found = sum(v.revisions or 0 for v in verdicts) if last is not None else 0
+    tallies = [0] * len(calls)
+    for verdict in verdicts:
+        for call, purged in verdict.purged.items():
+            tallies[index[call]] += purged
+    if found == counted and tuple(tallies) == answers:
+        return RevisionCheck("ok", first, last, found if last is not None else None)
     # The linearizations found disagree: enumerate what each object could count.
     spec = Spec()
-    sums = {0}
+    sums: set[tuple[int, tuple[int, ...]]] = {(0, (0,) * len(calls))}
     for partition in partitions:
         start = make_node(initial_state(initial, partition.runs))
-        counts: set[int] = set()
-        search = _search(
-            _prepare(partition.operations), start, spec, max_steps=max_steps, collect=counts
-        )
+        prepared = _prepare(partition.operations)
+        slots = [index[str(prepared[i].args[1])] for i in _tally_slots(prepared)]
+        options: set[tuple[int, tuple[int, ...]]] = set()
+        search = _search(prepared, start, spec, max_steps=max_steps, collect=options)
         if search.result == "unchecked":
-            return unchecked(f"enumerating {partition.key}'s row writes: {search.reason}", found)
-        sums = {a + b for a in sums for b in counts}
+            return unchecked(f"enumerating {partition.key}'s counts: {search.reason}", found)
+        widened = set()
+        for revisions, tally in options:
+            vector = [0] * len(calls)
+            for slot, purged in zip(slots, tally, strict=True):
+                vector[slot] += purged
+            widened.add((revisions if last is not None else 0, tuple(vector)))
+        sums = {
+            (a + b, tuple(x + y for x, y in zip(u, v, strict=True)))
+            for a, u in sums
+            for b, v in widened
+        }
         if len(sums) > MAX_REVISION_SUMS:
-            return unchecked("too many achievable row-write counts to enumerate", found)
-    if counted in sums:
-        return RevisionCheck("ok", first, final.revision, found)
-    near = sorted(sums, key=lambda total: (abs(total - counted), total))[:3]
-    return RevisionCheck(
-        "violation",
-        first,
-        final.revision,
-        found,
-        f"the history accounts for {', '.join(map(str, sorted(near)))}"
-        + (" (nearest)" if len(sums) > len(near) else ""),
-    )
+            return unchecked("too many achievable counts to enumerate", found)
+    if (counted, answers) in sums:
+        return RevisionCheck("ok", first, last, found if last is not None else None)
+    if any(total == counted for total, _ in sums):
+        wrong = [
+            f"{call} answered {answer}"
+            for k, (call, answer) in enumerate(calls)
+            if all(vector[k] != answer for total, vector in sums if total == counted)
+        ]
+        reason = "purge_settled answers no linearization accounts for: " + (
+            ", ".join(wrong[:3]) or "not all at once"
+        )
+    else:
+        near = sorted({total for total, _ in sums}, key=lambda t: (abs(t - counted), t))[:3]
+        reason = f"the history accounts for {', '.join(map(str, sorted(near)))}" + (
+            " (nearest)" if len(sums) > len(near) else ""
+        )
+    return RevisionCheck("violation", first, last, found if last is not None else None, reason)

@@ -44,8 +44,11 @@ from types import MappingProxyType
 from typing import Any, Final, Literal, TypeAlias
 
 import attrs
+from sortedcontainers import SortedList
 
-from runstore import RunStoreError, StoreState
+from runstore import TERMINAL_STATUSES, RunPage, RunRow, RunStoreError, StoreState, Transitioned
+from runstore._boundary import encode_cursor
+from runstore._constants import MAXIMUM_PAGE_SIZE, MAXIMUM_PURGE_BATCH
 from runstore.model import ModelRunStore
 from runstore.model._state import ModelState
 
@@ -77,21 +80,30 @@ PER_RUN: Final = frozenset(
     }
 )
 
-#: Why whole-database reads are not checked per object.
+#: The per-object parts of multi-run operations (see ``SPLITTERS``).
+LIST_PART: Final = "list_runs/part"
+PAGE_SHAPE: Final = "list_runs/shape"
+NO_CANDIDATE: Final = "claim_next/none"
+PURGE_PART: Final = "purge_settled/part"
+
+#: Methods whose (sub-)operations go to the object of their run id.
+ROUTED: Final = PER_RUN | {"claim_next", PAGE_SHAPE}
+
+#: Why whole-database operations are not checked per object.
 EXCLUDED: Final[Mapping[str, str]] = MappingProxyType(
     {
         "revision": "reads the database-wide revision counter, which every object moves",
         "changes": "reads the database-wide change list, which every object moves",
         "state": "reads the whole database (the torture checks it as a final state per object)",
         "check_invariants": "checks the whole database, not one object",
-        "list_runs": "a page over many runs; not checked yet (see the guide)",
-        "claim_next": "chooses among many runs; not checked yet (see the guide)",
-        "purge_settled": "deletes across many runs; not checked yet (see the guide)",
+        "compact_changes": "drops tombstones from the change feed: no object's state, no revision",
     }
 )
 
-#: Excluded methods that never write (so the revision count can still be checked).
-EXCLUDED_READS: Final = frozenset({"revision", "changes", "state", "check_invariants"})
+#: Excluded methods that never write a row (so the revision count can still be checked).
+EXCLUDED_READS: Final = frozenset(
+    {"revision", "changes", "state", "check_invariants", "compact_changes"}
+)
 
 Result: TypeAlias = tuple[Literal["ok", "error", "unreplayable"], Any]
 
@@ -212,6 +224,7 @@ def initial_state(initial: StoreState | None, runs: Iterable[str] | None = None)
             facts[fact.run_id] = (*facts.get(fact.run_id, ()), fact)
     rows = {row.run_id: row for row in initial.rows if keep(row.run_id)}
     return ModelState(
+        order=SortedList((row.created_at_ms, row.run_id) for row in rows.values()),
         rows=MappingProxyType(rows),
         leases=MappingProxyType(
             {lease.run_id: lease for lease in initial.leases if keep(lease.run_id)}
@@ -297,25 +310,48 @@ class Spec:
         state = node.state
         if op.method == FINAL_STATE:
             return node, ("ok", project(state, op.args[0]))
+        if op.method == PAGE_SHAPE:
+            return node, ("ok", True)
         model = self.model
         model._state = state
         self.clock.load(op.clock_ms)
         try:
-            value = getattr(model, op.method)(*op.args, **op.kwargs)
+            value = self._call(model, op)
         except RunStoreError as error:
             result: Result = ("error", error.code)
         except ClockExhausted:
             return node, ("unreplayable", "the store took fewer clock readings than the model")
+        except ValueError:
+            # ``claim_next(choose=...)`` of a run that is not a candidate there.
+            result = ("error", "not-a-candidate")
         else:
             result = ("ok", value)
         after = model._state
         return (node if after is state else make_node(after, node)), result
+
+    @staticmethod
+    def _call(model: ModelRunStore, op: Operation) -> Any:
+        if op.method == LIST_PART:
+            (upto,) = op.args
+            page = model.list_runs(**op.kwargs, limit=MAXIMUM_PAGE_SIZE)
+            return tuple(
+                row
+                for row in page.runs
+                if upto is None or (row.created_at_ms, row.run_id) <= tuple(upto)
+            )
+        if op.method == NO_CANDIDATE:
+            return model.claim_next_candidates(**op.kwargs)
+        if op.method == PURGE_PART:
+            return model.purge_settled(op.args[0], **op.kwargs)
+        return getattr(model, op.method)(*op.args, **op.kwargs)
 
 
 def matches(op: Operation, result: Result) -> bool:
     """Whether the model's answer is what the store answered (values by ``==``,
     errors by code)."""
     kind, payload = result
+    if op.method == PURGE_PART:
+        return kind == "ok"  # any count; the counts are summed per call afterwards
     if op.status == "ok":
         return kind == "ok" and bool(payload == op.value)
     if op.status == "error":
@@ -327,12 +363,42 @@ def matches(op: Operation, result: Result) -> bool:
 
 
 def _run_id(op: Operation) -> object:
+    if op.method == "claim_next":
+        return op.kwargs.get("choose")
     if op.args:
         return op.args[0]
     return op.kwargs.get("run_id")
 
 
-def _split_heartbeat_many(op: Operation) -> list[Operation] | str:
+#: ``per_object(root, runs, alive)``: an object's sub-operations of one call.
+PerObject: TypeAlias = Callable[[str, frozenset[str], frozenset[str]], list[Operation]]
+
+
+@attrs.frozen
+class Split:
+    """How one multi-run operation is checked: ``parts`` are per-run
+    sub-operations (routed by their run id), and ``per_object`` builds the
+    sub-operations of each object, ``per_object(root, runs, alive)`` (none
+    for an object it does not concern). ``alive`` is the set of the history's
+    run ids that may have existed and been live while the call ran (created,
+    or held initially, before it returned, and not seen settled before it
+    began, unless created again later)."""
+
+    parts: tuple[Operation, ...] = ()
+    per_object: PerObject | None = None
+
+
+def _part(op: Operation, suffix: str, **changes: Any) -> Operation:
+    return attrs.evolve(op, id=f"{op.id}/{suffix}", **changes)
+
+
+def _refused(op: Operation) -> str | None:
+    if op.status == "error" and not op.unknown:
+        return f"refused as a whole ({op.error}): nothing written"
+    return None
+
+
+def _split_heartbeat_many(op: Operation) -> Split | str:
     """One ``heartbeat`` per run id, each with the call's interval and readings.
 
     An answered call splits into the per-run answers; an unknown outcome into
@@ -348,8 +414,9 @@ def _split_heartbeat_many(op: Operation) -> list[Operation] | str:
         arguments.get("run_ids"),
         arguments.get("now_ms"),
     )
-    if op.status == "error" and not op.unknown:
-        return f"refused as a whole ({op.error}): nothing written"
+    refused = _refused(op)
+    if refused is not None:
+        return refused
     if op.status == "ok":
         if type(op.value) is not dict:
             return "heartbeat_many answered something other than a mapping"
@@ -358,24 +425,145 @@ def _split_heartbeat_many(op: Operation) -> list[Operation] | str:
         if not isinstance(run_ids, (list, tuple)):
             return "heartbeat_many with unknown outcome and unreadable run ids"
         answers = [(run_id, None) for run_id in run_ids]
-    parts = []
-    for index, (run_id, answer) in enumerate(answers):
-        parts.append(
-            attrs.evolve(
+    return Split(
+        tuple(
+            _part(
                 op,
-                id=f"{op.id}/{index}",
+                str(index),
                 method="heartbeat",
                 args=(run_id, owner, now_ms),
                 kwargs={},
                 value=answer,
             )
+            for index, (run_id, answer) in enumerate(answers)
         )
-    return parts
+    )
 
 
-#: Multi-run operations, split into per-run sub-operations (or a reason not to).
-SPLITTERS: Final[Mapping[str, Callable[[Operation], list[Operation] | str]]] = MappingProxyType(
-    {"heartbeat_many": _split_heartbeat_many}
+def _listing_key(row: RunRow) -> tuple[int, str]:
+    return (row.created_at_ms, row.run_id)
+
+
+def _page_shape_ok(page: RunPage, limit: object) -> bool:
+    keys = [_listing_key(row) for row in page.runs]
+    if any(a >= b for a, b in itertools.pairwise(keys)):
+        return False
+    if type(limit) is int and len(keys) > limit:
+        return False
+    if page.next is None:
+        return True
+    return (
+        bool(keys)
+        and (type(limit) is not int or len(keys) == limit)
+        and (page.next == encode_cursor(*keys[-1]))
+    )
+
+
+def _split_list_runs(op: Operation) -> Split | str:
+    """A page is a read of every object: each object's rows in the page's key
+    range must be exactly the rows the model lists there (so a run that
+    matched and was skipped fails its object), each at its own instant of the
+    call. The page's own shape (order, limit, cursor) is checked apart."""
+    refused = _refused(op)
+    if refused is not None:
+        return refused
+    if op.status != "ok":
+        return "a read of unknown outcome constrains nothing"
+    page = op.value
+    if not isinstance(page, RunPage) or op.args:
+        return "list_runs answered something other than a page"
+    query = {key: value for key, value in op.kwargs.items() if key != "limit"}
+    upto = _listing_key(page.runs[-1]) if page.next is not None and page.runs else None
+    parts: tuple[Operation, ...] = ()
+    if not _page_shape_ok(page, op.kwargs.get("limit", 100)):
+        shape = _part(op, "shape", method=PAGE_SHAPE, args=(), kwargs={}, value=False)
+        parts = (attrs.evolve(shape, args=(INADMISSIBLE,)),)
+
+    def per_object(root: str, runs: frozenset[str], alive: frozenset[str]) -> list[Operation]:
+        listed = tuple(row for row in page.runs if row.run_id in runs)
+        if not listed and not runs & alive:
+            return []
+        return [
+            _part(op, root, method=LIST_PART, args=(upto,), kwargs=query, value=listed, clock_ms=())
+        ]
+
+    return Split(parts, per_object)
+
+
+def _claim_next_readings(op: Operation) -> tuple[int, ...]:
+    """The model's ``claim_next`` admits the call (one reading) and then runs
+    ``claim_and_own``, which admits again (another); the store reads once for
+    both. The replay gives the model's second admission the first reading."""
+    return op.clock_ms[:1] + op.clock_ms if op.clock_ms else ()
+
+
+def _split_claim_next(op: Operation) -> Split | str:
+    """A run answered: ``claim_next(choose=that run)`` on its object (any
+    candidate may be taken). None: no object had a candidate, each at its
+    own instant of the call. Unknown: on every live run, a ``claim_next``
+    that chose it, of unknown outcome."""
+    refused = _refused(op)
+    if refused is not None:
+        return refused
+    readings = _claim_next_readings(op)
+    if op.status == "ok" and isinstance(op.value, RunRow):
+        chosen = {**op.kwargs, "choose": op.value.run_id}
+        return Split((_part(op, "0", kwargs=chosen, clock_ms=readings),))
+    if op.status == "ok" and op.value is None:
+        status = {key: value for key, value in op.kwargs.items() if key == "status"}
+
+        def none_here(root: str, runs: frozenset[str], alive: frozenset[str]) -> list[Operation]:
+            if not runs & alive:
+                return []
+            return [
+                _part(op, root, method=NO_CANDIDATE, args=(), kwargs=status, value=[], clock_ms=())
+            ]
+
+        return Split((), none_here)
+    if op.status == "ok":
+        return "claim_next answered something other than a row or None"
+
+    def each_live(root: str, runs: frozenset[str], alive: frozenset[str]) -> list[Operation]:
+        return [
+            _part(op, run_id, kwargs={**op.kwargs, "choose": run_id}, clock_ms=readings)
+            for run_id in sorted(runs & alive)
+        ]
+
+    return Split((), each_live)
+
+
+def _split_purge_settled(op: Operation) -> Split | str:
+    """Each object deletes, at its own instant of the call, every run the
+    model finds eligible there; the deletions counted on all objects must sum
+    to the answer (``check_history`` checks that). A call whose answer
+    reached its ``limit`` may have left eligible runs behind: which ones it
+    took depends on every object at once, and it is excluded."""
+    refused = _refused(op)
+    if refused is not None:
+        return refused
+    before = op.args[0] if op.args else op.kwargs.get("before_ms")
+    limit = op.kwargs.get("limit", 1000)
+    if op.status == "ok" and (type(op.value) is not int or op.value >= limit):
+        return f"purge_settled answered {op.value!r}, its limit: which runs it took is not known"
+
+    def per_object(root: str, runs: frozenset[str], alive: frozenset[str]) -> list[Operation]:
+        limits = {"limit": MAXIMUM_PURGE_BATCH}
+        return [
+            _part(op, root, method=PURGE_PART, args=(before, op.id), kwargs=limits, clock_ms=())
+        ]
+
+    return Split((), per_object)
+
+
+#: Multi-run operations, split into per-run and per-object sub-operations (or
+#: a reason not to check them).
+SPLITTERS: Final[Mapping[str, Callable[[Operation], Split | str]]] = MappingProxyType(
+    {
+        "heartbeat_many": _split_heartbeat_many,
+        "list_runs": _split_list_runs,
+        "claim_next": _split_claim_next,
+        "purge_settled": _split_purge_settled,
+    }
 )
 
 
@@ -409,6 +597,66 @@ class _Joined:
 
 INADMISSIBLE: Final = "(inadmissible run id)"
 
+_NEVER: Final = 2**63
+
+
+def _settled_by(op: Operation) -> list[str]:
+    """Run ids a definite answer shows settled (terminal)."""
+    if op.status != "ok":
+        return []
+    rows: list[RunRow] = []
+    if isinstance(op.value, RunRow):
+        rows = [op.value]
+    elif isinstance(op.value, list):
+        rows = [row for row in op.value if isinstance(row, RunRow)]
+    elif isinstance(op.value, RunPage):
+        rows = list(op.value.runs)
+    found = [row.run_id for row in rows if row.status in TERMINAL_STATUSES]
+    if (
+        op.method == "transition_owned"
+        and isinstance(op.value, Transitioned)
+        and len(op.args) > 2
+        and op.args[2] in TERMINAL_STATUSES
+        and type(op.args[0]) is str
+    ):
+        found.append(op.args[0])
+    return found
+
+
+class _Lifetimes:
+    """When each run may have existed and been live, from the history."""
+
+    def __init__(self, operations: Sequence[Operation], initial: StoreState | None) -> None:
+        self.born: dict[str, int] = {}
+        self.creates: dict[str, list[int]] = {}
+        self.settled: dict[str, int] = {}
+        for row in initial.rows if initial is not None else ():
+            self.born[row.run_id] = -1
+            if row.status in TERMINAL_STATUSES:
+                self.settled[row.run_id] = -1
+        for op in operations:
+            if op.method == "create" and op.args and type(op.args[0]) is str:
+                run_id = op.args[0]
+                self.born[run_id] = min(self.born.get(run_id, _NEVER), op.invoked_ns)
+                self.creates.setdefault(run_id, []).append(op.invoked_ns)
+            if op.definite and op.returned_ns is not None:
+                for run_id in _settled_by(op):
+                    self.settled[run_id] = min(self.settled.get(run_id, _NEVER), op.returned_ns)
+
+    def alive(self, op: Operation) -> frozenset[str]:
+        """The runs that may have existed, unsettled, while ``op`` ran."""
+        end = op.returned_ns if op.returned_ns is not None else _NEVER
+        found = set()
+        for run_id, born in self.born.items():
+            if born >= end:
+                continue
+            settled = self.settled.get(run_id, _NEVER)
+            recreated = any(t > settled for t in self.creates.get(run_id, ()))
+            if settled < op.invoked_ns and not recreated:
+                continue  # settled before the call, and never created again
+            found.add(run_id)
+        return frozenset(found)
+
 
 def partition_operations(
     operations: Iterable[Operation], initial: StoreState | None = None
@@ -425,16 +673,19 @@ def partition_operations(
                 joined.join(row.run_id, other)
     pending = list(operations)
     queue: list[Operation] = []
+    fanned: list[tuple[Operation, PerObject]] = []
     for op in pending:
         splitter = SPLITTERS.get(op.method)
         if splitter is None:
             queue.append(op)
             continue
-        parts = splitter(op)
-        if isinstance(parts, str):
-            excluded.append((op, parts))
-        else:
-            queue.extend(parts)
+        split = splitter(op)
+        if isinstance(split, str):
+            excluded.append((op, split))
+            continue
+        queue.extend(split.parts)
+        if split.per_object is not None:
+            fanned.append((op, split.per_object))
     for op in queue:
         if op.method == FINAL_STATE:
             runs = list(op.args[0])
@@ -445,11 +696,11 @@ def partition_operations(
             if runs:
                 per_object.append((runs[0], op))
             continue
-        if op.method not in PER_RUN:
+        if op.method not in ROUTED:
             excluded.append((op, EXCLUDED.get(op.method, "not an operation this checker knows")))
             continue
         run_id = _run_id(op)
-        if type(run_id) is not str:
+        if type(run_id) is not str or (op.method == PAGE_SHAPE and run_id == INADMISSIBLE):
             per_object.append((INADMISSIBLE, op))
             continue
         joined.find(run_id)
@@ -459,13 +710,20 @@ def partition_operations(
                 if type(other) is str:
                     joined.join(run_id, other)
         per_object.append((run_id, op))
-    groups: dict[str, list[Operation]] = {}
     members: dict[str, set[str]] = {}
+    for item in list(joined.parent):
+        members.setdefault(joined.find(item), set()).add(item)
+    if fanned:
+        lifetimes = _Lifetimes(pending, initial)
+        objects = [(root, frozenset(found)) for root, found in sorted(members.items())]
+        for op, build in fanned:
+            alive = lifetimes.alive(op)
+            for root, object_runs in objects:
+                per_object.extend((root, part) for part in build(root, object_runs, alive))
+    groups: dict[str, list[Operation]] = {}
     for run_id, op in per_object:
         root = INADMISSIBLE if run_id == INADMISSIBLE else joined.find(run_id)
         groups.setdefault(root, []).append(op)
-    for item in list(joined.parent):
-        members.setdefault(joined.find(item), set()).add(item)
     partitions = [
         Partition(
             key=root,

@@ -11,6 +11,13 @@ round a fork of the root, so creates can fail on a missing parent). When the
 window's first run is settled the window moves on, so every worker keeps
 converging on the same few live runs.
 
+Now and then a step is a multi-run operation instead, where the store offers
+it: a walk over the pages of ``list_runs`` (a random filter, small pages),
+``claim_next``, ``heartbeat_many`` over the runs this owner holds (and a
+run it may not), or ``purge_settled`` of runs settled well before (20 s of
+store time: more than two clock skews, so a run settling during the call is
+never eligible).
+
 The worker only uses the ``RunStore`` protocol and a clock, so the same walk
 runs against a real store in a torture process and against the reference
 model in ``runstore.stateful._generate``.
@@ -30,6 +37,7 @@ from runstore import (
     Claimed,
     LivenessEvidence,
     OwnerId,
+    RunPage,
     RunRow,
     RunStoreError,
     TransitionGuard,
@@ -53,6 +61,7 @@ class Worker:
     ``slot_ms``: when set, most steps start on a grid of the system-wide
     monotonic clock, so workers in different processes act at the same
     instants and their operations collide (races become likely, not lucky).
+    ``multi``: whether steps may be multi-run operations (those the store has).
     """
 
     def __init__(
@@ -69,6 +78,7 @@ class Worker:
         settle: bool = True,
         lineages: bool = True,
         slot_ms: float = 0.0,
+        multi: bool = True,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -81,6 +91,7 @@ class Worker:
         self.settle = settle
         self.lineages = lineages
         self.slot_ns = int(slot_ms * 1_000_000)
+        self.multi = multi
         self.frontier = 0
         self.settled: set[int] = set()
         self.mine: set[int] = set()
@@ -136,6 +147,8 @@ class Worker:
             # as pollers on an aligned schedule do: every worker acts at once.
             now = time.monotonic_ns()
             time.sleep((self.slot_ns - now % self.slot_ns) / 1e9)
+        if self.multi and rng.random() < 0.06 and self.multi_run():
+            return
         window = self.live_window()
         mine = [n for n in window if n in self.mine]
         n = rng.choice(mine) if mine and rng.random() < 0.5 else rng.choice(window)
@@ -178,6 +191,70 @@ class Worker:
             self.owned_by_other(run_id, row)
         else:
             self.claimable(run_id, row)
+
+    def offers(self, method: str) -> bool:
+        return callable(getattr(self.store, method, None))
+
+    def number(self, run_id: str) -> int | None:
+        """The window number of one of this walk's run ids (None for others)."""
+        tail = run_id[len(self.prefix) :] if run_id.startswith(self.prefix) else ""
+        return int(tail) if tail.isdigit() else None
+
+    def multi_run(self) -> bool:
+        """One multi-run operation the store offers; False when it offers none."""
+        rng = self.rng
+        choices = [
+            name
+            for name in ("list_runs", "claim_next", "heartbeat_many", "purge_settled")
+            if self.offers(name)
+        ]
+        if not choices:
+            return False
+        method = rng.choice(choices)
+        if method == "list_runs":
+            self.list_pages()
+        elif method == "claim_next":
+            row = self.call("claim_next", self.me, self.now())
+            if isinstance(row, RunRow) and (n := self.number(row.run_id)) is not None:
+                self.mine.add(n)
+                self.claims.pop(row.run_id, None)
+        elif method == "heartbeat_many":
+            self.heartbeat_many()
+        elif rng.random() < 0.3:
+            self.call("purge_settled", self.clock.now_ms() - 20_000)
+        return True
+
+    def list_pages(self) -> None:
+        """Up to three pages of one random query, each page's cursor the next's."""
+        rng = self.rng
+        now = self.now()
+        query: dict[str, Any] = rng.choice(
+            (
+                {},
+                {"status": rng.choice(("pending", "running", "suspended", "completed"))},
+                {"status": ("pending", "suspended")},
+                {"claimable_at": now},
+                {"stale_at": now},
+                {"claim_stale_at": now},
+                {"cancel_requested": rng.choice((True, False))},
+                {"lineage_id": self.run_id(self.frontier - self.frontier % ROUNDS_PER_LINEAGE)},
+                {"parent_run_id": self.run_id(self.frontier - self.frontier % ROUNDS_PER_LINEAGE)},
+            )
+        )
+        limit = rng.choice((1, 2, 3, 100))
+        with_state = rng.random() < 0.3
+        after = None
+        for _ in range(3):
+            page = self.call("list_runs", **query, limit=limit, after=after, with_state=with_state)
+            if not isinstance(page, RunPage) or page.next is None:
+                return
+            after = page.next
+
+    def heartbeat_many(self) -> None:
+        ids = [self.run_id(n) for n in sorted(self.mine)]
+        if not ids or self.rng.random() < 0.2:
+            ids.append(self.run_id(self.rng.choice(self.live_window())))
+        self.call("heartbeat_many", self.me, sorted(set(ids)), self.now())
 
     def live_window(self) -> list[int]:
         """The first ``window`` run numbers from the frontier not known settled."""
