@@ -147,7 +147,7 @@ class Worker:
             # as pollers on an aligned schedule do: every worker acts at once.
             now = time.monotonic_ns()
             time.sleep((self.slot_ns - now % self.slot_ns) / 1e9)
-        if self.multi and rng.random() < 0.06 and self.multi_run():
+        if self.multi and rng.random() < 0.03 and self.multi_run():
             return
         window = self.live_window()
         mine = [n for n in window if n in self.mine]
