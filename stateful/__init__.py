@@ -53,14 +53,19 @@ from ._invariants import HeartbeatRegressed as HeartbeatRegressed
 from ._invariants import InvariantViolation as InvariantViolation
 from ._invariants import LeaseRowDisagreement as LeaseRowDisagreement
 from ._invariants import OwnerWithoutGrant as OwnerWithoutGrant
+from ._invariants import PageWalkBroken as PageWalkBroken
 from ._invariants import ReferenceInvariantViolation as ReferenceInvariantViolation
 from ._invariants import RevisionMismatch as RevisionMismatch
 from ._invariants import RunningOwnershipViolation as RunningOwnershipViolation
+from ._invariants import SettledPurgeViolation as SettledPurgeViolation
 from ._invariants import StateNotPreserved as StateNotPreserved
 from ._invariants import StealWithoutStaleness as StealWithoutStaleness
 from ._invariants import TerminalChangedViolation as TerminalChangedViolation
+from ._invariants import TombstoneLost as TombstoneLost
+from ._invariants import UnclaimableTaken as UnclaimableTaken
 from ._invariants import UnfencedWriteAccepted as UnfencedWriteAccepted
 from ._invariants import check_leases as check_leases
+from ._invariants import check_page_walk as check_page_walk
 from ._invariants import check_state as check_state
 from ._invariants import check_transition as check_transition
 from ._judge import Judge as Judge
@@ -91,21 +96,26 @@ __all__ = [
     "LeaseRowDisagreement",
     "OutcomeMismatch",
     "OwnerWithoutGrant",
+    "PageWalkBroken",
     "Raised",
     "ReferenceInvariantViolation",
     "RevisionMismatch",
     "RollbackLeak",
     "RunStoreComparison",
     "RunningOwnershipViolation",
+    "SettledPurgeViolation",
     "StateMismatch",
     "StateNotPreserved",
     "Step",
     "StealWithoutStaleness",
     "StrategyAuthority",
     "TerminalChangedViolation",
+    "TombstoneLost",
+    "UnclaimableTaken",
     "UnfencedWriteAccepted",
     "authority_for",
     "check_leases",
+    "check_page_walk",
     "check_state",
     "check_transition",
     "comparison_for",

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from runstore._boundary import canonical_json
-from runstore._values import OwnerId, RunRow, StoreState
+from runstore._values import TERMINAL_STATUSES, OwnerId, RunRow, StoreState
 from runstore.attempts import (
     ABSENT,
     Attempt,
@@ -248,6 +248,10 @@ def check_attempt_step(
             f"{revision_before} -> {revision_after}"
         )
     stray = changed - {target} if accepted else changed
+    if step.method == "purge_settled" and not step.raised:
+        # A purge deletes the attempts of the settled runs it deletes.
+        settled = {row.run_id for row in rows if row.status in TERMINAL_STATUSES}
+        stray = {key for key in stray if not (key not in new and key[0] in settled)}
     if stray:
         key = sorted(stray)[0]
         raise AttemptChangedWithoutWrite(
@@ -302,6 +306,8 @@ def _check_settled(
         if record.state in in_progress_states:
             continue
         later = new.get(key)
+        if later is None and step.method == "purge_settled" and not step.raised:
+            continue  # deleted with its purged run (judged in check_attempt_step)
         if later is None or (later.state, later.finished_at_ms) != (
             record.state,
             record.finished_at_ms,

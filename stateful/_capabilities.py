@@ -25,12 +25,16 @@ class Capabilities:
       not checked.
     - ``fault_injection``: the store offers the SQLite adapter's fault seam
       (``runstore.sqlite`` fault plans); switches on the fault rules.
+    - ``finding_work``: the store offers ``list_runs``, ``claim_next``,
+      ``heartbeat_many``, ``purge_settled`` and ``compact_changes``; switches
+      on their rules. Declare ``False`` for a store written before them.
     """
 
     reopen: bool = True
     whole_state: bool = True
     lease_introspection: bool = True
     fault_injection: bool = False
+    finding_work: bool = True
 
 
 #: The default: a full store like ``runstore.open(...)``.

@@ -18,6 +18,14 @@ test can tell which one fired:
   ``now - 30000`` and the evidence matched; facts are only
   appended; the revision moves exactly by the rows the step wrote; every run
   keeps the state last written, byte for byte; a failed step leaves no trace.
+  For the operations that work across runs: ``claim_next`` takes only an
+  unclaimed run of the statuses it was given; ``heartbeat_many`` writes only
+  the runs it answered ``Updated`` for, each owned by the caller;
+  ``purge_settled`` deletes exactly the settled runs it may (finished before
+  the cutoff, no live round in the lineage, no child), oldest first, each
+  leaving a tombstone; a tombstone leaves the feed only through
+  ``compact_changes`` (at or below its cutoff, oldest first) or when its id
+  is created again.
 
 Neither function reads a store, a clock or Hypothesis: they are usable from
 any test, and from the regression files the fuzzer writes.
@@ -120,6 +128,28 @@ class CommittedStateLost(InvariantViolation):
     """Reopening the store lost or changed committed rows, facts or revisions."""
 
 
+class UnclaimableTaken(InvariantViolation):
+    """``claim_next`` took a run that was claimed, owned, settled or of a
+    status it was not asked for."""
+
+
+class SettledPurgeViolation(InvariantViolation):
+    """``purge_settled`` deleted a run it must keep (live, finished too late,
+    with a live lineage round or a child), kept one it had to take, skipped
+    older ones, miscounted, or left no tombstone."""
+
+
+class PageWalkBroken(InvariantViolation):
+    """Walking ``list_runs`` pages by their cursors repeated a run, went back
+    in listing order, or skipped a run that matched at every page."""
+
+
+class TombstoneLost(InvariantViolation):
+    """A deletion vanished from the change feed other than by
+    ``compact_changes`` at or below its cutoff (oldest first) or by the id
+    being created again; or compaction dropped a live entry."""
+
+
 class ReferenceInvariantViolation(AssertionError):
     """An invariant failed on the reference model's own state or step: a
     defect of the conformance suite (its model or its invariants), never a
@@ -152,6 +182,10 @@ INVARIANTS: tuple[type[InvariantViolation], ...] = (
     StateNotPreserved,
     FailedOperationVisible,
     CommittedStateLost,
+    UnclaimableTaken,
+    SettledPurgeViolation,
+    PageWalkBroken,
+    TombstoneLost,
 )
 
 _FENCED = frozenset({"heartbeat", "reconfirm", "transition_owned"})
@@ -362,6 +396,21 @@ def check_leases(
             )
 
 
+def check_page_walk(pages: Iterable[Any], matching: Iterable[Iterable[str]]) -> None:
+    """Judge a finished walk of ``list_runs`` pages (each ``RunPage``, the last
+    with ``next`` None): listing keys strictly ascend across the walk, and
+    every run in each of ``matching`` (the runs that matched the filters when
+    each page was read) was listed."""
+    keys = [(row.created_at_ms, row.run_id) for page in pages for row in page.runs]
+    if keys != sorted(set(keys)):
+        raise PageWalkBroken(f"a page walk listed {[key[1] for key in keys]} out of order")
+    sets = [set(ids) for ids in matching]
+    always = set.intersection(*sets) if sets else set()
+    missed = always - {key[1] for key in keys}
+    if missed:
+        raise PageWalkBroken(f"a page walk skipped {sorted(missed)}, which matched throughout")
+
+
 # --- one step ------------------------------------------------------------------
 
 
@@ -382,12 +431,14 @@ def check_transition(
         ) or (leases and _leases(before) != _leases(after)):
             raise FailedOperationVisible(f"{step.call.describe()} raised but changed the state")
         return
+    purged = _check_purge(before, after, rows_before, rows_after, step)
+    _check_tombstones(before, after, step)
     _check_terminal(rows_before, rows_after, step)
     _check_fenced(rows_before, rows_after, step)
     _check_takeover(rows_before, rows_after, _facts(before), step)
     _check_heartbeats(rows_before, rows_after, before, after, step, leases=leases)
-    _check_state_preserved(rows_before, rows_after, step)
-    _check_fact_growth(before, after, step)
+    _check_state_preserved(rows_before, rows_after, step, purged)
+    _check_fact_growth(before, after, step, purged)
     _check_revision(before, after, rows_before, rows_after, step)
 
 
@@ -406,11 +457,142 @@ def _step_run(step: Step) -> object:
     return step.get("run_id")
 
 
+def _taken(step: Step) -> str | None:
+    """The run ``claim_next`` took (None when it took none)."""
+    if step.method == "claim_next" and isinstance(step.outcome, RunRow):
+        return step.outcome.run_id
+    return None
+
+
+def _touches(step: Step, run_id: str) -> bool:
+    """Whether ``step`` names ``run_id`` as a run it may write: its
+    ``run_id``, the run ``claim_next`` took, or one of ``heartbeat_many``'s."""
+    if step.method == "heartbeat_many":
+        ids = step.get("run_ids")
+        return isinstance(ids, list | tuple) and run_id in ids
+    if step.method == "claim_next":
+        return _taken(step) == run_id
+    return _step_run(step) == run_id
+
+
+def lineage_members(rows: Mapping[str, RunRow], run_id: str) -> list[RunRow]:
+    """The rounds of the lineage ``run_id`` belongs to (its lineage id, or its
+    own id for a root): every row naming that lineage, plus the root when it
+    names none or itself."""
+    named = rows.get(run_id)
+    if named is None:
+        return []
+    lineage = named.lineage_id if named.lineage_id is not None else named.run_id
+    return [
+        row
+        for row in rows.values()
+        if row.lineage_id == lineage
+        or (row.run_id == lineage and row.lineage_id in (None, lineage))
+    ]
+
+
+def purgeable(rows: Mapping[str, RunRow], run_id: str, before_ms: int) -> bool:
+    """Whether ``purge_settled(before_ms)`` may delete ``run_id`` from ``rows``."""
+    row = rows[run_id]
+    return (
+        row.status in TERMINAL_STATUSES
+        and row.finished_at_ms is not None
+        and row.finished_at_ms < before_ms
+        and not any(other.parent_run_id == run_id for other in rows.values())
+        and all(member.status in TERMINAL_STATUSES for member in lineage_members(rows, run_id))
+    )
+
+
+def _check_purge(
+    before: StoreState,
+    after: StoreState,
+    rows_before: Mapping[str, RunRow],
+    rows_after: Mapping[str, RunRow],
+    step: Step,
+) -> frozenset[str]:
+    """The runs ``step`` purged, after judging them (``SettledPurgeViolation``)."""
+    if step.method != "purge_settled":
+        return frozenset()
+    gone = frozenset(run_id for run_id in rows_before if run_id not in rows_after)
+    cutoff, limit = step.get("before_ms"), step.get("limit", 1000)
+    if step.outcome != len(gone):
+        raise SettledPurgeViolation(
+            f"{step.call.describe()} answered {step.outcome!r} but deleted {sorted(gone)}"
+        )
+    if not isinstance(cutoff, int) or not isinstance(limit, int):
+        return gone
+    for run_id in sorted(gone):
+        if not purgeable(rows_before, run_id, cutoff):
+            raise SettledPurgeViolation(
+                f"{step.call.describe()} deleted {run_id!r}, which it must keep: "
+                f"{rows_before[run_id]!r}"
+            )
+    eligible = sorted(
+        (rows_before[run_id].finished_at_ms or 0, run_id)
+        for run_id in rows_before
+        if purgeable(rows_before, run_id, cutoff)
+    )
+    if (
+        sorted((rows_before[run_id].finished_at_ms or 0, run_id) for run_id in gone)
+        != (eligible[:limit])
+    ):
+        raise SettledPurgeViolation(
+            f"{step.call.describe()} deleted {sorted(gone)}; the oldest {limit} of the "
+            f"purgeable runs are {[run_id for _at, run_id in eligible[:limit]]}"
+        )
+    tombstones = {change.run_id for change in after.changes if change.deleted}
+    for run_id in gone:
+        if run_id not in tombstones:
+            raise SettledPurgeViolation(f"purged run {run_id!r} left no tombstone")
+    return gone
+
+
+def _check_tombstones(before: StoreState, after: StoreState, step: Step) -> None:
+    """A deletion stays in the feed unless compacted (at or below the cutoff,
+    oldest first) or its id is created again; compaction drops only deletions."""
+    entries_after = {change.run_id: change for change in after.changes}
+    dropped: list[tuple[int, str]] = []
+    for change in before.changes:
+        now = entries_after.get(change.run_id)
+        if now == change:
+            continue
+        if now is not None and not now.deleted and step.method == "create":
+            continue  # the id was created again
+        if not change.deleted:
+            if now is None:
+                raise TombstoneLost(
+                    f"{step.call.describe()} dropped the live change entry of {change.run_id!r}"
+                )
+            continue
+        if now is not None and now.deleted:
+            continue  # purged again: a newer tombstone
+        dropped.append((change.revision, change.run_id))
+    if not dropped:
+        return
+    through = step.get("through_revision")
+    if step.method != "compact_changes" or not isinstance(through, int):
+        raise TombstoneLost(
+            f"{step.call.describe()} dropped the tombstones of {[rid for _r, rid in dropped]}"
+        )
+    if step.outcome != len(dropped) or any(revision > through for revision, _rid in dropped):
+        raise TombstoneLost(f"{step.call.describe()} -> {step.outcome!r} dropped {sorted(dropped)}")
+    kept = [
+        change.revision for change in after.changes if change.deleted and change.revision <= through
+    ]
+    if kept and min(kept) < max(revision for revision, _rid in dropped):
+        raise TombstoneLost(
+            f"{step.call.describe()} dropped {sorted(dropped)} before older tombstones {kept}"
+        )
+
+
 def _check_state_preserved(
-    rows_before: Mapping[str, RunRow], rows_after: Mapping[str, RunRow], step: Step
+    rows_before: Mapping[str, RunRow],
+    rows_after: Mapping[str, RunRow],
+    step: Step,
+    purged: frozenset[str] = frozenset(),
 ) -> None:
     for run_id in rows_before:
-        if run_id not in rows_after:
+        if run_id not in rows_after and run_id not in purged:
             raise StateNotPreserved(f"run {run_id!r} disappeared")
     for run_id, row in rows_after.items():
         old = rows_before.get(run_id)
@@ -443,8 +625,8 @@ def _check_terminal(
     rows_before: Mapping[str, RunRow], rows_after: Mapping[str, RunRow], step: Step
 ) -> None:
     for run_id, old in rows_before.items():
-        if old.status not in TERMINAL_STATUSES:
-            continue
+        if old.status not in TERMINAL_STATUSES or run_id not in rows_after:
+            continue  # (a purge, judged by _check_purge)
         new = rows_after[run_id]
         if step.method == "raw_write_state" and _step_run(step) == run_id:
             new = attrs.evolve(new, state_json=old.state_json)
@@ -453,7 +635,14 @@ def _check_terminal(
 
 
 def _caller(step: Step) -> object:
-    if step.method in ("heartbeat", "reconfirm", "transition_owned", "claim_and_own"):
+    if step.method in (
+        "heartbeat",
+        "reconfirm",
+        "transition_owned",
+        "claim_and_own",
+        "heartbeat_many",
+        "claim_next",
+    ):
         return step.get("owner")
     if step.method == "activate":
         return step.get("claimant")
@@ -463,6 +652,25 @@ def _caller(step: Step) -> object:
 def _check_fenced(
     rows_before: Mapping[str, RunRow], rows_after: Mapping[str, RunRow], step: Step
 ) -> None:
+    if step.method == "heartbeat_many" and isinstance(step.outcome, Mapping):
+        caller = step.get("owner")
+        for run_id, answer in step.outcome.items():
+            old = rows_before.get(run_id)
+            is_owner = old is not None and old.status == "running" and old.owner == caller
+            if not is_owner and isinstance(answer, _ACCEPTED):
+                raise UnfencedWriteAccepted(
+                    f"heartbeat_many by {caller!r} answered {answer!r} for run {run_id!r} "
+                    f"owned by {None if old is None else old.owner!r}"
+                )
+            if (
+                old is not None
+                and not isinstance(answer, _ACCEPTED)
+                and rows_after.get(run_id) != old
+            ):
+                raise UnfencedWriteAccepted(
+                    f"heartbeat_many by {caller!r} answered {answer!r} for run {run_id!r} "
+                    "but changed it"
+                )
     if step.method in _FENCED:
         run_id = _step_run(step)
         caller = step.get("owner")
@@ -481,7 +689,9 @@ def _check_fenced(
     # A running run's status, state or heartbeat changes only through a write
     # its owner made (or through a takeover, judged separately).
     for run_id, old in rows_before.items():
-        new = rows_after[run_id]
+        new = rows_after.get(run_id)
+        if new is None:
+            continue  # (a purge, judged by _check_purge)
         if old.status != "running" or old.owner is None or new.owner not in (None, old.owner):
             continue
         moved = (
@@ -489,7 +699,7 @@ def _check_fenced(
             or new.heartbeat_at_ms != old.heartbeat_at_ms
             or (new.state_json != old.state_json and step.method != "raw_write_state")
         )
-        if moved and (_step_run(step) != run_id or _caller(step) != old.owner):
+        if moved and (not _touches(step, run_id) or _caller(step) != old.owner):
             raise UnfencedWriteAccepted(
                 f"running run {run_id!r} of {old.owner!r} changed through {step.call.describe()}"
             )
@@ -518,7 +728,9 @@ def _check_heartbeats(
     leases: bool,
 ) -> None:
     for run_id, old in rows_before.items():
-        new = rows_after[run_id]
+        new = rows_after.get(run_id)
+        if new is None:
+            continue
         if _regrants(step, run_id) and grant_of(run_id, old, before) != grant_of(
             run_id, new, after
         ):
@@ -565,7 +777,7 @@ def _regrants(step: Step, run_id: str) -> bool:
         step.method in ("activate", "claim_and_own")
         and isinstance(step.outcome, Activated)
         and _step_run(step) == run_id
-    )
+    ) or _taken(step) == run_id
 
 
 def _activations(run_id: str, state: StoreState) -> int:
@@ -608,11 +820,20 @@ def _check_takeover(
                 raise StealWithoutStaleness(
                     f"claim_and_own of {run_id!r} by {owner!r} at {now} over {old_row!r}"
                 )
+    taken = _taken(step)
+    if taken is not None:
+        old_row = rows_before.get(taken)
+        wanted = step.get("status", ("pending", "suspended"))
+        statuses = (wanted,) if isinstance(wanted, str) else tuple(wanted)
+        if old_row is None or old_row.status not in statuses or old_row.claim is not None:
+            raise UnclaimableTaken(f"{step.call.describe()} took {taken!r}, which was {old_row!r}")
     for rid, new in rows_after.items():
         old = rows_before.get(rid)
         if new.owner is None or old is None or new.owner == old.owner:
             continue
         # The run gained a (different) owner: only its own grant may do that.
+        if rid == taken and step.get("owner") == new.owner:
+            continue
         if step.method == "claim_and_own" and rid == run_id and step.get("owner") == new.owner:
             continue
         if step.method == "activate" and rid == run_id and step.get("claimant") == new.owner:
@@ -647,14 +868,20 @@ def _check_takeover(
         )
 
 
-def _check_fact_growth(before: StoreState, after: StoreState, step: Step) -> None:
+def _check_fact_growth(
+    before: StoreState, after: StoreState, step: Step, purged: frozenset[str] = frozenset()
+) -> None:
     streams_before, streams_after = _facts(before), _facts(after)
     for run_id, facts in streams_before.items():
+        if run_id in purged:
+            if run_id in streams_after:
+                raise FactReplayMismatch(f"purged run {run_id!r} kept its facts")
+            continue
         if streams_after.get(run_id, [])[: len(facts)] != facts:
             raise FactReplayMismatch(f"run {run_id!r}: recorded facts were rewritten")
     for run_id, facts in streams_after.items():
         grown = len(facts) > len(streams_before.get(run_id, []))
-        if grown and run_id != _step_run(step):
+        if grown and not _touches(step, run_id):
             raise FactReplayMismatch(f"run {run_id!r} gained facts from {step.call.describe()}")
 
 
@@ -667,6 +894,15 @@ def expected_writes(
         return 0
     if method == "create":
         return 1
+    if method == "claim_next":
+        return 1 if isinstance(outcome, RunRow) else 0
+    if method == "heartbeat_many":
+        if not isinstance(outcome, Mapping):
+            return 0
+        return sum(1 for answer in outcome.values() if isinstance(answer, Updated))
+    if method == "purge_settled":
+        # Each deletion takes a revision, as its tombstone.
+        return outcome if type(outcome) is int else 0
     if method == "request_cancel_lineage":
         if not isinstance(outcome, CancelRequested):
             return 0

@@ -33,7 +33,7 @@ from hypothesis.stateful import (
 
 from runstore._clock import ManualClock
 from runstore._outcomes import Claimed
-from runstore._values import Lease, OwnerId, RunRow, StoreState, TransitionGuard
+from runstore._values import Lease, OwnerId, RunPage, RunRow, StoreState, TransitionGuard
 from runstore.model import ModelRunStore
 
 from . import _observe
@@ -82,10 +82,11 @@ from ._faults import (
 from ._invariants import (
     InvariantViolation,
     ReferenceInvariantViolation,
+    check_page_walk,
     check_state,
     check_transition,
 )
-from ._malformed import MALFORMED_CASES, malformed_call
+from ._malformed import FINDING_WORK_MALFORMED_CASES, MALFORMED_CASES, malformed_call
 from ._observe import ClockSet, Failure, Faulted, LogEntry, Performed, Reopened, say
 from ._steps import Call, Raised, Step, call, perform
 
@@ -106,6 +107,42 @@ PROCESSES = st.sampled_from(tuple(range(PROCESS_COUNT)))
 
 #: Single-use grant tokens: ``(run_id, claimant, claimed_at_ms)``.
 Grant = tuple[str, OwnerId, int]
+
+#: ``list_runs`` filters by name (``_listing`` turns one into keywords).
+LISTINGS = (
+    "all",
+    "all",
+    "pending",
+    "running",
+    "live",
+    "settled",
+    "claimable",
+    "claimable-suspended",
+    "stale-now",
+    "stale-later",
+    "claim-stale-later",
+    "cancel-waiting",
+    "cancel-not-waiting",
+    "lineage",
+    "parent",
+)
+PAGE_LIMITS = (1, 2, 3, 100)
+#: ``claim_next``'s statuses (None: its default).
+CLAIM_STATUSES: tuple[Any, ...] = (None, None, "pending", "suspended", ("suspended", "pending"))
+#: A run id no run ever has, for ``heartbeat_many``'s missing runs.
+MISSING_RUN = "never"
+PURGE_LIMITS = (1000, 1000, 1, 2)
+
+
+@attrs.define
+class PageWalk:
+    """A ``list_runs`` walk under way: its filters, the next cursor, the pages
+    read, and the runs that matched when each page was read."""
+
+    filters: dict[str, Any]
+    after: str | None = None
+    pages: list[RunPage] = attrs.field(factory=list)
+    matching: list[list[str]] = attrs.field(factory=list)
 
 
 class RunStoreComparison(RuleBasedStateMachine):
@@ -137,6 +174,7 @@ class RunStoreComparison(RuleBasedStateMachine):
         self.open = True
         # (owner, model grant, store grant) per run, after a reopen rebuilt a lease.
         self.aliases: dict[str, tuple[OwnerId, int | None, int | None]] = {}
+        self.walk: PageWalk | None = None
         self.model_state = self._model_view()
         self.store_state = self._store_view()
         self.world.observe(self.model_state)
@@ -224,7 +262,7 @@ class RunStoreComparison(RuleBasedStateMachine):
             check_reference(before_model, self.model_state, model_step, leases=leases)
             check_state(self.store_state, leases=leases)
             check_transition(before_store, self.store_state, store_step, leases=leases)
-            if store_step.outcome != model_step.outcome:
+            if not _same_outcome(model_step.outcome, store_step.outcome):
                 raise OutcomeMismatch(
                     f"{model_step.call.describe()}: reference answered "
                     f"{model_step.outcome!r}, store answered {store_step.outcome!r}"
@@ -742,6 +780,232 @@ class RunStoreComparison(RuleBasedStateMachine):
             )
         )
 
+    # -- finding work, batch renewal, purging -------------------------------------------
+
+    def _listing(self, name: str) -> dict[str, Any]:
+        """The keywords of the ``list_runs`` filter called ``name``, read now."""
+        now = self.clock.now_ms()
+        later = now + 30_001
+        filters: dict[str, dict[str, Any]] = {
+            "all": {},
+            "pending": {"status": "pending"},
+            "running": {"status": "running"},
+            "live": {"status": ("running", "pending", "suspended")},
+            "settled": {"status": ["completed", "failed", "cancelled"]},
+            "claimable": {"claimable_at": now},
+            "claimable-suspended": {"claimable_at": now, "status": "suspended"},
+            "stale-now": {"stale_at": now},
+            "stale-later": {"stale_at": later},
+            "claim-stale-later": {"claim_stale_at": later},
+            "cancel-waiting": {"cancel_requested": True},
+            "cancel-not-waiting": {"cancel_requested": False},
+            "lineage": {"lineage_id": "lin"},
+            "parent": {"parent_run_id": "a"},
+        }
+        return filters[name]
+
+    @precondition(lambda self: self.capabilities.finding_work)
+    @rule(
+        listing=st.sampled_from(LISTINGS),
+        limit=st.sampled_from(PAGE_LIMITS),
+        with_state=st.booleans(),
+        resume=st.booleans(),
+    )
+    def list_page(self, listing: str, limit: int, with_state: bool, resume: bool) -> None:
+        """A page of ``list_runs``; with ``resume``, the next page of the walk
+        under way (other rules write between its pages). When a walk ends, a
+        run that matched at every page must have been listed once, in order."""
+        walk = self.walk
+        if not (resume and walk is not None and walk.after is not None):
+            walk = self.walk = PageWalk(self._listing(listing))
+        op = call("list_runs", limit=limit, after=walk.after, with_state=with_state, **walk.filters)
+        out = self._do(op)
+        if not isinstance(out, RunPage):
+            self.walk = None
+            return
+        everything = self.model.list_runs(limit=1000, **walk.filters)
+        walk.pages.append(out)
+        walk.matching.append([row.run_id for row in everything.runs])
+        walk.after = out.next
+        if out.next is None:
+            self.walk = None
+            try:
+                check_page_walk(walk.pages, walk.matching)
+            except AssertionError as error:
+                observer = _observe.current()
+                if observer is not None:
+                    observer.failed(self._failure(error))
+                raise
+
+    @precondition(lambda self: self.capabilities.finding_work)
+    @rule(
+        actor=st.sampled_from((*range(PROCESS_COUNT), "ghost")),
+        statuses=st.sampled_from(CLAIM_STATUSES),
+        at=st.sampled_from(("reading", "reading", "behind", "skew", "skew+1")),
+    )
+    def claim_next(self, actor: object, statuses: Any, at: str) -> None:
+        """``claim_next``: the store may take any run the model could (the
+        oldest unless others hold it); the model then takes the same one."""
+        who = self.world.actor(actor, "a")
+        now = self.world.time(at, "a", who)
+        self._claim_next(call("claim_next", ("owner", who), ("now_ms", now), status=statuses))
+
+    def _claim_next(self, op: Call) -> Any:
+        """Apply ``claim_next`` to the store first, then to the model told to
+        take the run the store took when the model could take it too."""
+        statuses = op.get("status")
+        try:
+            candidates = (
+                self.model.claim_next_candidates()
+                if statuses is None
+                else self.model.claim_next_candidates(status=statuses)
+            )
+        except Exception:  # an inadmissible status: both sides refuse it
+            candidates = []
+        store_out = perform(self.store, op)
+        model_op = op
+        if isinstance(store_out, RunRow) and store_out.run_id in candidates:
+            model_op = Call(
+                op.method, (*op.arguments, ("choose", store_out.run_id)), op.keywords | {"choose"}
+            )
+        model_out = perform(self.model, model_op)
+        self.log.append(Performed(op, model_out))
+        self._settle(Step(op, model_out), Step(op, store_out))
+        return model_out
+
+    @precondition(lambda self: self.capabilities.finding_work)
+    @rule(
+        actor=st.sampled_from(ACTORS),
+        runs=st.lists(
+            st.sampled_from((*RUN_IDS, MISSING_RUN)), unique=True, min_size=0, max_size=6
+        ),
+        at=st.sampled_from(RENEW_TIMES),
+    )
+    def heartbeat_many(self, actor: object, runs: list[str], at: str) -> None:
+        """``heartbeat_many`` over runs in every state (owned by the caller or
+        not, claimed, settled, missing), keys in the order asked."""
+        anchor = self.world.run("running")
+        who = self.world.actor(actor, anchor)
+        now = self._at(at, anchor, who)
+        self._do(call("heartbeat_many", ("owner", who), ("run_ids", runs), ("now_ms", now)))
+
+    @precondition(lambda self: self.capabilities.finding_work)
+    @rule(
+        back=st.sampled_from((0, 0, 1, 1000, -1)),
+        limit=st.sampled_from(PURGE_LIMITS),
+    )
+    def purge(self, back: int, limit: int) -> None:
+        """``purge_settled`` of runs finished before now (minus ``back``)."""
+        before = max(0, self.clock.now_ms() - back)
+        self._do(
+            call("purge_settled", ("before_ms", before), limit=None if limit == 1000 else limit)
+        )
+
+    @precondition(lambda self: self.capabilities.finding_work)
+    @rule(back=st.sampled_from((0, 0, 1, 2, 5)), limit=st.sampled_from(PURGE_LIMITS))
+    def compact(self, back: int, limit: int) -> None:
+        """``compact_changes`` through the current revision (or a little below)."""
+        through = max(0, self.model_state.revision - back)
+        self._do(
+            call(
+                "compact_changes",
+                ("through_revision", through),
+                limit=None if limit == 1000 else limit,
+            )
+        )
+
+    @precondition(lambda self: self.capabilities.finding_work)
+    @rule(run=CLAIMABLE, claimant=PROCESSES, worker=PROCESSES, activate=st.booleans())
+    def claim_next_racing_a_claim(
+        self, run: str, claimant: int, worker: int, activate: bool
+    ) -> None:
+        """One process claims a run (and maybe activates it) while another asks
+        ``claim_next``: the claimed run is never taken twice."""
+        run = self.world.run(run)
+        who = self.world.process(claimant)
+        snapshot = self.world.expected("row", run)
+        now = self.clock.now_ms()
+        out = self._do(
+            call(
+                "claim", ("run_id", run), ("expected", snapshot), ("claimant", who), ("now_ms", now)
+            )
+        )
+        worker_id = self.world.process(worker)
+        self._claim_next(call("claim_next", ("owner", worker_id), ("now_ms", now)))
+        if activate and isinstance(out, Claimed):
+            self._do(
+                call(
+                    "activate",
+                    ("run_id", run),
+                    ("claimant", who),
+                    ("claimed_at_ms", out.claimed_at_ms),
+                    ("expected", snapshot),
+                )
+            )
+        self._claim_next(call("claim_next", ("owner", worker_id), ("now_ms", now)))
+
+    @precondition(lambda self: self.capabilities.finding_work)
+    @rule(run=CLAIMABLE, process=PROCESSES, ghost_first=st.booleans())
+    def heartbeat_many_after_restart(self, run: str, process: int, ghost_first: bool) -> None:
+        """A process owns a run and restarts: its new incarnation (same host
+        and pid, a new nonce) must not renew what the crashed one held, with
+        ``heartbeat_many`` over every run; the crashed one still can."""
+        run = self.world.run(run)
+        self._owned(run, process)
+        ghost = self.world.process(process)
+        successor = self.world.restart(process)
+        self._set_clock(self.clock.now_ms() + 1_000)
+        now = self.clock.now_ms()
+        order = (ghost, successor) if ghost_first else (successor, ghost)
+        for who in order:
+            self._do(
+                call("heartbeat_many", ("owner", who), ("run_ids", list(RUN_IDS)), ("now_ms", now))
+            )
+            now += 1
+
+    @precondition(lambda self: self.capabilities.finding_work)
+    @rule(run=RUNNING, thief=PROCESSES, settle=st.sampled_from(("completed", "failed", None)))
+    def purge_during_takeover(self, run: str, thief: int, settle: str | None) -> None:
+        """A stale running run is stolen; before the thief activates, its old
+        owner may settle it and a purge runs (a live lineage round, a claimed
+        or a running run is never purged); then the activation."""
+        run = self.world.run(run)
+        row = self._owned(run, (thief + 1) % PROCESS_COUNT)
+        if row is None or row.owner is None or row.heartbeat_at_ms is None:
+            return
+        self._set_clock(row.heartbeat_at_ms + 30_001)
+        now = self.clock.now_ms()
+        who = self.world.process(thief)
+        proof = self.world.evidence("fit", row.owner, who, now)
+        out = self._do(
+            call(
+                "steal",
+                ("run_id", run),
+                ("expected", row.snapshot),
+                ("claimant", who),
+                ("now_ms", now),
+                ("evidence", proof),
+            )
+        )
+        if settle is not None:
+            self._do(
+                call(
+                    "transition_owned", ("run_id", run), ("owner", row.owner), ("to_status", settle)
+                )
+            )
+        self._set_clock(now + 1)
+        self._do(call("purge_settled", ("before_ms", self.clock.now_ms())))
+        if isinstance(out, Claimed):
+            self._do(
+                call(
+                    "activate",
+                    ("run_id", run),
+                    ("claimant", who),
+                    ("claimed_at_ms", out.claimed_at_ms),
+                    ("expected", row.snapshot),
+                )
+            )
+
     # -- time, crashes, corruption, malformed input ------------------------------------
 
     @rule(ms=st.sampled_from(ADVANCES))
@@ -853,6 +1117,12 @@ class RunStoreComparison(RuleBasedStateMachine):
         with ``invalid_run`` and change nothing."""
         self._do(malformed_call(case, self.world))
 
+    @precondition(lambda self: self.capabilities.finding_work)
+    @rule(case=st.sampled_from(FINDING_WORK_MALFORMED_CASES))
+    def malformed_finding_work(self, case: str) -> None:
+        """``malformed`` for the operations that work across runs."""
+        self._do(malformed_call(case, self.world))
+
 
 def check_reference(
     before: StoreState, after: StoreState, step: Step, *, leases: bool = True
@@ -864,6 +1134,16 @@ def check_reference(
         check_transition(before, after, step, leases=leases)
     except InvariantViolation as error:
         raise ReferenceInvariantViolation.of(error) from None
+
+
+def _same_outcome(model: Any, store: Any) -> bool:
+    """Outcomes agree: equal, and a mapping's keys in the same order (the
+    order ``heartbeat_many`` promises)."""
+    if model != store:
+        return False
+    if isinstance(model, dict) and isinstance(store, dict):
+        return list(model) == list(store)
+    return True
 
 
 def _grant(run: str, who: OwnerId, out: object) -> Any:

@@ -168,7 +168,35 @@ _CASES: dict[str, Callable[[World], Call]] = {
     "changes-negative": lambda w: call("changes", ("after_revision", -1)),
 }
 
+#: Malformed calls of the operations that work across runs (their rule runs
+#: only on stores with ``Capabilities.finding_work``).
+_FINDING_WORK_CASES: dict[str, Callable[[World], Call]] = {
+    "list-limit-zero": lambda w: call("list_runs", limit=0),
+    "list-bad-status": lambda w: call("list_runs", status=("running", "done")),
+    "list-forged-cursor": lambda w: call("list_runs", after="rs1.W1siYSJdXQ=="),
+    "list-negative-stale": lambda w: call("list_runs", stale_at=-1),
+    "claim-next-running": lambda w: call(
+        "claim_next", ("owner", _owner(w)), ("now_ms", _now(w)), status="running"
+    ),
+    "claim-next-ahead": lambda w: call(
+        "claim_next", ("owner", _owner(w)), ("now_ms", _now(w) + 10_001)
+    ),
+    "heartbeat-many-repeat": lambda w: call(
+        "heartbeat_many", ("owner", _owner(w)), ("run_ids", ["a", "b", "a"]), ("now_ms", _now(w))
+    ),
+    "heartbeat-many-bad-id": lambda w: call(
+        "heartbeat_many", ("owner", _owner(w)), ("run_ids", ["a", ""]), ("now_ms", _now(w))
+    ),
+    "heartbeat-many-set": lambda w: call(
+        "heartbeat_many", ("owner", _owner(w)), ("run_ids", frozenset({"a"})), ("now_ms", _now(w))
+    ),
+    "purge-negative": lambda w: call("purge_settled", ("before_ms", -1)),
+    "purge-limit-zero": lambda w: call("purge_settled", ("before_ms", _now(w)), limit=0),
+    "compact-bool": lambda w: call("compact_changes", ("through_revision", True)),
+}
+
 MALFORMED_CASES: Final = tuple(_CASES)
+FINDING_WORK_MALFORMED_CASES: Final = tuple(_FINDING_WORK_CASES)
 
 
 class _Text(str):
@@ -179,4 +207,5 @@ class _Text(str):
 
 def malformed_call(case: str, world: World) -> Call:
     """The call for ``case``, built against the current world."""
-    return _CASES[case](world)
+    build = _CASES.get(case) or _FINDING_WORK_CASES[case]
+    return build(world)

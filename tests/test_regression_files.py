@@ -73,6 +73,8 @@ def _without_final_state(source: str) -> str:
     [
         ("suspend_keeps_claim", "LeaseRowDisagreement"),
         ("settle_forgets_release_fact", "FactReplayMismatch"),
+        ("purge_ignores_live_round", "SettledPurgeViolation"),
+        ("claim_next_takes_claimed", "UnclaimableTaken"),
     ],
 )
 def test_a_zoo_bug_caught_by_an_invariant_fails_its_file_until_fixed(

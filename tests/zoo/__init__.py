@@ -25,4 +25,9 @@ ZOO = (
     "suspend_keeps_claim",
     "settle_forgets_release_fact",
     "settle_drops_new_state",
+    "list_skips_a_run",
+    "batch_heartbeat_ignores_nonce",
+    "batch_heartbeat_skips_rows",
+    "purge_ignores_live_round",
+    "claim_next_takes_claimed",
 )
