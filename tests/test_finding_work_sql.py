@@ -115,6 +115,29 @@ def test_sqlite_claim_next_and_purge_read_their_indexes() -> None:
         assert not any("TEMP B-TREE" in line for line in plan), plan
 
 
+def test_sqlite_batch_statements_seek_each_run_by_its_key() -> None:
+    """heartbeat_many's and purge_settled's statements are driven by the ids
+    they are given (one key seek each), never by a scan of an index over all
+    runs: 10 000 renewals would otherwise cost 10 000 scans of the ids."""
+    from runstore.sqlite import _lease_queries as leases
+
+    ids = '["a"]'
+    with runstore.open(":memory:", clock=ManualClock(0)) as store:
+        plans = {
+            "renew": _sqlite_plan(
+                store, sqlite_queries.RENEW_MANY_WRITE, ('{"a":1}', None, "h", 1, "n")
+            ),
+            "owned": _sqlite_plan(store, sqlite_queries.OWNED_AMONG, (ids, "h", 1, "n")),
+            "existing": _sqlite_plan(store, sqlite_queries.EXISTING_AMONG, (ids,)),
+            "leases": _sqlite_plan(store, leases.HEARTBEAT_MANY, (ids, "h", 1, "n", 5)),
+            "purge": _sqlite_plan(store, sqlite_queries.PURGE_RUNS, (ids,)),
+        }
+    for name, plan in plans.items():
+        seeks = [line for line in plan if line.startswith("SEARCH flows_")]
+        assert seeks and "PRIMARY KEY (run_id=?)" in seeks[0], (name, plan)
+        assert not any(line.startswith("SCAN flows_") for line in plan), (name, plan)
+
+
 def _postgres_plan(store: Any, sql: str, params: tuple[Any, ...]) -> str:
     connection = store._connection
     connection.execute("SET enable_seqscan = off")

@@ -362,15 +362,19 @@ ORDER BY r.created_at_ms, r.run_id LIMIT 1
 # The rows the strategy renewed, each to MAX(old, its stamp), in run id order:
 # the pairs arrive sorted and the PK seek follows them, so the revision
 # trigger numbers them in that order (tests pin it).
-RENEW_MANY_WRITE: Final = f"""
+# (``+status``: the status index must not drive the update, or each of its
+# running rows would scan the JSON; the ids drive it, one key seek each.)
+RENEW_MANY_WRITE: Final = """
 UPDATE flows_runs SET heartbeat_at_ms = MAX(flows_runs.heartbeat_at_ms, j.value)
 FROM json_each(?1) AS j
-WHERE flows_runs.run_id = j.key AND {_owned_by(3)}
+WHERE flows_runs.run_id = j.key AND +flows_runs.status = 'running'
+  AND owner_host_id = ?3 AND owner_pid = ?4 AND owner_nonce = ?5
 """
 # Among ?1, the runs ?2-?4 owns (after RENEW_MANY_WRITE: those it wrote).
-OWNED_AMONG: Final = f"""
+OWNED_AMONG: Final = """
 SELECT run_id FROM flows_runs
-WHERE run_id IN (SELECT value FROM json_each(?1)) AND {_owned_by(2)}
+WHERE run_id IN (SELECT value FROM json_each(?1)) AND +status = 'running'
+  AND owner_host_id = ?2 AND owner_pid = ?3 AND owner_nonce = ?4
 """
 # Among ?1, the runs that exist.
 EXISTING_AMONG: Final = (
