@@ -45,6 +45,8 @@ from ._types import (
 
 T = TypeVar("T")
 
+_LOST = Lost()
+
 
 @functools.cache
 def _dialect_statements(dialect: str) -> ModuleType | None:
@@ -191,21 +193,33 @@ class SqlConsensus:
         return self._run(tx, run)
 
     def _renew(
-        self, statement: str, tx: Transaction, run_id: str, owner: OwnerId, now_ms: int
+        self, which: int, tx: Transaction, run_id: str, owner: OwnerId, now_ms: int
     ) -> RenewOutcome:
-        def run(s: ModuleType) -> RenewOutcome:
-            renewed = tx.connection.execute(
-                getattr(s, statement), (run_id, owner.host_id, owner.pid, owner.nonce, now_ms)
-            ).fetchone()
-            return Lost() if renewed is None else Renewed(renewed[0])
-
-        return self._run(tx, run)
+        # The hottest strategy call: no closure, one statement when it renews.
+        s = _statements(tx)
+        statement, held = (
+            (s.HEARTBEAT, s.HEARTBEAT_HELD) if which else (s.RECONFIRM, s.RECONFIRM_HELD)
+        )
+        params = (run_id, owner.host_id, owner.pid, owner.nonce, now_ms)
+        try:
+            execute = tx.connection.execute
+            cursor = execute(statement, params)
+            if cursor.description is not None:  # it returns the stamp (PostgreSQL)
+                row = cursor.fetchone()
+                return _LOST if row is None else Renewed(row[0])
+            if cursor.rowcount:
+                return Renewed(now_ms)
+            stamp = execute(held, params[:4]).fetchone()
+            return _LOST if stamp is None else Renewed(stamp[0])
+        except s.DATABASE_ERRORS as error:
+            failure = error
+        raise ConsensusError("persistence_failed", "lease storage failed") from failure
 
     def heartbeat(self, tx: Transaction, run_id: str, owner: OwnerId, now_ms: int) -> RenewOutcome:
-        return self._renew("HEARTBEAT", tx, run_id, owner, now_ms)
+        return self._renew(1, tx, run_id, owner, now_ms)
 
     def reconfirm(self, tx: Transaction, run_id: str, owner: OwnerId, now_ms: int) -> RenewOutcome:
-        return self._renew("RECONFIRM", tx, run_id, owner, now_ms)
+        return self._renew(0, tx, run_id, owner, now_ms)
 
     def heartbeat_many(
         self, tx: Transaction, run_ids: Sequence[str], owner: OwnerId, now_ms: int
@@ -215,14 +229,18 @@ class SqlConsensus:
         ``Lost``."""
 
         def run(s: ModuleType) -> dict[str, RenewOutcome]:
-            renewed = tx.connection.execute(
-                s.HEARTBEAT_MANY,
-                (s.ids_param(run_ids), owner.host_id, owner.pid, owner.nonce, now_ms),
-            ).fetchall()
-            stamps = dict(renewed)
-            lost = Lost()
+            execute = tx.connection.execute
+            params = (s.ids_param(run_ids), owner.host_id, owner.pid, owner.nonce, now_ms)
+            cursor = execute(s.HEARTBEAT_MANY, params)
+            if cursor.description is not None:  # renewed runs and stamps (PostgreSQL)
+                stamps = dict(cursor.fetchall())
+            elif cursor.rowcount == len(run_ids):
+                renewed = Renewed(now_ms)
+                return dict.fromkeys(run_ids, renewed)
+            else:
+                stamps = dict(execute(s.HEARTBEAT_MANY_HELD, params[:4]).fetchall())
             return {
-                rid: lost if (stamp := stamps.get(rid)) is None else Renewed(stamp)
+                rid: _LOST if (stamp := stamps.get(rid)) is None else Renewed(stamp)
                 for rid in run_ids
             }
 

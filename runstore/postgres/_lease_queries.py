@@ -60,6 +60,20 @@ SET heartbeat_at_ms = GREATEST(COALESCE(heartbeat_at_ms, $5::bigint), $5::bigint
 WHERE run_id = $1::text AND {_OWNER_IS} AND claim_host_id IS NULL
 RETURNING heartbeat_at_ms
 """
+# PostgreSQL returns rows cheaply: a renewal answers its stamp directly, and
+# the *_HELD reads (SQLite's fallback when the change count says nothing
+# moved) are never needed; they are here so both backends name the same.
+HEARTBEAT_HELD: Final = (
+    f"SELECT heartbeat_at_ms FROM flows_consensus_leases WHERE run_id = $1::text AND {_OWNER_IS}"
+)
+RECONFIRM_HELD: Final = (
+    "SELECT heartbeat_at_ms FROM flows_consensus_leases "
+    f"WHERE run_id = $1::text AND {_OWNER_IS} AND claim_host_id IS NULL"
+)
+HEARTBEAT_MANY_HELD: Final = f"""
+SELECT run_id, heartbeat_at_ms FROM flows_consensus_leases
+WHERE run_id = ANY($1::text[]) AND {_OWNER_IS}
+"""
 HEARTBEAT_MANY: Final = f"""
 UPDATE flows_consensus_leases
 SET heartbeat_at_ms = GREATEST(COALESCE(heartbeat_at_ms, $5::bigint), $5::bigint)

@@ -41,22 +41,37 @@ SET owner_host_id = ?2, owner_pid = ?3, owner_nonce = ?4, granted_at_ms = ?5,
     claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL
 WHERE run_id = ?1 AND {_CLAIM_IS}
 """
+# A renewal moves the heartbeat to ?5 where it is older, and its change count
+# says whether it did (RETURNING would say so too, but SQLite buffers returned
+# rows in a temporary table, which costs more than the UPDATE). When nothing
+# changed, *_HELD reads the stamp of a lease the owner holds whose heartbeat
+# is already at or past ?5 (renewed all the same: max(old, now) is old).
+_OLDER: Final = "(heartbeat_at_ms IS NULL OR heartbeat_at_ms < ?5)"
 HEARTBEAT: Final = f"""
-UPDATE flows_consensus_leases SET heartbeat_at_ms = MAX(COALESCE(heartbeat_at_ms, ?5), ?5)
-WHERE run_id = ?1 AND {_OWNER_IS}
-RETURNING heartbeat_at_ms
+UPDATE flows_consensus_leases SET heartbeat_at_ms = ?5
+WHERE run_id = ?1 AND {_OWNER_IS} AND {_OLDER}
 """
+HEARTBEAT_HELD: Final = (
+    f"SELECT heartbeat_at_ms FROM flows_consensus_leases WHERE run_id = ?1 AND {_OWNER_IS}"
+)
 RECONFIRM: Final = f"""
-UPDATE flows_consensus_leases SET heartbeat_at_ms = MAX(COALESCE(heartbeat_at_ms, ?5), ?5)
-WHERE run_id = ?1 AND {_OWNER_IS} AND claim_host_id IS NULL
-RETURNING heartbeat_at_ms
+UPDATE flows_consensus_leases SET heartbeat_at_ms = ?5
+WHERE run_id = ?1 AND {_OWNER_IS} AND claim_host_id IS NULL AND {_OLDER}
 """
+RECONFIRM_HELD: Final = (
+    "SELECT heartbeat_at_ms FROM flows_consensus_leases "
+    f"WHERE run_id = ?1 AND {_OWNER_IS} AND claim_host_id IS NULL"
+)
 # heartbeat_many: every lease among ?1 (a JSON array of run ids) that ?2-?4
-# owns, renewed at once; each renewed run and its new stamp come back.
+# owns, renewed at once; when the change count falls short of the ids, the
+# leases held among them (and their stamps) are read back.
 HEARTBEAT_MANY: Final = f"""
-UPDATE flows_consensus_leases SET heartbeat_at_ms = MAX(COALESCE(heartbeat_at_ms, ?5), ?5)
+UPDATE flows_consensus_leases SET heartbeat_at_ms = ?5
+WHERE run_id IN (SELECT value FROM json_each(?1)) AND {_OWNER_IS} AND {_OLDER}
+"""
+HEARTBEAT_MANY_HELD: Final = f"""
+SELECT run_id, heartbeat_at_ms FROM flows_consensus_leases
 WHERE run_id IN (SELECT value FROM json_each(?1)) AND {_OWNER_IS}
-RETURNING run_id, heartbeat_at_ms
 """
 RECOVER: Final = f"""
 UPDATE flows_consensus_leases
