@@ -91,6 +91,12 @@ def _parser() -> argparse.ArgumentParser:
         "--seed", type=int, help="replay a campaign (default: a random seed, printed)"
     )
     fuzz.add_argument(
+        "--coverage",
+        action="store_true",
+        help="at the end, print which cells of each operation's reach table the run-store"
+        " machine reached (outcome x prior situation) and which reachable ones it missed",
+    )
+    fuzz.add_argument(
         "--db",
         default=".runstore-fuzz/db",
         metavar="DIR",

@@ -39,6 +39,7 @@ from ._compare import LeaseMismatch as LeaseMismatch
 from ._compare import OutcomeMismatch as OutcomeMismatch
 from ._compare import RollbackLeak as RollbackLeak
 from ._compare import StateMismatch as StateMismatch
+from ._conformance import ConformanceError as ConformanceError
 from ._conformance import conformance_machines as conformance_machines
 from ._conformance import run_conformance as run_conformance
 from ._consensus_machine import ConsensusComparison as ConsensusComparison
@@ -83,6 +84,7 @@ __all__ = [
     "Capabilities",
     "ClaimFieldsViolation",
     "CommittedStateLost",
+    "ConformanceError",
     "ConsensusComparison",
     "DifferentialMismatch",
     "Disagreeing",

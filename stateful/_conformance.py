@@ -3,15 +3,28 @@ its consensus strategy against the reference model."""
 
 from __future__ import annotations
 
+import contextlib
+import time
+
 import attrs
 from hypothesis import settings as Settings
 from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
+from . import _observe
 from ._attempt_machine import attempt_comparison_for, builds_sqlite_stores
+from ._budget import WALL_SECONDS, chosen_settings, shrinking_within
 from ._capabilities import FULL_STORE, Capabilities
 from ._consensus_machine import ConsensusFactory, consensus_comparison_for
 from ._machine import StoreFactory, comparison_for
+from ._summary import summarize
 from ._targets import raw_writer_for, sqlite_store_factory
+
+
+class ConformanceError(AssertionError):
+    """A conformance run ended in something other than a check's failure: an
+    exception escaping the store outside an operation (its factory, ``close``
+    or ``state()``), or a failure Hypothesis could not reproduce (a flaky
+    store). Raised from the original, so a test runner reports a failure."""
 
 
 def conformance_machines(
@@ -87,15 +100,48 @@ def run_conformance(
     ``runstore.sqlite.SqliteRunStore``, as every strategy is put inside), the
     run-store machine runs a second time with ``AttemptStore`` rules
     interleaved, against ``ModelAttemptStore``. ``capabilities`` says what the
-    store can do (see ``Capabilities``). ``settings`` defaults to the loaded
-    Hypothesis profile.
+    store can do (see ``Capabilities``).
 
-    Returns when everything conforms; raises Hypothesis's failure, with the
-    shrunk program printed, when something does not.
+    ``settings`` replaces the default budget; so does ``HYPOTHESIS_PROFILE``
+    when it is set (``ci``, ``dev`` or ``deep``, see ``load_profile``). The
+    default budget (``runstore.stateful._budget``) is derandomized, keeps no
+    example database, has no deadline and no too-slow health check, and is
+    sized per machine: a store takes about two minutes and a strategy about
+    three on a shared 2-core machine, and a failing run ends within five
+    minutes per store or strategy, shrinking included.
+
+    Returns when everything conforms. When something does not, raises the
+    failing check (an ``AssertionError`` subclass named for the invariant or
+    comparison) with the shrunk program printed by Hypothesis and a
+    one-screen summary added as a note: the machine, the program, the check,
+    and both sides' values. Anything else that ends the run is raised as
+    ``ConformanceError``, also an ``AssertionError``.
     """
-    for machine in conformance_machines(
+    machines = conformance_machines(
         store_factory=store_factory,
         consensus_factory=consensus_factory,
         capabilities=capabilities,
-    ):
-        run_state_machine_as_test(machine, settings=settings or Settings())
+    )
+    under_test = (store_factory is not None) + (consensus_factory is not None)
+    deadline = time.monotonic() + WALL_SECONDS * under_test
+    observer = _observe.current()
+    own = observer is None
+    if observer is None:
+        observer = _observe.Observer()
+    with _observe.observing(observer) if own else contextlib.nullcontext():
+        for machine in machines:
+            chosen, default = chosen_settings(machine, settings)
+            bounded = shrinking_within(deadline) if default else contextlib.nullcontext()
+            failures_before = observer.failures
+            try:
+                with bounded:
+                    run_state_machine_as_test(machine, settings=chosen)
+            except AssertionError as error:
+                if observer.failures > failures_before and observer.last_failure is not None:
+                    error.add_note(summarize(observer.last_failure))
+                raise
+            except Exception as error:
+                summary = f"{machine.__name__}: {type(error).__name__}: {error}"
+                if observer.failures > failures_before and observer.last_failure is not None:
+                    summary += "\n" + summarize(observer.last_failure)
+                raise ConformanceError(summary) from error

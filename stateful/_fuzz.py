@@ -28,6 +28,7 @@ import random
 import sys
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -38,6 +39,7 @@ from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test
 
 from runstore.attempts import AttemptStore
 
+from . import _reach
 from ._attempt_machine import attempt_comparison_for, builds_sqlite_stores
 from ._consensus_machine import consensus_comparison_for
 from ._machine import comparison_for
@@ -433,14 +435,29 @@ def main_fuzz(args: Any, stream: TextIO | None = None) -> int:
         extra.append(f"--examples {args.examples}")
     elif args.minutes is not None:
         extra.append(f"--minutes {args.minutes:g}")
-    return run_campaign(
-        targets,
-        minutes=args.minutes,
-        examples=args.examples,
-        seed_value=args.seed,
-        db_dir=Path(args.db),
-        out_dir=Path(args.out),
-        stream=stream,
-        attempt_store=getattr(args, "attempt_store", None),
-        extra=extra,
-    )
+    reach = _reach.Reach()
+    with _reach.recording(reach) if getattr(args, "coverage", False) else nullcontext():
+        status = run_campaign(
+            targets,
+            minutes=args.minutes,
+            examples=args.examples,
+            seed_value=args.seed,
+            db_dir=Path(args.db),
+            out_dir=Path(args.out),
+            stream=stream,
+            attempt_store=getattr(args, "attempt_store", None),
+            extra=extra,
+        )
+    if getattr(args, "coverage", False):
+        out = sys.stdout if stream is None else stream
+        out.write("\nreach (run-store machine; the reference's answers by prior situation):\n\n")
+        out.write(_reach.reach_tables(reach))
+        missed = _reach.gaps(reach)
+        out.write(
+            f"\nreach: {len(_reach.reachable_cells()) - len(missed)} of "
+            f"{len(_reach.reachable_cells())} reachable cells reached\n"
+        )
+        for cell in missed:
+            out.write(f"  not reached: {_reach.describe_cell(cell)}\n")
+        out.flush()
+    return status

@@ -36,7 +36,7 @@ from runstore._outcomes import Claimed
 from runstore._values import Lease, OwnerId, RunPage, RunRow, StoreState, TransitionGuard
 from runstore.model import ModelRunStore
 
-from . import _observe
+from . import _observe, _reach
 from ._capabilities import FULL_STORE, Capabilities
 from ._compare import (
     OutcomeMismatch,
@@ -240,6 +240,7 @@ class RunStoreComparison(RuleBasedStateMachine):
 
     def _settle(self, model_step: Step, store_step: Step) -> None:
         before_model, before_store = self.model_state, self.store_state
+        _reach.record(model_step.call, model_step.outcome, before_model, self.clock.now_ms())
         self.model_state = self._model_view()
         self.store_state = self._store_view()
         self.world.observe(self.model_state)

@@ -51,6 +51,7 @@ from ._observe import (
     Transacted,
 )
 from ._steps import Call, Crashed, Raised
+from ._summary import summarize
 
 _PUBLIC_MODULES = ("runstore", "runstore.consensus", "runstore.sqlite", "runstore.attempts")
 #: The attempt stores of a regression file, by the machine's names for their options.
@@ -511,7 +512,10 @@ def render_regression(
     if reference:
         body = [_unasserted(line) for line in body]
     seed_note = "" if seed is None else f" (seed {seed})"
-    message = textwrap.indent(textwrap.fill(failure.error[:600], 88), "    ")
+    # The docstring is not raw: backslashes and quotes in values are escaped.
+    summary = summarize(failure, title="found", width=88)
+    summary = summary.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+    message = textwrap.indent(summary, "    ")
     uses_pytest = any("pytest." in line for line in body)
     if reference:
         invariant = suite_defect_invariant(failure)
