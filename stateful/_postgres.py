@@ -371,10 +371,12 @@ class Server:
             self._work.notify_all()
 
     def terminate_connections(self, url: str) -> int:
-        """End every connection to ``url``'s database (a crash, as the server sees it)."""
+        """End every connection to ``url``'s database (a crash, as the server
+        sees it), waiting (up to 5 s each) until those backends have exited,
+        so their clients have been told by the time this returns."""
         name = urllib.parse.unquote(urllib.parse.urlsplit(url).path.lstrip("/"))
         rows = self.admin(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity "
             "WHERE datname = %s AND pid <> pg_backend_pid()",
             (name,),
         )
@@ -460,11 +462,15 @@ def fresh_database() -> Iterator[str]:
 
 def postgres_store_factory(
     consensus_factory: Callable[[], Any] | None = None,
+    *,
+    fast_path: bool | None = None,
 ) -> Callable[[Any, Path], Any]:
     """A conformance store factory over PostgreSQL: the first call for a path
     gets a fresh database (and drops the one an earlier path had, whose
     example is over); a later call for the same path ends every connection to
-    that database (a crash, as the server sees it) and reopens it."""
+    that database (a crash, as the server sees it) and reopens it.
+    ``fast_path`` is passed to ``runstore.postgres.open`` (False: the
+    general path even with ``SqlConsensus``)."""
     databases: dict[Path, str] = {}
 
     def factory(clock: Any, path: Path) -> Any:
@@ -479,7 +485,7 @@ def postgres_store_factory(
         else:
             found.terminate_connections(url)
         consensus = None if consensus_factory is None else consensus_factory()
-        return runstore.postgres.open(url, clock=clock, consensus=consensus)
+        return runstore.postgres.open(url, clock=clock, consensus=consensus, fast_path=fast_path)
 
     factory.__qualname__ = "postgres_store_factory"
     return factory

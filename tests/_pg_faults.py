@@ -262,8 +262,12 @@ class Proxy:
                 continue
             try:
                 client, _ = self.listener.accept()
+            except OSError:
+                continue
+            try:
                 server = socket.create_connection(("127.0.0.1", self.target))
             except OSError:
+                client.close()  # the server is gone: refuse this one
                 continue
             with self._lock:
                 self._sockets += [client, server]

@@ -60,11 +60,12 @@ def open_store(clock: Any, consensus: Any = None, url: str | None = None, **opti
     )
 
 
-def factory(consensus_factory: Callable[[], Any]) -> Callable[[Any, Any], Any]:
-    """A ``STORE_FACTORIES`` entry: a store on a fresh database."""
+def factory(consensus_factory: Callable[[], Any], **options: Any) -> Callable[[Any, Any], Any]:
+    """A ``STORE_FACTORIES`` entry: a store on a fresh database (``options``
+    passed to ``open``)."""
 
     def build(clock: Any, _tmp: Any) -> Any:
-        return open_store(clock, consensus_factory())
+        return open_store(clock, consensus_factory(), **options)
 
     return build
 

@@ -2,7 +2,9 @@
 
 Usage: ``python tests/_proc_owner.py DB_PATH HOST_ID NONCE START_MS``
 
-It opens the store at DB_PATH on a ``ManualClock(START_MS)`` as owner
+It opens the store at DB_PATH (a PostgreSQL URL too; with
+``RUNSTORE_TEST_GENERAL_PATH`` set, on the general path) on a
+``ManualClock(START_MS)`` as owner
 ``OwnerId(HOST_ID, <its pid>, NONCE)`` and answers one JSON line on stdout for
 every JSON command line on stdin:
 
@@ -110,7 +112,10 @@ class Block:
 def main(argv: list[str]) -> int:
     path, host_id, nonce, start_ms = argv[1], argv[2], argv[3], int(argv[4])
     clock = ManualClock(start_ms)
-    store = runstore.open(path, clock=clock)
+    options = {}
+    if os.environ.get("RUNSTORE_TEST_GENERAL_PATH"):  # PostgreSQL: a transaction per step
+        options["fast_path"] = False
+    store = runstore.open(path, clock=clock, **options)
     me = OwnerId(host_id, os.getpid(), nonce)
     block: Block | None = None
     send({"ready": True, "pid": os.getpid()})

@@ -49,3 +49,10 @@ STORE_FACTORIES: dict[str, StoreFactory] = {
     "sqlite-file-local": _sqlite_file_local,
     "postgres-sql": _postgres.factory(SqlConsensus),
 }
+
+#: PostgreSQL's general path (a statement per step) with ``SqlConsensus``:
+#: the golden tests also run on it (conftest.py), so both implementations of
+#: the decisions are held to them; ``postgres-sql`` takes the one-round-trip path.
+GENERAL_PATH_FACTORIES: dict[str, StoreFactory] = {
+    "postgres-sql-general": _postgres.factory(SqlConsensus, fast_path=False),
+}

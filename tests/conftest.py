@@ -10,9 +10,23 @@ from runstore import ManualClock, RunStore
 from runstore.stateful._profiles import load_profile
 
 from . import _postgres
-from ._stores import STORE_FACTORIES
+from ._stores import GENERAL_PATH_FACTORIES, STORE_FACTORIES
 
 load_profile()
+
+#: Test modules whose store-level tests run on PostgreSQL's general path too.
+BOTH_PATHS = ("test_golden_",)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``store`` runs every test on each of ``STORE_FACTORIES``; the golden
+    tests also on ``GENERAL_PATH_FACTORIES``."""
+    if "store" not in metafunc.fixturenames:
+        return
+    ids = sorted(STORE_FACTORIES)
+    if metafunc.module.__name__.rpartition(".")[2].startswith(BOTH_PATHS):
+        ids += sorted(GENERAL_PATH_FACTORIES)
+    metafunc.parametrize("store", ids, indirect=True)
 
 
 @pytest.fixture(autouse=True)
@@ -28,10 +42,11 @@ def clock() -> ManualClock:
     return ManualClock(0)
 
 
-@pytest.fixture(params=sorted(STORE_FACTORIES))
+@pytest.fixture
 def store(request: pytest.FixtureRequest, clock: ManualClock, tmp_path: Path) -> Iterator[RunStore]:
     """Every store under test (the model and each adapter configuration)."""
-    opened = STORE_FACTORIES[request.param](clock, tmp_path)
+    build = STORE_FACTORIES.get(request.param) or GENERAL_PATH_FACTORIES[request.param]
+    opened = build(clock, tmp_path)
     try:
         yield opened
         # Whatever a test did, the store must still be internally consistent.

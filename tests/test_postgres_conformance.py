@@ -10,6 +10,7 @@ count of the same machines.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import settings
 
 from runstore.stateful import Capabilities, run_conformance
@@ -20,13 +21,16 @@ from . import _postgres
 EXAMPLES = 40
 
 
-def test_postgres_store_conforms() -> None:
+@pytest.mark.parametrize("fast_path", [True, False], ids=["one-round-trip", "general"])
+def test_postgres_store_conforms(fast_path: bool) -> None:
     """PostgresRunStore over SqlConsensus matches ModelRunStore step by step,
-    and with AttemptStore rules interleaved matches ModelAttemptStore."""
+    and with AttemptStore rules interleaved matches ModelAttemptStore, on
+    both paths: one server-side function per operation (the default), and
+    the general path's statement per step."""
     _postgres.require_server()
     current = settings()
     run_conformance(
-        store_factory=postgres_store_factory(),
+        store_factory=postgres_store_factory(fast_path=fast_path),
         capabilities=Capabilities(reopen=True, fault_injection=True),
         settings=settings(current, max_examples=min(current.max_examples, EXAMPLES)),
     )

@@ -57,8 +57,15 @@ def children() -> Iterator[list[Child]]:
         child.close()
 
 
-def start(children: list[Child], url: str, host_id: str, nonce: str, start_ms: int = 0) -> Child:
-    child = Child(url, host_id, nonce, start_ms)  # type: ignore[arg-type]
+def start(
+    children: list[Child],
+    url: str,
+    host_id: str,
+    nonce: str,
+    start_ms: int = 0,
+    env: dict[str, str] | None = None,
+) -> Child:
+    child = Child(url, host_id, nonce, start_ms, env)  # type: ignore[arg-type]
     children.append(child)
     return child
 
@@ -160,14 +167,17 @@ def test_a_stopped_owner_is_taken_over_and_its_late_writes_refused(
 def test_an_owner_stopped_inside_a_transaction_cannot_hold_the_run(
     url: str, children: list[Child]
 ) -> None:
-    """A is stopped while it churns writes, at a moment its transaction is
-    open and the run's row locked (the server says so); the server ends that
-    session after its idle-in-transaction bound (here 300 ms), and B's
-    takeover, which waits on the lock, goes through within a few seconds."""
+    """A, on the general path (a transaction per step, as with a strategy of
+    one's own; the one-round-trip path never leaves a transaction open
+    between round trips), is stopped while it churns writes, at a moment its
+    transaction is open and the run's row locked (the server says so); the
+    server ends that session after its idle-in-transaction bound (here
+    300 ms), and B's takeover, which waits on the lock, goes through within a
+    few seconds."""
     with postgres.open(url, clock=ManualClock(0)) as setup:
         setup.create("r3", '{"step": 0}')
     short = with_options(url, "-c idle_in_transaction_session_timeout=300")
-    a = start(children, short, "host-a", "a-3")
+    a = start(children, short, "host-a", "a-3", env={"RUNSTORE_TEST_GENERAL_PATH": "1"})
     assert a.ask("own", run_id="r3")["outcome"] == "Activated"
     assert a.ask("supervise", run_id="r3") == {"supervising": True}
     a.ask("churn")

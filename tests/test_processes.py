@@ -50,13 +50,16 @@ HOST = "host-local"
 class Child:
     """One owner process, driven over its stdin/stdout."""
 
-    def __init__(self, db: Path, host_id: str, nonce: str, start_ms: int) -> None:
+    def __init__(
+        self, db: Path, host_id: str, nonce: str, start_ms: int, env: dict[str, str] | None = None
+    ) -> None:
         self.nonce = nonce
         self.process = subprocess.Popen(
             [sys.executable, str(CHILD), str(db), host_id, nonce, str(start_ms)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
+            env=None if env is None else {**os.environ, **env},
         )
         self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
         self.reader = threading.Thread(target=self._read, daemon=True)

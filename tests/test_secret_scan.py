@@ -284,16 +284,19 @@ def _postgres_scan(url: str) -> dict[tuple[str, str], int]:
     return hits
 
 
+@pytest.mark.parametrize("fast_path", [True, False], ids=["one-round-trip", "general"])
 def test_on_postgres_the_secret_is_stored_only_in_run_state_and_attempt_outcome(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, fast_path: bool
 ) -> None:
     """The same scan over a PostgreSQL schema, with failures PostgreSQL itself
-    describes by quoting the failing row (a CHECK violation) and a missing table."""
+    describes by quoting the failing row (a CHECK violation) and a missing
+    table, on both of the store's paths."""
     import runstore.postgres
 
     caplog.set_level(logging.DEBUG)
     url = _postgres.database_url()
-    with runstore.postgres.open(url, clock=ManualClock(0)) as runs:
+    with runstore.postgres.open(url, clock=ManualClock(0), fast_path=fast_path) as runs:
+        assert runs.fast_path is fast_path
         attempts = AttemptStore(runs)
         _use_and_misuse(runs, attempts)
         raw = runs._connection

@@ -190,6 +190,8 @@ class SqlRunStore:
         self._consensus = consensus
         self._tm = tm
         self._closed = False
+        #: The backend's one-statement operations, or None (see ``_fused``).
+        self._fused: Any = None
 
     # -- the seams other modules use ------------------------------------------
 
@@ -252,6 +254,14 @@ class SqlRunStore:
     def _connection(self) -> Any:
         return self._tm.connection
 
+    @property
+    def fast_path(self) -> bool:
+        """Whether write operations take the backend's one-round-trip path
+        (PostgreSQL with ``SqlConsensus``; see ``runstore.postgres._fused``).
+        Each operation is then one statement, a server-side function that
+        makes the same decision as the transaction below it would."""
+        return self._fused is not None
+
     def _lock(self, tx: Transaction, run_id: str) -> None:
         """Serialize this run's compare-and-swap (see ``LOCK_RUN``)."""
         lock = self._queries.LOCK_RUN
@@ -274,6 +284,9 @@ class SqlRunStore:
             run_id, state_json, parent_run_id, lineage_id, round_ordinal
         )
         created_at = admit.clock_reading("create", self._clock)
+        fused = self._fused
+        if fused is not None and fused.create(rid, created_at, parent, lineage, ordinal, state):
+            return
 
         def body(tx: Transaction) -> None:
             execute = tx.connection.execute
@@ -309,6 +322,12 @@ class SqlRunStore:
     def request_cancel(self, run_id: str, now_ms: int) -> RequestCancelOutcome:
         q = self._queries
         rid, now = admit.admit_request_cancel("request_cancel", run_id, now_ms)
+        fused = self._fused
+        if fused is not None and (done := fused.request_cancel("request_cancel", rid, now)):
+            marked, rows = done
+            if marked:
+                return CancelRequested(now)
+            return _classify_cancellation_miss("request_cancel", rid, rows)
 
         def body(tx: Transaction) -> RequestCancelOutcome:
             execute = tx.connection.execute
@@ -326,6 +345,12 @@ class SqlRunStore:
         q = self._queries
         method = "request_cancel_lineage"
         rid, now = admit.admit_request_cancel(method, run_id, now_ms)
+        fused = self._fused
+        if fused is not None and (done := fused.request_cancel(method, rid, now)):
+            marked, rows = done
+            if marked:
+                return CancelRequested(now)
+            return _classify_cancellation_miss(method, rid, rows)
 
         def body(tx: Transaction) -> RequestCancelOutcome:
             execute = tx.connection.execute
@@ -340,6 +365,11 @@ class SqlRunStore:
         q = self._queries
         rid, who, now = admit.admit_acknowledge_cancel(run_id, owner, now_ms)
         params = (rid, who.host_id, who.pid, who.nonce, acknowledgement_json(now, who))
+        fused = self._fused
+        if fused is not None:
+            seen = fused.acknowledge_cancel(q.ACKNOWLEDGE_CANCEL_WRITE, params)
+            if seen is not None:
+                return bool(seen)
 
         def body(tx: Transaction) -> bool:
             return bool(tx.connection.execute(q.ACKNOWLEDGE_CANCEL_WRITE, params).rowcount > 0)
@@ -354,6 +384,11 @@ class SqlRunStore:
         q = self._queries
         rid, snapshot, who, now = admit.admit_claim(run_id, expected, claimant, now_ms, self._clock)
         classify_params = (*_snapshot(rid, snapshot), now - HEARTBEAT_STALE_AFTER_MS)
+        fused = self._fused
+        if fused is not None:
+            answer = fused.claim(rid, snapshot, who, now, now - HEARTBEAT_STALE_AFTER_MS)
+            if answer is not None:
+                return answer  # type: ignore[no-any-return]
 
         def body(tx: Transaction) -> ClaimOutcome:
             execute = tx.connection.execute
@@ -417,6 +452,12 @@ class SqlRunStore:
                 return _LOSSES[loss]
 
             return self._tm.read(method, precheck)
+
+        fused = self._fused
+        if fused is not None:
+            answer = fused.claim_and_own(rid, snapshot, who, now, now - HEARTBEAT_STALE_AFTER_MS)
+            if answer is not None:
+                return answer  # type: ignore[no-any-return]
 
         def body(tx: Transaction) -> ClaimAndOwnOutcome:
             return self._claim_and_own_in(tx, rid, previous, who, now, proof, classify_params)
@@ -488,6 +529,11 @@ class SqlRunStore:
         activated_at = admit.clock_reading("activate", self._clock)
         claim = (who.host_id, who.pid, who.nonce, token)
         params = (*_snapshot(rid, snapshot), *claim)
+        fused = self._fused
+        if fused is not None:
+            answer = fused.activate(rid, who, token, snapshot, activated_at)
+            if answer is not None:
+                return answer  # type: ignore[no-any-return]
 
         def body(tx: Transaction) -> ActivateOutcome:
             execute = tx.connection.execute
@@ -520,6 +566,11 @@ class SqlRunStore:
     ) -> AbandonClaimOutcome:
         q = self._queries
         rid, who, token = admit.admit_abandon_claim(run_id, claimant, claimed_at_ms)
+        fused = self._fused
+        if fused is not None:
+            answer = fused.abandon_claim(rid, who, token)
+            if answer is not None:
+                return answer  # type: ignore[no-any-return]
 
         def body(tx: Transaction) -> AbandonClaimOutcome:
             cleared = tx.connection.execute(
@@ -550,6 +601,11 @@ class SqlRunStore:
         if not _evidence_matches(stale, who, now, proof):
             return LivenessUnconfirmed()
         claim = (stale.host_id, stale.pid, stale.nonce, token)
+        fused = self._fused
+        if fused is not None:
+            answer = fused.recover_claim(rid, stale, token, now - HEARTBEAT_STALE_AFTER_MS)
+            if answer is not None:
+                return answer  # type: ignore[no-any-return]
 
         def body(tx: Transaction) -> RecoverClaimOutcome:
             execute = tx.connection.execute
@@ -587,6 +643,11 @@ class SqlRunStore:
     ) -> HeartbeatOutcome:
         q = self._queries
         rid, who, now = admit.admit_renewal(method, run_id, owner, now_ms, self._clock)
+        fused = self._fused
+        if fused is not None:
+            answer = fused.renew(method, rid, who, now)
+            if answer is not None:
+                return answer  # type: ignore[no-any-return]
 
         def body(tx: Transaction) -> HeartbeatOutcome:
             self._lock(tx, rid)
@@ -621,6 +682,12 @@ class SqlRunStore:
         transitioned_at = admit.clock_reading(method, self._clock)
         requirement = None if checked is None else checked.cancel_requested
         params = (rid, who.host_id, who.pid, who.nonce, requirement)
+        fused = self._fused
+        if fused is not None:
+            finished = transitioned_at if status in TERMINAL_STATUSES else None
+            answer = fused.transition_owned(rid, who, requirement, status, finished, state)
+            if answer is not None:
+                return answer  # type: ignore[no-any-return]
 
         def body(tx: Transaction) -> TransitionOutcome:
             execute = tx.connection.execute
@@ -677,6 +744,11 @@ class SqlRunStore:
         ):
             return LivenessUnconfirmed()
         classify_params = (*_snapshot(rid, snapshot), now - HEARTBEAT_STALE_AFTER_MS)
+        fused = self._fused
+        if fused is not None:
+            answer = fused.steal(rid, snapshot, who, now, now - HEARTBEAT_STALE_AFTER_MS)
+            if answer is not None:
+                return answer  # type: ignore[no-any-return]
 
         def body(tx: Transaction) -> StealOutcome:
             execute = tx.connection.execute
@@ -775,6 +847,11 @@ class SqlRunStore:
         wanted = (statuses[0], statuses[-1])
         cutoff = now - HEARTBEAT_STALE_AFTER_MS
         after: tuple[int, str] = (-1, "")
+        fused = self._fused
+        if fused is not None:
+            picked = fused.claim_next(who, now, wanted, cutoff, lambda row: decode_run(method, row))
+            if picked is not True:
+                return picked  # type: ignore[no-any-return]
 
         def body(tx: Transaction) -> RunRow | tuple[int, str] | None:
             execute = tx.connection.execute
@@ -812,6 +889,11 @@ class SqlRunStore:
         method = "heartbeat_many"
         who, ids, now = admit.admit_heartbeat_many(owner, run_ids, now_ms, self._clock)
         ordered = sorted(ids)
+        fused = self._fused
+        if fused is not None and ordered:
+            answers = fused.heartbeat_many(who, ordered, now)
+            if answers is not None:
+                return {rid: answers[rid] for rid in ids}
 
         def body(tx: Transaction) -> dict[str, HeartbeatOutcome]:
             execute = tx.connection.execute

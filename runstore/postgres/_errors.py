@@ -41,6 +41,7 @@ import psycopg
 from .._errors import ConstraintError, PersistenceFailedError, RunStoreError
 from .._sql._faults import InjectedFault
 from ..consensus._types import ConsensusError
+from ._fused_sql import WRITE_INVARIANT
 
 #: Serialization failure and deadlock: the whole transaction is replayed.
 TRANSIENT_STATES: Final = frozenset({"40001", "40P01"})
@@ -289,6 +290,13 @@ def classify(method: str, error: BaseException, *, interrupted: bool = False) ->
         if method == "create" and constraint in _CREATE_CONSTRAINTS:
             cause["constraint"] = _CREATE_CONSTRAINTS[constraint]
         return ConstraintError(method, {"database_code": "constraint", **cause})
+    if state == WRITE_INVARIANT:
+        # A one-statement operation's guarded write missed its row.
+        return PersistenceFailedError(
+            method,
+            "guarded update missed a row it had admitted",
+            {"stage": "write-invariant", "sqlstate": state},
+        )
     reason = failure_reason(error, interrupted=interrupted)
     text = REASON_TEXTS.get(reason) or CONNECT_TEXTS.get(reason) or REASON_TEXTS["unknown"]
     if isinstance(error, ReconnectFailed):

@@ -25,6 +25,9 @@ PostgreSQL's. What differs, and why:
 - ``flows_renew_runs`` and ``flows_purge_runs`` (``heartbeat_many``,
   ``purge_settled``) write many runs one by one in run id order, for the
   same reason.
+- Migration 2004 creates one function per write operation, which the store
+  calls in one round trip when its strategy is ``SqlConsensus``
+  (``runstore.postgres._fused_sql``); it records nothing on SQLite.
 - Functions that read tables are created with ``SET search_path FROM
   CURRENT``: they always see the schema they were migrated into, whatever the
   search path of the session whose write fires them.
@@ -45,6 +48,7 @@ from typing import Any, Final
 from .._constants import MAX_SAFE_INTEGER
 from ..sqlite._migrations import MIGRATIONS as _SQLITE_MIGRATIONS
 from ..sqlite._migrations import Migration, SchemaRefused
+from ._fused_sql import FUSED_OPERATIONS
 
 _MAX = str(MAX_SAFE_INTEGER)
 _ID = 'TEXT COLLATE "C"'
@@ -427,6 +431,7 @@ _TEXTS: Final = {
     2001: _OWNERSHIP_FACTS,
     2002: _RUN_STATE,
     2003: _FINDING_WORK,
+    2004: FUSED_OPERATIONS,
 }
 
 #: The chain: SQLite's ids and names, in SQLite's order, with PostgreSQL text.

@@ -47,6 +47,7 @@ from ..sqlite._migrations import SchemaRefused
 from . import _migrations
 from ._clock_check import ClockCheck
 from ._errors import CONNECT_TEXTS, connect_reason, sqlstate
+from ._fused import Fused, fusable
 from ._store import PostgresRunStore
 from ._tx import Connection, TransactionManager
 
@@ -130,6 +131,7 @@ def open(
     read_only: bool = False,
     migrate: bool = True,
     check_clock: bool | None = None,
+    fast_path: bool | None = None,
 ) -> PostgresRunStore:
     """Open (migrating as needed) the run store in ``url``'s database.
 
@@ -144,15 +146,19 @@ def open(
     ``check_clock`` measures the store clock against the server's and refuses
     lease operations while they are more than half the skew allowance apart
     (``runstore.postgres._clock_check``); the default checks a
-    ``SystemClock`` and no other clock.
+    ``SystemClock`` and no other clock. ``fast_path`` runs every write
+    operation as one statement, one round trip (``runstore.postgres._fused``);
+    the default takes it when the strategy is ``SqlConsensus`` (and the store
+    is writable); ``False`` keeps the general path, one statement per step.
     """
     if not is_url(url):
         raise _refuse("url", "must be a postgresql:// URL")
     for name, value in (("read_only", read_only), ("migrate", migrate)):
         if type(value) is not bool:
             raise _refuse(name, "must be True or False")
-    if check_clock is not None and type(check_clock) is not bool:
-        raise _refuse("check_clock", "must be True, False or None")
+    for name, option in (("check_clock", check_clock), ("fast_path", fast_path)):
+        if option is not None and type(option) is not bool:
+            raise _refuse(name, "must be True, False or None")
     if clock is None:
         clock = SystemClock()
     clock = admit_clock("open", clock)
@@ -161,6 +167,8 @@ def open(
     if consensus is None:
         consensus = SqlConsensus()
     consensus = admit_consensus("open", consensus)
+    if fast_path and not fusable(consensus):
+        raise _refuse("fast_path", "needs SqlConsensus (a strategy of one's own takes every step)")
     if isinstance(consensus, LocalConsensus):
         raise _refuse(
             "consensus",
@@ -208,6 +216,8 @@ def open(
             tm.clock_check = ClockCheck(clock)
             _measure_at_open(tm.clock_check, connection)
         store = PostgresRunStore(tm, clock=clock, consensus=consensus, url=shown, schema=resolved)
+        if fast_path is not False and fusable(consensus) and not read_only:
+            store._fused = Fused(tm)
         on_open = getattr(consensus, "on_open", None)
         if callable(on_open):
             if read_only:

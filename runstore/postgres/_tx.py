@@ -37,6 +37,7 @@ The connection is in autocommit mode and this manager issues ``BEGIN`` and
 from __future__ import annotations
 
 import random
+import select
 import threading
 import time
 from collections.abc import Callable
@@ -108,6 +109,26 @@ class Transaction:
         self._rollback.append(fn)
 
 
+def _probe(connection: Connection) -> None:
+    """Read what an idle connection has been sent, without a round trip: a
+    server that ended the session (a restart, a shutdown, a terminated
+    backend) has sent its farewell and closed the socket, and reading that
+    marks the connection lost, so it is replaced before a statement is sent
+    rather than found dead after (when a one-statement operation's outcome
+    would be unknown)."""
+    if connection.info.transaction_status != _IDLE:
+        return
+    try:
+        descriptor = connection.fileno()
+        for _ in range(4):
+            readable, _, _ = select.select([descriptor], [], [], 0)
+            if not readable:
+                return
+            connection.pgconn.consume_input()
+    except (psycopg.Error, OSError, ValueError):
+        connection.close()
+
+
 def _cancel(connection: Connection) -> None:
     try:
         connection.cancel_safe(timeout=5.0)
@@ -147,10 +168,15 @@ class TransactionManager:
         self.clock_check: ClockCheck | None = None
         #: Set by ``interrupt()``; tells a cancellation from a statement timeout.
         self._interrupted = False
+        #: Cancel requests ``interrupt()`` sent that may still be travelling.
+        self._cancels: list[threading.Thread] = []
 
     def live(self) -> Connection:
-        """The connection, reconnected first when the last one was lost."""
+        """The connection, reconnected first when the last one was lost (or
+        when the server is found to have ended it while it sat idle)."""
         connection = self.connection
+        if connection is not None and not _is_lost(connection):
+            _probe(connection)
         if _is_lost(connection):
             if connection is not None:
                 connection.close()
@@ -176,6 +202,7 @@ class TransactionManager:
             if self._active is not None:
                 return self._nested(method, body)
             self._check_open(method)
+            self._settle_cancels()
             self._interrupted = False
             policy = self.retry
             started = time.monotonic()
@@ -208,6 +235,108 @@ class TransactionManager:
                             continue
                 # Raised here, outside the handler, so the chain ends at ``error``.
                 raise error
+
+    def once(
+        self,
+        method: str,
+        statement: str,
+        params: tuple[Any, ...],
+        *,
+        run_id: str | None = None,
+        check: Callable[[list[Any]], T] | None = None,
+    ) -> tuple[list[Any], int] | None:
+        """Run one statement as its own transaction (autocommit: one round
+        trip); its rows and row count. None when the caller must take the
+        general path instead: inside another write on this thread (a
+        savepoint), or with a fault plan armed (the fault seam counts the
+        general path's statements).
+
+        Transient failures replay the statement within the ``RetryPolicy``,
+        as ``write`` replays a body. The server commits with the statement,
+        so a connection lost once it was sent leaves the outcome unknown
+        (``outcome_unknown``), never replayed; a connection found dead
+        before sending (``_probe``) is replaced first.
+
+        With ``check``, the statement runs inside ``BEGIN`` (sent with it, in
+        one pipelined round trip) and ``check(rows)`` must return before
+        ``COMMIT`` is sent (a second round trip): an answer that must be
+        decoded before it may commit (``claim_next``'s row); the answer is then
+        ``([check(rows)], -1)``. What ``check`` raises rolls the statement back
+        and propagates."""
+        if self.read_only:
+            raise read_only_refusal(method)
+        with self.lock:
+            if self._active is not None or self.faults is not None:
+                return None
+            self._check_open(method)
+            self._settle_cancels()
+            self._interrupted = False
+            policy = self.retry
+            started = time.monotonic()
+            attempt = 0
+            while True:
+                attempt += 1
+                error: RunStoreError
+                sent = False
+                sent_box = [False]
+                try:
+                    connection = self.live()
+                    clock_check = self.clock_check
+                    if clock_check is not None and method in LEASE_METHODS:
+                        clock_check.verify(method, connection)
+                    if check is not None:
+                        return self._checked(connection, statement, params, check, sent_box)
+                    sent = True
+                    cursor = connection.execute(statement, params)
+                    rows = cursor.fetchall() if cursor.description is not None else []
+                    return rows, cursor.rowcount
+                except _CLASSIFIED as failure:
+                    lost = _is_lost(self.connection)
+                    if lost and (sent or sent_box[0]):
+                        error = unknown_outcome(method, failure)
+                    elif not is_transient(failure, connection_lost=lost):
+                        error = classify(method, failure, interrupted=self._interrupted)
+                    else:
+                        delay = self._delay(policy, attempt)
+                        elapsed_ms = (time.monotonic() - started) * 1000
+                        if (
+                            attempt >= policy.max_attempts
+                            or elapsed_ms + delay * 1000 > policy.budget_ms
+                        ):
+                            error = classify(method, failure, interrupted=self._interrupted)
+                            error.cause["attempts"] = attempt
+                        else:
+                            time.sleep(delay)
+                            continue
+                if run_id is not None and error.cause.get("stage") == "write-invariant":
+                    error.cause["run_id"] = run_id
+                raise error
+
+    def _checked(
+        self,
+        connection: Connection,
+        statement: str,
+        params: tuple[Any, ...],
+        check: Callable[[list[Any]], Any],
+        sent: list[bool],
+    ) -> tuple[list[Any], int]:
+        try:
+            with connection.pipeline():
+                _raw(connection, "BEGIN ISOLATION LEVEL READ COMMITTED")
+                rows = _raw(connection, statement, params).fetchall()
+            result = check(rows)
+            if connection.info.transaction_status == _FAILED:
+                raise PersistenceFailedError(
+                    "commit",
+                    "the transaction was aborted by an earlier error",
+                    {"stage": "aborted-transaction"},
+                )
+            sent[0] = True
+            _raw(connection, "COMMIT")
+        except BaseException:
+            self._end(connection)
+            raise
+        return [result], -1
 
     def _check_open(self, method: str) -> None:
         if self.closed:
@@ -324,6 +453,7 @@ class TransactionManager:
             if self._active is not None:
                 return body(self._active._connection)
             self._check_open(method)
+            self._settle_cancels()
             self._interrupted = False
             policy = self.retry
             started = time.monotonic()
@@ -385,9 +515,17 @@ class TransactionManager:
         if self.closed or connection is None or connection.closed:
             return
         self._interrupted = True
-        threading.Thread(
+        sender = threading.Thread(
             target=_cancel, args=(connection,), name="runstore-interrupt", daemon=True
-        ).start()
+        )
+        self._cancels.append(sender)
+        sender.start()
+
+    def _settle_cancels(self) -> None:
+        """Wait for cancel requests still on their way (each bounded by its
+        5 s timeout), so none lands on a later operation's statement."""
+        while self._cancels:
+            self._cancels.pop().join(6.0)
 
     def close(self) -> None:
         with self.lock:

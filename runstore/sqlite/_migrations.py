@@ -17,6 +17,8 @@ id     name                                what it does
 2002   ``runstore_run_state``              run state moves to ``flows_run_state``
 2003   ``runstore_finding_work``           listing, claimable, claimed, finished and
                                            tombstone indexes; ``compacted_through``
+2004   ``runstore_one_round_trip``         nothing on SQLite; PostgreSQL's one-statement
+                                           operations (``runstore.postgres``)
 =====  ==================================  =========================================
 
 The pending migrations run, in order, inside one ``BEGIN IMMEDIATE``
@@ -328,6 +330,8 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(2001, "runstore_ownership_facts", _OWNERSHIP_FACTS),
     Migration(2002, "runstore_run_state", _RUN_STATE),
     Migration(2003, "runstore_finding_work", _FINDING_WORK),
+    # Recorded on SQLite too, so both backends keep one history.
+    Migration(2004, "runstore_one_round_trip", ""),
 )
 
 _KNOWN: Final = {m.id: m.name for m in MIGRATIONS}

@@ -1,0 +1,422 @@
+"""Operations per second of the PostgreSQL store against raw psycopg.
+
+The raw baseline is the SQLite benchmark's 4-statement compare-and-swap
+(read the row; update a lease; update the row with RETURNING; append a
+fact), written with psycopg on the same server and socket as a careful
+application would: ``BEGIN`` sent with the locking read in one pipelined
+round trip, then one round trip per statement and one for ``COMMIT``, five
+in all, over tables with no triggers or CHECKs.
+
+1. **Per operation, one client**: batches of each store operation alternate
+   with batches of the baseline; medians are compared per transaction.
+2. **Writers on distinct runs**: 1, 2, 4 and 8 client processes, each
+   heartbeating its own run (store) or running the baseline on its own row
+   (raw), interleaved; aggregate throughput, and each side's n-client /
+   1-client ratio (the store's should be at least 0.8 of raw's).
+3. **Writers on one run**: n processes heartbeat the same run as its owner;
+   throughput, p50 and p99 latency, and how many calls raised (none should).
+4. **The revision step at commit**: on the general path a write's ``COMMIT``
+   is its own round trip, and the revision source's row lock is taken by
+   the deferred trigger inside it and released when it returns, so its
+   round trip bounds how long that lock is held; printed beside the whole
+   transaction's duration (what a counter updated inside the transaction,
+   upstream's design, would hold).
+
+``--path`` picks the store's path: ``fast`` (one round trip per operation,
+the default for ``SqlConsensus``), ``general`` (every statement of the
+shared core, strategy calls through ``tx.connection``) or ``both``.
+``--durable`` runs on a cluster of its own with ``fsync`` and
+``synchronous_commit`` on (the default cluster has them off: the test
+cluster's settings, where round trips dominate).
+
+Run: ``python benchmarks/postgres_throughput.py [--rounds N] [--batch N]
+[--seconds S] [--path fast|general|both] [--durable] [--only 1,2,3,4]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+import runstore.postgres
+from runstore import LivenessEvidence, ManualClock, OwnerId, RunSnapshot, RunStoreError
+from runstore.stateful import _postgres
+
+OWNER = OwnerId("bench-host", 1, "bench-nonce")
+THIEF = OwnerId("other-host", 2, "other-nonce")
+PENDING = RunSnapshot("pending", None, None)
+STATE = '{"step": 1, "items": [1, 2, 3], "note": "' + "x" * 200 + '"}'
+
+#: Operation name -> transactions per operation.
+OPERATIONS = {
+    "create": 1,
+    "claim+activate": 2,
+    "claim_and_own": 1,
+    "claim_next": 1,
+    "heartbeat": 1,
+    "reconfirm": 1,
+    "heartbeat_many/10": 1,
+    "transition_owned": 1,
+    "steal": 1,
+    "request_cancel": 1,
+}
+
+_RAW_SCHEMA = """
+CREATE TABLE raw_runs (run_id TEXT PRIMARY KEY, status TEXT NOT NULL,
+  owner_host_id TEXT, owner_pid BIGINT, owner_nonce TEXT, heartbeat_at_ms BIGINT);
+CREATE TABLE raw_leases (run_id TEXT PRIMARY KEY, owner_host_id TEXT, owner_pid BIGINT,
+  owner_nonce TEXT, heartbeat_at_ms BIGINT);
+CREATE TABLE raw_facts (run_id TEXT NOT NULL, position BIGINT NOT NULL,
+  owner_host_id TEXT, PRIMARY KEY (run_id, position));
+"""
+
+
+class Baseline:
+    """Raw psycopg: the 4-statement compare-and-swap in five round trips."""
+
+    def __init__(self, url: str, run_id: str = "run") -> None:
+        self.connection = psycopg.connect(url, autocommit=True)
+        self.run_id = run_id
+        self.connection.execute(
+            "INSERT INTO raw_runs VALUES (%s, 'running', %s, %s, %s, 0) ON CONFLICT DO NOTHING",
+            (run_id, OWNER.host_id, OWNER.pid, OWNER.nonce),
+        )
+        self.connection.execute(
+            "INSERT INTO raw_leases VALUES (%s, %s, %s, %s, 0) ON CONFLICT DO NOTHING",
+            (run_id, OWNER.host_id, OWNER.pid, OWNER.nonce),
+        )
+        self.now = int(
+            self.connection.execute(
+                "SELECT COALESCE(MAX(position), 0) FROM raw_facts WHERE run_id = %s", (run_id,)
+            ).fetchone()[0]  # type: ignore[index]
+        )
+
+    def one(self) -> None:
+        connection, run_id = self.connection, self.run_id
+        self.now += 1
+        owner = (OWNER.host_id, OWNER.pid, OWNER.nonce)
+        with connection.pipeline() as pipeline:
+            connection.execute("BEGIN")
+            connection.execute(
+                "SELECT status, owner_host_id, owner_pid, owner_nonce, heartbeat_at_ms "
+                "FROM raw_runs WHERE run_id = %s FOR UPDATE",
+                (run_id,),
+            ).fetchone()  # round trip 1 (with BEGIN)
+            renewed = connection.execute(
+                "UPDATE raw_leases SET heartbeat_at_ms = %s WHERE run_id = %s "
+                "AND owner_host_id = %s AND owner_pid = %s AND owner_nonce = %s",
+                (self.now, run_id, *owner),
+            )
+            pipeline.sync()  # round trip 2
+            assert renewed.rowcount == 1
+            connection.execute(
+                "UPDATE raw_runs SET heartbeat_at_ms = %s WHERE run_id = %s "
+                "AND status = 'running' AND owner_host_id = %s AND owner_pid = %s "
+                "AND owner_nonce = %s RETURNING 1",
+                (self.now, run_id, *owner),
+            ).fetchall()  # round trip 3
+            connection.execute(
+                "INSERT INTO raw_facts VALUES (%s, %s, %s)", (run_id, self.now, OWNER.host_id)
+            )
+            pipeline.sync()  # round trip 4
+            connection.execute("COMMIT")
+            pipeline.sync()  # round trip 5
+
+    def batch(self, count: int) -> float:
+        started = time.perf_counter()
+        for _ in range(count):
+            self.one()
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def open_store(url: str, clock: Any, path: str) -> Any:
+    if path == "general":
+        return runstore.postgres.open(url, clock=clock)
+    return runstore.postgres.open(url, clock=clock, fast_path=(path == "fast"))
+
+
+class Subject:
+    """The store, with runs prepared so every operation of a batch succeeds."""
+
+    def __init__(self, url: str, operation: str, path: str) -> None:
+        self.clock = ManualClock(0)
+        self.store: Any = open_store(url, self.clock, path)
+        self.operation = operation
+        self.serial = 0
+        self.prefix = f"{path}-{operation}"
+
+    def _prepare(self, count: int) -> list[str]:
+        if self.operation == "create":
+            return []
+        store, now = self.store, self.clock.now_ms()
+        ids = []
+        size = count * 10 if self.operation == "heartbeat_many/10" else count
+        for _ in range(size):
+            self.serial += 1
+            run_id = f"{self.prefix}-{self.serial}"
+            store.create(run_id, STATE)
+            ids.append(run_id)
+        if self.operation in ("heartbeat", "reconfirm", "transition_owned"):
+            owned = f"{self.prefix}-1"
+            if self.serial == count:
+                store.claim_and_own(owned, PENDING, OWNER, now)
+        if self.operation == "heartbeat_many/10":
+            for run_id in ids:
+                store.claim_and_own(run_id, PENDING, OWNER, now)
+        if self.operation == "steal":
+            for run_id in ids:
+                store.claim_and_own(run_id, PENDING, OWNER, now)
+            self.clock.advance(40_000)
+        if self.operation == "request_cancel":
+            pass
+        return ids
+
+    def batch(self, count: int) -> float:
+        store, clock = self.store, self.clock
+        ids = self._prepare(count)
+        now = clock.now_ms()
+        owned = f"{self.prefix}-1"
+        operation = self.operation
+        started = time.perf_counter()
+        if operation == "create":
+            for _ in range(count):
+                self.serial += 1
+                store.create(f"{self.prefix}-{self.serial}", STATE)
+        elif operation == "claim+activate":
+            for run_id in ids:
+                claimed = store.claim(run_id, PENDING, OWNER, now)
+                store.activate(run_id, OWNER, claimed.claimed_at_ms, PENDING)
+        elif operation == "claim_and_own":
+            for run_id in ids:
+                store.claim_and_own(run_id, PENDING, OWNER, now)
+        elif operation == "claim_next":
+            for _ in ids:
+                assert store.claim_next(OWNER, now) is not None
+        elif operation in ("heartbeat", "reconfirm"):
+            renew = store.heartbeat if operation == "heartbeat" else store.reconfirm
+            for step in range(count):
+                renew(owned, OWNER, now + step % 1000)
+        elif operation == "heartbeat_many/10":
+            for start in range(0, len(ids), 10):
+                store.heartbeat_many(OWNER, ids[start : start + 10], now)
+        elif operation == "transition_owned":
+            for _ in range(count):
+                store.transition_owned(owned, OWNER, "running", STATE)
+        elif operation == "steal":
+            evidence = LivenessEvidence(OWNER, now, "lease-expired")
+            expected = RunSnapshot("running", OWNER, now - 40_000)
+            for run_id in ids:
+                store.steal(run_id, expected, THIEF, now, evidence)
+        elif operation == "request_cancel":
+            for run_id in ids:
+                store.request_cancel(run_id, now)
+        elapsed = time.perf_counter() - started
+        if operation == "claim_next":
+            # Leave no unclaimed run behind for the next batch's picks.
+            pass
+        return elapsed
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def per_operation(url: str, path: str, rounds: int, batch: int) -> None:
+    print(f"\n1. one client, {path} path (median of {rounds} interleaved batches of {batch})")
+    print(f"{'operation':<20}{'store op/s':>12}{'raw tx/s':>12}{'ratio/tx':>10}")
+    baseline = Baseline(url, "solo")
+    for operation, transactions in OPERATIONS.items():
+        subject = Subject(url, operation, path)
+        subject.batch(5)
+        baseline.batch(5)
+        store_times, raw_times = [], []
+        for _ in range(rounds):
+            store_times.append(subject.batch(batch))
+            raw_times.append(baseline.batch(batch * transactions))
+        subject.close()
+        ops = batch / statistics.median(store_times)
+        raw = batch * transactions / statistics.median(raw_times)
+        print(f"{operation:<20}{ops:>12.0f}{raw:>12.0f}{ops * transactions / raw:>10.2f}")
+    baseline.close()
+
+
+# -- several client processes ---------------------------------------------------------
+
+
+def _client(url: str, kind: str, path: str, index: int, seconds: float, start: Any, out: Any) -> None:
+    """One client process: heartbeats (store) or baseline CASes (raw) until
+    ``seconds`` pass; reports its count, its latencies and its failures."""
+    shared = kind.endswith("-shared")
+    run_id = "shared" if shared else f"client-{index}"
+    latencies: list[float] = []
+    failures = 0
+    if kind.startswith("raw"):
+        baseline = Baseline(url, f"raw-{run_id}")
+        step: Callable[[], None] = baseline.one
+    else:
+        clock = ManualClock(1_000)
+        store = open_store(url, clock, path)
+        name = f"{path}-{run_id}"
+        if not shared or index == 0:
+            try:
+                store.create(name, "{}")
+                store.claim_and_own(name, PENDING, OWNER, 1_000)
+            except RunStoreError:
+                pass  # another client made it
+        beat = [1_000]
+
+        def step() -> None:
+            beat[0] += 1
+            store.heartbeat(name, OWNER, beat[0] % 2_000 + 1_000)
+
+    start.wait()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        began = time.perf_counter()
+        try:
+            step()
+        except RunStoreError:
+            failures += 1
+        latencies.append(time.perf_counter() - began)
+    out.put((len(latencies), latencies, failures))
+
+
+def _run_clients(url: str, kind: str, path: str, n: int, seconds: float) -> tuple[float, list[float], int]:
+    context = multiprocessing.get_context("spawn")
+    start = context.Event()
+    out = context.Queue()
+    processes = [
+        context.Process(target=_client, args=(url, kind, path, i, seconds, start, out))
+        for i in range(n)
+    ]
+    for process in processes:
+        process.start()
+    if kind.endswith("-shared"):
+        time.sleep(0.5)  # let client 0 create the shared run
+    time.sleep(1.0)  # imports and connections
+    start.set()
+    results = [out.get(timeout=seconds + 60) for _ in processes]
+    for process in processes:
+        process.join(30)
+    count = sum(r[0] for r in results)
+    latencies = [value for r in results for value in r[1]]
+    return count / seconds, latencies, sum(r[2] for r in results)
+
+
+def scaling(url: str, path: str, seconds: float) -> None:
+    print(f"\n2. writers on distinct runs, {path} path ({seconds:g} s per point, interleaved)")
+    print(f"{'clients':>8}{'store tx/s':>12}{'raw tx/s':>12}{'store n/1':>11}{'raw n/1':>9}{'ratio':>8}")
+    first: dict[str, float] = {}
+    for n in (1, 2, 4, 8):
+        store, _, store_failures = _run_clients(url, "store", path, n, seconds)
+        raw, _, _ = _run_clients(url, "raw", path, n, seconds)
+        first.setdefault("store", store)
+        first.setdefault("raw", raw)
+        s_ratio, r_ratio = store / first["store"], raw / first["raw"]
+        print(
+            f"{n:>8}{store:>12.0f}{raw:>12.0f}{s_ratio:>11.2f}{r_ratio:>9.2f}"
+            f"{s_ratio / r_ratio:>8.2f}" + (f"  ({store_failures} failed)" if store_failures else "")
+        )
+
+
+def one_run(url: str, path: str, seconds: float) -> None:
+    print(f"\n3. writers on one run (heartbeats by its owner), {path} path")
+    print(f"{'clients':>8}{'tx/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'errors':>8}")
+    for n in (1, 2, 4, 8):
+        rate, latencies, failures = _run_clients(url, f"store-{n}-shared", path, n, seconds)
+        ordered = sorted(latencies)
+        p50 = ordered[len(ordered) // 2] * 1000
+        p99 = ordered[int(len(ordered) * 0.99)] * 1000
+        print(f"{n:>8}{rate:>10.0f}{p50:>9.2f}{p99:>9.2f}{ordered[-1] * 1000:>9.2f}{failures:>8}")
+
+
+def revision_step(url: str, count: int) -> None:
+    """COMMIT round trip (bounds the revision lock's hold) vs the whole write."""
+    print("\n4. the revision step at commit (general path heartbeats, microseconds)")
+    clock = ManualClock(0)
+    store: Any = open_store(url, clock, "general")
+    store.create("rev", "{}")
+    store.claim_and_own("rev", PENDING, OWNER, 0)
+    commits: list[float] = []
+    whole: list[float] = []
+    connection = store._tm.live()
+    original = psycopg.Connection.execute
+
+    def timed(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        if query == "COMMIT":
+            began = time.perf_counter()
+            result = original(self, query, *args, **kwargs)
+            commits.append(time.perf_counter() - began)
+            return result
+        return original(self, query, *args, **kwargs)
+
+    psycopg.Connection.execute = timed  # type: ignore[method-assign]
+    try:
+        for step in range(count):
+            began = time.perf_counter()
+            store.heartbeat("rev", OWNER, step % 1000)
+            whole.append(time.perf_counter() - began)
+    finally:
+        psycopg.Connection.execute = original  # type: ignore[method-assign]
+    del connection
+    store.close()
+
+    def q(values: list[float], fraction: float) -> float:
+        ordered = sorted(values)
+        return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))] * 1e6
+
+    print(f"{'':<28}{'p50':>8}{'p99':>8}{'max':>8}")
+    for label, values in (("COMMIT (lock held within)", commits), ("whole transaction", whole)):
+        print(f"{label:<28}{q(values, 0.5):>8.0f}{q(values, 0.99):>8.0f}{q(values, 1.0):>8.0f}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--batch", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--path", choices=["fast", "general", "both"], default="both")
+    parser.add_argument("--durable", action="store_true")
+    parser.add_argument("--only", default="1,2,3,4")
+    args = parser.parse_args(argv)
+    parts = set(args.only.split(","))
+    cluster = None
+    if args.durable:
+        cluster = _postgres.Cluster(fsync=True)
+        server = _postgres.Server(cluster.url, cluster)
+    else:
+        server = _postgres.server()
+    url = server.fresh_database()
+    with psycopg.connect(url, autocommit=True) as setup:
+        setup.execute(_RAW_SCHEMA)
+        version = setup.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
+        durable = setup.execute("SHOW synchronous_commit").fetchone()[0]  # type: ignore[index]
+    print(f"PostgreSQL {version}, unix socket, synchronous_commit={durable}")
+    paths = ["fast", "general"] if args.path == "both" else [args.path]
+    try:
+        for path in paths:
+            if "1" in parts:
+                per_operation(url, path, args.rounds, args.batch)
+            if "2" in parts:
+                scaling(url, path, args.seconds)
+            if "3" in parts:
+                one_run(url, path, args.seconds)
+        if "4" in parts:
+            revision_step(url, args.batch * 5)
+    finally:
+        server.drop(url)
+        server.close()
+        if cluster is not None:
+            cluster.stop()
+
+
+if __name__ == "__main__":
+    main()

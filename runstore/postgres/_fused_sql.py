@@ -1,0 +1,654 @@
+"""Migration 2004 on PostgreSQL: one server-side function per operation.
+
+When a PostgreSQL store's strategy is exactly ``SqlConsensus``, each write
+operation is one statement, ``SELECT * FROM flows_op_<operation>(...)``, run
+as its own transaction: one round trip instead of one per statement of the
+shared core plus ``BEGIN`` and ``COMMIT`` (``runstore.postgres._fused``).
+Each function is a second implementation, in plpgsql, of the decision the
+shared core (``runstore._sql._store``) and ``SqlConsensus`` make together
+for that operation: the same compare-and-swap on the run row, the same
+lease row changes (a lease with neither owner nor claim is deleted), the
+same facts at the same positions, the same row writes (so the same
+revisions). The conformance machines, the golden tests and the secret scan
+run against both paths.
+
+Conventions:
+
+- Every function locks the run row first (``FOR UPDATE``), as the core's
+  ``LOCK_RUN`` does, except where the core's first statement is the guarded
+  UPDATE itself (``abandon_claim``).
+- A strategy call that the core makes and can lose (the lease grant) is
+  decided before anything is written, by reading the lease row ``FOR
+  UPDATE``: where the core would roll the operation back (contract.md,
+  Decided here 1), nothing has been written yet.
+- Outcomes are returned as text tags (``claimed``, ``already_claimed``,
+  ``heartbeat_fresh``, ``snapshot_changed``, ``not_found``, ...); the
+  Python side maps each to its outcome value.
+- A guarded UPDATE that misses a row the function admitted moments before
+  raises SQLSTATE ``RS001`` (the core's ``write-invariant``).
+- Parameters and variables are prefixed ``p_`` and ``v_``, so no name is
+  ever a column's.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: The SQLSTATE of a guarded write that missed its row.
+WRITE_INVARIANT: Final = "RS001"
+
+_HELPERS: Final = """
+-- The loss a compare-and-swap reports when the row no longer admits it.
+CREATE FUNCTION flows_op_loss(p_row flows_runs, p_cutoff bigint) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT CASE
+    WHEN p_row.claim_host_id IS NOT NULL THEN 'already_claimed'
+    WHEN p_row.status = 'running' AND p_row.heartbeat_at_ms IS NOT NULL
+         AND p_row.heartbeat_at_ms >= p_cutoff THEN 'heartbeat_fresh'
+    ELSE 'snapshot_changed' END
+$$;
+
+-- Whether the row still is the caller's snapshot.
+CREATE FUNCTION flows_op_is_snapshot(
+  p_row flows_runs, p_status text, p_host text, p_pid bigint, p_nonce text, p_heartbeat bigint
+) RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
+  SELECT p_row.status = p_status
+    AND p_row.owner_host_id IS NOT DISTINCT FROM p_host
+    AND p_row.owner_pid IS NOT DISTINCT FROM p_pid
+    AND p_row.owner_nonce IS NOT DISTINCT FROM p_nonce
+    AND p_row.heartbeat_at_ms IS NOT DISTINCT FROM p_heartbeat
+$$;
+
+CREATE FUNCTION flows_op_last_position(p_run text) RETURNS bigint
+LANGUAGE sql STABLE SET search_path FROM CURRENT AS $$
+  SELECT COALESCE(MAX(position), 0) FROM flows_ownership_facts WHERE run_id = p_run
+$$;
+
+CREATE FUNCTION flows_op_fact(
+  p_run text, p_position bigint, p_transition text, p_host text, p_pid bigint, p_nonce text,
+  p_granted bigint
+) RETURNS void LANGUAGE sql SET search_path FROM CURRENT AS $$
+  INSERT INTO flows_ownership_facts
+    (run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms)
+  VALUES (p_run, p_position, p_transition, p_host, p_pid, p_nonce, p_granted)
+$$;
+
+CREATE FUNCTION flows_op_write_invariant(p_run text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION 'guarded update missed a row it had admitted' USING ERRCODE = 'RS001';
+END
+$$;
+
+-- The lease grant of a claim (SqlConsensus.claim): granted when there is no
+-- lease row, or one with neither owner nor claim.
+CREATE FUNCTION flows_op_grant_claim(
+  p_run text, p_host text, p_pid bigint, p_nonce text, p_now bigint
+) RETURNS boolean LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  v_lease flows_consensus_leases;
+BEGIN
+  SELECT * INTO v_lease FROM flows_consensus_leases WHERE run_id = p_run FOR UPDATE;
+  IF NOT FOUND THEN
+    INSERT INTO flows_consensus_leases
+      (run_id, claim_host_id, claim_pid, claim_nonce, claimed_at_ms)
+    VALUES (p_run, p_host, p_pid, p_nonce, p_now);
+    RETURN true;
+  END IF;
+  IF v_lease.claim_host_id IS NOT NULL OR v_lease.owner_host_id IS NOT NULL THEN
+    RETURN false;
+  END IF;
+  UPDATE flows_consensus_leases
+  SET claim_host_id = p_host, claim_pid = p_pid, claim_nonce = p_nonce, claimed_at_ms = p_now
+  WHERE run_id = p_run;
+  RETURN true;
+END
+$$;
+
+-- The lease grant of a steal (SqlConsensus.steal, the evidence already
+-- checked by the caller): the owner named, no claim, heartbeat stale.
+CREATE FUNCTION flows_op_grant_steal(
+  p_run text, p_owner_host text, p_owner_pid bigint, p_owner_nonce text,
+  p_host text, p_pid bigint, p_nonce text, p_now bigint, p_cutoff bigint
+) RETURNS boolean LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+  UPDATE flows_consensus_leases
+  SET claim_host_id = p_host, claim_pid = p_pid, claim_nonce = p_nonce, claimed_at_ms = p_now
+  WHERE run_id = p_run AND owner_host_id = p_owner_host AND owner_pid = p_owner_pid
+    AND owner_nonce = p_owner_nonce AND claim_host_id IS NULL
+    AND heartbeat_at_ms IS NOT NULL AND heartbeat_at_ms < p_cutoff;
+  RETURN FOUND;
+END
+$$;
+
+-- SqlConsensus.activate: the claim (p_host, p_pid, p_nonce, p_granted)
+-- becomes the owner, renewed at p_now.
+CREATE FUNCTION flows_op_promote(
+  p_run text, p_host text, p_pid bigint, p_nonce text, p_granted bigint, p_now bigint
+) RETURNS boolean LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+  UPDATE flows_consensus_leases
+  SET owner_host_id = p_host, owner_pid = p_pid, owner_nonce = p_nonce,
+      granted_at_ms = p_granted, heartbeat_at_ms = p_now,
+      claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL
+  WHERE run_id = p_run AND claim_host_id = p_host AND claim_pid = p_pid
+    AND claim_nonce = p_nonce AND claimed_at_ms = p_granted;
+  RETURN FOUND;
+END
+$$;
+
+-- SqlConsensus.release_claim: drop exactly that claim; prune an empty lease.
+CREATE FUNCTION flows_op_release_claim(
+  p_run text, p_host text, p_pid bigint, p_nonce text, p_granted bigint
+) RETURNS void LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  v_owner text;
+BEGIN
+  UPDATE flows_consensus_leases
+  SET claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL
+  WHERE run_id = p_run AND claim_host_id = p_host AND claim_pid = p_pid
+    AND claim_nonce = p_nonce AND claimed_at_ms = p_granted
+  RETURNING owner_host_id INTO v_owner;
+  IF FOUND AND v_owner IS NULL THEN
+    DELETE FROM flows_consensus_leases
+    WHERE run_id = p_run AND owner_host_id IS NULL AND claim_host_id IS NULL;
+  END IF;
+END
+$$;
+
+-- The row's claim columns cleared where they hold exactly that claim.
+CREATE FUNCTION flows_op_clear_claim(
+  p_run text, p_host text, p_pid bigint, p_nonce text, p_granted bigint
+) RETURNS boolean LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+  UPDATE flows_runs
+  SET claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL
+  WHERE run_id = p_run AND claim_host_id IS NOT DISTINCT FROM p_host
+    AND claim_pid IS NOT DISTINCT FROM p_pid AND claim_nonce IS NOT DISTINCT FROM p_nonce
+    AND claimed_at_ms IS NOT DISTINCT FROM p_granted;
+  RETURN FOUND;
+END
+$$;
+"""
+
+_CLAIM: Final = """
+CREATE FUNCTION flows_op_claim(
+  p_run text, p_status text, p_owner_host text, p_owner_pid bigint, p_owner_nonce text,
+  p_heartbeat bigint, p_cutoff bigint, p_host text, p_pid bigint, p_nonce text, p_now bigint
+) RETURNS text LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  v_row flows_runs;
+BEGIN
+  SELECT * INTO v_row FROM flows_runs WHERE run_id = p_run FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN 'not_found';
+  END IF;
+  IF NOT (v_row.status IN ('pending', 'suspended')
+          AND flows_op_is_snapshot(v_row, p_status, p_owner_host, p_owner_pid,
+                                   p_owner_nonce, p_heartbeat)
+          AND v_row.claim_host_id IS NULL AND v_row.claim_pid IS NULL
+          AND v_row.claim_nonce IS NULL AND v_row.claimed_at_ms IS NULL) THEN
+    RETURN flows_op_loss(v_row, p_cutoff);
+  END IF;
+  IF NOT flows_op_grant_claim(p_run, p_host, p_pid, p_nonce, p_now) THEN
+    RETURN flows_op_loss(v_row, p_cutoff);  -- the strategy is authoritative
+  END IF;
+  UPDATE flows_runs
+  SET claim_host_id = p_host, claim_pid = p_pid, claim_nonce = p_nonce, claimed_at_ms = p_now
+  WHERE run_id = p_run;
+  PERFORM flows_op_fact(p_run, flows_op_last_position(p_run) + 1, 'claimed',
+                        p_host, p_pid, p_nonce, p_now);
+  RETURN 'claimed';
+END
+$$;
+"""
+
+_STEAL: Final = """
+CREATE FUNCTION flows_op_steal(
+  p_run text, p_status text, p_owner_host text, p_owner_pid bigint, p_owner_nonce text,
+  p_heartbeat bigint, p_cutoff bigint, p_host text, p_pid bigint, p_nonce text, p_now bigint
+) RETURNS text LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  v_row flows_runs;
+BEGIN
+  SELECT * INTO v_row FROM flows_runs WHERE run_id = p_run FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN 'not_found';
+  END IF;
+  IF NOT (flows_op_is_snapshot(v_row, p_status, p_owner_host, p_owner_pid,
+                               p_owner_nonce, p_heartbeat)
+          AND v_row.claim_host_id IS NULL AND v_row.claim_pid IS NULL
+          AND v_row.claim_nonce IS NULL AND v_row.claimed_at_ms IS NULL
+          AND v_row.heartbeat_at_ms IS NOT NULL AND v_row.heartbeat_at_ms < p_cutoff) THEN
+    RETURN flows_op_loss(v_row, p_cutoff);
+  END IF;
+  IF NOT flows_op_grant_steal(p_run, p_owner_host, p_owner_pid, p_owner_nonce,
+                              p_host, p_pid, p_nonce, p_now, p_cutoff) THEN
+    RETURN flows_op_loss(v_row, p_cutoff);
+  END IF;
+  UPDATE flows_runs
+  SET claim_host_id = p_host, claim_pid = p_pid, claim_nonce = p_nonce, claimed_at_ms = p_now
+  WHERE run_id = p_run;
+  PERFORM flows_op_fact(p_run, flows_op_last_position(p_run) + 1, 'stolen',
+                        p_host, p_pid, p_nonce, p_now);
+  RETURN 'claimed';
+END
+$$;
+"""
+
+# p_mode: 'claim' (no previous owner), 'reown' (the previous owner is the
+# claimant itself) or 'steal' (another owner, matching evidence checked).
+_CLAIM_AND_OWN: Final = """
+CREATE FUNCTION flows_op_claim_and_own(
+  p_run text, p_status text, p_owner_host text, p_owner_pid bigint, p_owner_nonce text,
+  p_heartbeat bigint, p_cutoff bigint, p_host text, p_pid bigint, p_nonce text, p_now bigint,
+  p_mode text
+) RETURNS text LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  v_row flows_runs;
+  v_lease flows_consensus_leases;
+  v_last bigint;
+  v_loss text;
+  v_transition text := 'claimed';
+BEGIN
+  SELECT * INTO v_row FROM flows_runs WHERE run_id = p_run FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN 'not_found';
+  END IF;
+  v_loss := flows_op_loss(v_row, p_cutoff);
+  IF NOT (v_row.status IN ('pending', 'suspended', 'running')
+          AND flows_op_is_snapshot(v_row, p_status, p_owner_host, p_owner_pid,
+                                   p_owner_nonce, p_heartbeat)
+          AND v_row.claim_host_id IS NULL AND v_row.claim_pid IS NULL
+          AND v_row.claim_nonce IS NULL AND v_row.claimed_at_ms IS NULL
+          AND (v_row.status <> 'running' OR v_row.heartbeat_at_ms IS NULL
+               OR v_row.heartbeat_at_ms < p_cutoff)) THEN
+    RETURN v_loss;
+  END IF;
+  v_last := flows_op_last_position(p_run);
+  -- Decide the strategy's grant before writing anything: a refused grant
+  -- rolls the whole operation back, so nothing may have been written.
+  SELECT * INTO v_lease FROM flows_consensus_leases WHERE run_id = p_run FOR UPDATE;
+  IF p_mode = 'steal' THEN
+    IF NOT (FOUND AND v_lease.owner_host_id = p_owner_host AND v_lease.owner_pid = p_owner_pid
+            AND v_lease.owner_nonce = p_owner_nonce AND v_lease.claim_host_id IS NULL
+            AND v_lease.heartbeat_at_ms IS NOT NULL AND v_lease.heartbeat_at_ms < p_cutoff) THEN
+      RETURN v_loss;
+    END IF;
+    PERFORM flows_op_grant_steal(p_run, p_owner_host, p_owner_pid, p_owner_nonce,
+                                 p_host, p_pid, p_nonce, p_now, p_cutoff);
+    v_transition := 'stolen';
+  ELSE
+    IF FOUND AND NOT (
+         (p_mode = 'reown' AND v_lease.owner_host_id = p_host AND v_lease.owner_pid = p_pid
+          AND v_lease.owner_nonce = p_nonce)
+         OR (v_lease.claim_host_id IS NULL AND v_lease.owner_host_id IS NULL)) THEN
+      RETURN v_loss;
+    END IF;
+    IF p_mode = 'reown' THEN
+      -- Re-owning one's own stale run: release, then a fresh grant.
+      DELETE FROM flows_consensus_leases
+      WHERE run_id = p_run AND owner_host_id = p_host AND owner_pid = p_pid
+        AND owner_nonce = p_nonce;
+      v_last := v_last + 1;
+      PERFORM flows_op_fact(p_run, v_last, 'released', p_host, p_pid, p_nonce, NULL);
+    END IF;
+    PERFORM flows_op_grant_claim(p_run, p_host, p_pid, p_nonce, p_now);
+  END IF;
+  IF NOT flows_op_promote(p_run, p_host, p_pid, p_nonce, p_now, p_now) THEN
+    PERFORM flows_op_write_invariant(p_run);
+  END IF;
+  PERFORM flows_op_fact(p_run, v_last + 1, v_transition, p_host, p_pid, p_nonce, p_now);
+  PERFORM flows_op_fact(p_run, v_last + 2, 'activated', p_host, p_pid, p_nonce, p_now);
+  UPDATE flows_runs
+  SET status = 'running', started_at_ms = COALESCE(started_at_ms, p_now),
+      finished_at_ms = NULL,
+      owner_host_id = p_host, owner_pid = p_pid, owner_nonce = p_nonce,
+      heartbeat_at_ms = p_now
+  WHERE run_id = p_run;
+  RETURN 'activated';
+END
+$$;
+"""
+
+_ACTIVATE: Final = """
+CREATE FUNCTION flows_op_activate(
+  p_run text, p_status text, p_owner_host text, p_owner_pid bigint, p_owner_nonce text,
+  p_heartbeat bigint, p_host text, p_pid bigint, p_nonce text, p_token bigint,
+  p_activated_at bigint
+) RETURNS text LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  v_row flows_runs;
+BEGIN
+  SELECT * INTO v_row FROM flows_runs WHERE run_id = p_run FOR UPDATE;
+  IF NOT FOUND OR NOT (v_row.claim_host_id IS NOT DISTINCT FROM p_host
+                       AND v_row.claim_pid IS NOT DISTINCT FROM p_pid
+                       AND v_row.claim_nonce IS NOT DISTINCT FROM p_nonce
+                       AND v_row.claimed_at_ms IS NOT DISTINCT FROM p_token) THEN
+    RETURN 'claim_lost';  -- a foreign claim is never cleared
+  END IF;
+  IF NOT flows_op_is_snapshot(v_row, p_status, p_owner_host, p_owner_pid,
+                              p_owner_nonce, p_heartbeat) THEN
+    -- The claim stands but the snapshot moved: give the claim back.
+    PERFORM flows_op_release_claim(p_run, p_host, p_pid, p_nonce, p_token);
+    PERFORM flows_op_fact(p_run, flows_op_last_position(p_run) + 1, 'released',
+                          p_host, p_pid, p_nonce, p_token);
+    PERFORM flows_op_clear_claim(p_run, p_host, p_pid, p_nonce, p_token);
+    RETURN 'snapshot_changed';
+  END IF;
+  IF NOT flows_op_promote(p_run, p_host, p_pid, p_nonce, p_token, p_activated_at) THEN
+    -- The strategy no longer holds this claim: the row follows it.
+    PERFORM flows_op_clear_claim(p_run, p_host, p_pid, p_nonce, p_token);
+    RETURN 'claim_lost';
+  END IF;
+  UPDATE flows_runs
+  SET status = 'running', started_at_ms = COALESCE(started_at_ms, p_activated_at),
+      finished_at_ms = NULL,
+      owner_host_id = p_host, owner_pid = p_pid, owner_nonce = p_nonce,
+      heartbeat_at_ms = p_activated_at,
+      claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL
+  WHERE run_id = p_run;
+  PERFORM flows_op_fact(p_run, flows_op_last_position(p_run) + 1, 'activated',
+                        p_host, p_pid, p_nonce, p_token);
+  RETURN 'activated';
+END
+$$;
+"""
+
+_ABANDON_CLAIM: Final = """
+CREATE FUNCTION flows_op_abandon_claim(
+  p_run text, p_host text, p_pid bigint, p_nonce text, p_token bigint
+) RETURNS text LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+  IF NOT flows_op_clear_claim(p_run, p_host, p_pid, p_nonce, p_token) THEN
+    RETURN 'claim_lost';
+  END IF;
+  PERFORM flows_op_release_claim(p_run, p_host, p_pid, p_nonce, p_token);
+  PERFORM flows_op_fact(p_run, flows_op_last_position(p_run) + 1, 'released',
+                        p_host, p_pid, p_nonce, p_token);
+  RETURN 'abandoned';
+END
+$$;
+"""
+
+_RECOVER_CLAIM: Final = """
+CREATE FUNCTION flows_op_recover_claim(
+  p_run text, p_host text, p_pid bigint, p_nonce text, p_token bigint, p_cutoff bigint
+) RETURNS text LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  v_row flows_runs;
+BEGIN
+  SELECT * INTO v_row FROM flows_runs WHERE run_id = p_run FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN 'not_found';
+  END IF;
+  IF NOT (v_row.claim_host_id IS NOT DISTINCT FROM p_host
+          AND v_row.claim_pid IS NOT DISTINCT FROM p_pid
+          AND v_row.claim_nonce IS NOT DISTINCT FROM p_nonce
+          AND v_row.claimed_at_ms IS NOT DISTINCT FROM p_token) THEN
+    RETURN 'claim_changed';
+  END IF;
+  IF v_row.claimed_at_ms >= p_cutoff THEN
+    RETURN 'claim_fresh';
+  END IF;
+  UPDATE flows_consensus_leases
+  SET claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL
+  WHERE run_id = p_run AND claim_host_id = p_host AND claim_pid = p_pid
+    AND claim_nonce = p_nonce AND claimed_at_ms = p_token AND claimed_at_ms < p_cutoff;
+  IF NOT FOUND THEN
+    RETURN 'claim_changed';  -- as the strategy knows it, the claim moved on
+  END IF;
+  DELETE FROM flows_consensus_leases
+  WHERE run_id = p_run AND owner_host_id IS NULL AND claim_host_id IS NULL;
+  IF NOT flows_op_clear_claim(p_run, p_host, p_pid, p_nonce, p_token) THEN
+    PERFORM flows_op_write_invariant(p_run);
+  END IF;
+  PERFORM flows_op_fact(p_run, flows_op_last_position(p_run) + 1, 'expired',
+                        p_host, p_pid, p_nonce, p_token);
+  RETURN 'recovered';
+END
+$$;
+"""
+
+# p_reconfirm: the lease is renewed only while no claim is pending.
+_RENEW: Final = """
+CREATE FUNCTION flows_op_renew(
+  p_run text, p_host text, p_pid bigint, p_nonce text, p_now bigint, p_reconfirm boolean
+) RETURNS text LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  v_stamp bigint;
+BEGIN
+  PERFORM 1 FROM flows_runs WHERE run_id = p_run FOR UPDATE;
+  UPDATE flows_consensus_leases
+  SET heartbeat_at_ms = GREATEST(COALESCE(heartbeat_at_ms, p_now), p_now)
+  WHERE run_id = p_run AND owner_host_id = p_host AND owner_pid = p_pid
+    AND owner_nonce = p_nonce AND (NOT p_reconfirm OR claim_host_id IS NULL)
+  RETURNING heartbeat_at_ms INTO v_stamp;
+  IF FOUND THEN
+    -- The row mirrors the lease's stamp; a renewed lease over a row this
+    -- owner does not hold is reported, never hidden.
+    UPDATE flows_runs SET heartbeat_at_ms = GREATEST(heartbeat_at_ms, v_stamp)
+    WHERE run_id = p_run AND status = 'running' AND owner_host_id = p_host
+      AND owner_pid = p_pid AND owner_nonce = p_nonce;
+    IF FOUND THEN
+      RETURN 'updated';
+    END IF;
+  END IF;
+  PERFORM 1 FROM flows_runs WHERE run_id = p_run;
+  RETURN CASE WHEN FOUND THEN 'fence_lost' ELSE 'not_found' END;
+END
+$$;
+"""
+
+# p_finished: the store clock's stamp for a terminal status, else NULL;
+# p_state: the new run state, or NULL to keep it.
+_TRANSITION_OWNED: Final = """
+CREATE FUNCTION flows_op_transition_owned(
+  p_run text, p_host text, p_pid bigint, p_nonce text, p_requirement text,
+  p_status text, p_finished bigint, p_state text
+) RETURNS text LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  v_row flows_runs;
+  v_owned boolean;
+  v_blocked boolean;
+BEGIN
+  SELECT * INTO v_row FROM flows_runs WHERE run_id = p_run FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN 'not_found';
+  END IF;
+  v_owned := v_row.status = 'running' AND v_row.owner_host_id = p_host
+    AND v_row.owner_pid = p_pid AND v_row.owner_nonce = p_nonce;
+  v_blocked := (p_requirement IS NOT DISTINCT FROM 'absent'
+                AND v_row.cancel_requested_at_ms IS NOT NULL)
+            OR (p_requirement IS NOT DISTINCT FROM 'present'
+                AND v_row.cancel_requested_at_ms IS NULL);
+  PERFORM 1 FROM flows_consensus_leases
+  WHERE run_id = p_run AND owner_host_id = p_host AND owner_pid = p_pid
+    AND owner_nonce = p_nonce;
+  IF NOT FOUND OR NOT v_owned THEN
+    RETURN 'fence_lost';
+  END IF;
+  IF v_blocked THEN
+    RETURN 'guard_failed';
+  END IF;
+  IF p_status = 'running' THEN
+    UPDATE flows_runs SET status = 'running', finished_at_ms = NULL WHERE run_id = p_run;
+  ELSE
+    UPDATE flows_runs
+    SET status = p_status, finished_at_ms = p_finished,
+        owner_host_id = NULL, owner_pid = NULL, owner_nonce = NULL, heartbeat_at_ms = NULL,
+        claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL
+    WHERE run_id = p_run;
+  END IF;
+  IF p_state IS NOT NULL THEN
+    INSERT INTO flows_run_state (run_id, state_json) VALUES (p_run, p_state)
+    ON CONFLICT (run_id) DO UPDATE SET state_json = excluded.state_json;
+  END IF;
+  IF p_status <> 'running' THEN
+    DELETE FROM flows_consensus_leases
+    WHERE run_id = p_run AND owner_host_id = p_host AND owner_pid = p_pid
+      AND owner_nonce = p_nonce;
+    PERFORM flows_op_fact(p_run, flows_op_last_position(p_run) + 1, 'released',
+                          p_host, p_pid, p_nonce, NULL);
+  END IF;
+  RETURN 'transitioned';
+END
+$$;
+"""
+
+# Answers one row per id of p_ids (sorted, distinct): 'updated',
+# 'fence_lost' or 'not_found'; the renewed rows are written in run id order.
+_HEARTBEAT_MANY: Final = """
+CREATE FUNCTION flows_op_heartbeat_many(
+  p_ids text[], p_host text, p_pid bigint, p_nonce text, p_now bigint
+) RETURNS TABLE (run_id text, outcome text)
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+#variable_conflict use_column
+DECLARE
+  v_id text;
+  v_stamp bigint;
+BEGIN
+  PERFORM 1 FROM flows_runs AS r WHERE r.run_id = ANY(p_ids) ORDER BY r.run_id FOR UPDATE;
+  FOR v_id IN SELECT u.id FROM unnest(p_ids) AS u(id) ORDER BY u.id COLLATE "C" LOOP
+    run_id := v_id;
+    UPDATE flows_consensus_leases AS l
+    SET heartbeat_at_ms = GREATEST(COALESCE(l.heartbeat_at_ms, p_now), p_now)
+    WHERE l.run_id = v_id AND l.owner_host_id = p_host AND l.owner_pid = p_pid
+      AND l.owner_nonce = p_nonce
+    RETURNING l.heartbeat_at_ms INTO v_stamp;
+    IF FOUND THEN
+      UPDATE flows_runs AS r SET heartbeat_at_ms = GREATEST(r.heartbeat_at_ms, v_stamp)
+      WHERE r.run_id = v_id AND r.status = 'running' AND r.owner_host_id = p_host
+        AND r.owner_pid = p_pid AND r.owner_nonce = p_nonce;
+      IF FOUND THEN
+        outcome := 'updated';
+        RETURN NEXT;
+        CONTINUE;
+      END IF;
+    END IF;
+    PERFORM 1 FROM flows_runs AS r WHERE r.run_id = v_id;
+    outcome := CASE WHEN FOUND THEN 'fence_lost' ELSE 'not_found' END;
+    RETURN NEXT;
+  END LOOP;
+END
+$$;
+"""
+
+# The oldest unclaimed run of the two statuses, claimed and activated as
+# claim_and_own from its current snapshot would, returned as GET returns a
+# row; no row when there is none. A run the strategy refuses (nothing was
+# written) is passed over.
+_CLAIM_NEXT: Final = """
+CREATE FUNCTION flows_op_claim_next(
+  p_status_a text, p_status_b text, p_host text, p_pid bigint, p_nonce text, p_now bigint,
+  p_cutoff bigint
+) RETURNS TABLE (
+  run_id text, status text, created_at_ms bigint, started_at_ms bigint,
+  finished_at_ms bigint, owner_host_id text, owner_pid bigint, owner_nonce text,
+  heartbeat_at_ms bigint, claim_host_id text, claim_pid bigint, claim_nonce text,
+  claimed_at_ms bigint, parent_run_id text, cancel_requested_at_ms bigint, lineage_id text,
+  round_ordinal bigint, state_json text
+) LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+#variable_conflict use_column
+DECLARE
+  v_after_created bigint := -1;
+  v_after_run text := '';
+  v_pick record;
+  v_outcome text;
+BEGIN
+  LOOP
+    SELECT r.run_id AS id, r.status AS picked, r.created_at_ms AS created INTO v_pick
+    FROM flows_runs AS r
+    WHERE r.status IN ('pending', 'suspended') AND r.claim_host_id IS NULL
+      AND r.status IN (p_status_a, p_status_b)
+      AND (r.created_at_ms, r.run_id) > (v_after_created, v_after_run)
+    ORDER BY r.created_at_ms, r.run_id LIMIT 1
+    FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+      RETURN;
+    END IF;
+    v_outcome := flows_op_claim_and_own(
+      v_pick.id, v_pick.picked, NULL, NULL, NULL, NULL, p_cutoff,
+      p_host, p_pid, p_nonce, p_now, 'claim');
+    IF v_outcome = 'activated' THEN
+      RETURN QUERY
+      SELECT r.run_id::text, r.status, r.created_at_ms, r.started_at_ms, r.finished_at_ms,
+             r.owner_host_id::text, r.owner_pid, r.owner_nonce::text, r.heartbeat_at_ms,
+             r.claim_host_id::text, r.claim_pid, r.claim_nonce::text, r.claimed_at_ms,
+             r.parent_run_id::text, r.cancel_requested_at_ms, r.lineage_id::text,
+             r.round_ordinal, s.state_json
+      FROM flows_runs AS r LEFT JOIN flows_run_state AS s ON s.run_id = r.run_id
+      WHERE r.run_id = v_pick.id;
+      RETURN;
+    END IF;
+    IF v_outcome NOT IN ('already_claimed', 'heartbeat_fresh', 'snapshot_changed') THEN
+      PERFORM flows_op_write_invariant(v_pick.id);
+    END IF;
+    -- The strategy refused this run: look after it.
+    v_after_created := v_pick.created;
+    v_after_run := v_pick.id;
+  END LOOP;
+END
+$$;
+"""
+
+# request_cancel and request_cancel_lineage: the guarded write, then (only
+# when it marked nothing) the rows that explain the miss, read afresh.
+_CANCELLATION: Final = """
+CREATE FUNCTION flows_op_request_cancel(p_run text, p_now bigint)
+RETURNS TABLE (marked bigint, requested_at bigint, status text)
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+#variable_conflict use_column
+BEGIN
+  UPDATE flows_runs AS r SET cancel_requested_at_ms = p_now
+  WHERE r.run_id = p_run AND r.cancel_requested_at_ms IS NULL
+    AND r.status NOT IN ('completed', 'failed', 'cancelled');
+  IF FOUND THEN
+    marked := 1;
+    RETURN NEXT;
+    RETURN;
+  END IF;
+  RETURN QUERY SELECT 0::bigint, r.cancel_requested_at_ms, r.status
+  FROM flows_runs AS r WHERE r.run_id = p_run;
+END
+$$;
+
+CREATE FUNCTION flows_op_request_cancel_lineage(p_run text, p_now bigint)
+RETURNS TABLE (marked bigint, requested_at bigint, status text)
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+#variable_conflict use_column
+DECLARE
+  v_marked bigint;
+  v_root text;
+BEGIN
+  SELECT count(*) INTO v_marked FROM flows_request_cancel_lineage(p_run, p_now);
+  IF v_marked > 0 THEN
+    marked := v_marked;
+    RETURN NEXT;
+    RETURN;
+  END IF;
+  SELECT COALESCE(r.lineage_id, r.run_id) INTO v_root FROM flows_runs AS r
+  WHERE r.run_id = p_run;
+  RETURN QUERY SELECT 0::bigint, r.cancel_requested_at_ms, r.status
+  FROM flows_runs AS r
+  WHERE r.lineage_id = v_root
+     OR (r.run_id = v_root AND (r.lineage_id IS NULL OR r.lineage_id = v_root))
+  ORDER BY COALESCE(r.round_ordinal, 0), r.run_id;
+END
+$$;
+"""
+
+#: Migration 2004's text on PostgreSQL.
+FUSED_OPERATIONS: Final = (
+    _HELPERS
+    + _CLAIM
+    + _STEAL
+    + _CLAIM_AND_OWN
+    + _ACTIVATE
+    + _ABANDON_CLAIM
+    + _RECOVER_CLAIM
+    + _RENEW
+    + _TRANSITION_OWNED
+    + _HEARTBEAT_MANY
+    + _CLAIM_NEXT
+    + _CANCELLATION
+)
