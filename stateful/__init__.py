@@ -18,10 +18,14 @@ are the machines themselves, and ``StrategyAuthority`` (``authority_for``) puts
 a store over a ``Disagreeing`` double to check it treats its strategy as
 authoritative; ``check_state`` and ``check_transition`` are the
 fence invariants as pure functions, each failure its own ``AssertionError``
-subclass. Profiles ``ci`` (the default), ``dev`` and ``deep`` are chosen by
-``HYPOTHESIS_PROFILE`` (``load_profile``). ``runstore fuzz`` and ``runstore
-replay`` (also ``python -m runstore.stateful``) run randomized campaigns and
-replay their regression files.
+subclass. Without ``settings`` it runs its own budget (derandomized, a few
+minutes); profiles ``ci``, ``dev`` and ``deep`` are chosen by
+``HYPOTHESIS_PROFILE`` (``load_profile``) and replace it when set.
+``Reach``, ``recording_reach`` and ``reach_tables`` record and print which
+situations each operation was driven into (``runstore fuzz --coverage``).
+``runstore fuzz`` and ``runstore replay`` (also ``python -m
+runstore.stateful``) run randomized campaigns and replay their regression
+files.
 
 Needs the ``conformance`` extra (Hypothesis and pytest).
 """
@@ -74,6 +78,9 @@ from ._judge import judge_leases as judge_leases
 from ._machine import RunStoreComparison as RunStoreComparison
 from ._machine import comparison_for as comparison_for
 from ._profiles import load_profile as load_profile
+from ._reach import Reach as Reach
+from ._reach import reach_tables as reach_tables
+from ._reach import recording as recording_reach
 from ._steps import Call as Call
 from ._steps import Raised as Raised
 from ._steps import Step as Step
@@ -102,6 +109,7 @@ __all__ = [
     "Raised",
     "ReferenceInvariantViolation",
     "RevisionMismatch",
+    "Reach",
     "RollbackLeak",
     "RunStoreComparison",
     "RunningOwnershipViolation",
@@ -125,6 +133,8 @@ __all__ = [
     "consensus_comparison_for",
     "judge_leases",
     "load_profile",
+    "reach_tables",
+    "recording_reach",
     "run_conformance",
 ]
 

@@ -67,9 +67,11 @@ def machine_kind(machine: type[RuleBasedStateMachine]) -> str:
     return "store"
 
 
-def default_settings(machine: type[RuleBasedStateMachine]) -> Settings:
-    """The settings of the default budget for ``machine``."""
+def default_settings(machine: type[RuleBasedStateMachine], *, shrink: bool = True) -> Settings:
+    """The settings of the default budget for ``machine`` (without the shrink
+    phase when ``shrink`` is false: to measure detection alone)."""
     budget = DEFAULT_BUDGETS[machine_kind(machine)]
+    phases = [Phase.explicit, Phase.generate, Phase.target]
     return Settings(
         max_examples=budget.examples,
         stateful_step_count=budget.steps,
@@ -79,7 +81,7 @@ def default_settings(machine: type[RuleBasedStateMachine]) -> Settings:
         print_blob=False,
         report_multiple_bugs=False,
         suppress_health_check=[HealthCheck.too_slow],
-        phases=[Phase.explicit, Phase.generate, Phase.target, Phase.shrink],
+        phases=[*phases, Phase.shrink] if shrink else phases,
     )
 
 

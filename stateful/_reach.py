@@ -228,7 +228,7 @@ def situation_of(op: Call, before: StoreState, clock_ms: int) -> Situation:
         else:
             if op.method == "recover_claim":
                 about, observer = op.get("stale_claimant"), op.get("observer")
-                if row is not None and row.claim != about:
+                if row is None or row.claim != about:
                     about = None
             else:
                 about = None if row is None else row.owner
@@ -284,15 +284,15 @@ def _situation_rules() -> list[Rule]:
     return [
         never(
             "a missing run has no claim",
-            lambda s: s["status"] == "missing" and s.get("claim", "none") != "none",
+            lambda s: s.get("status") == "missing" and s.get("claim", "none") != "none",
         ),
         never(
             "a missing run has no owner",
-            lambda s: s["status"] == "missing" and s.get("owner", "none") != "none",
+            lambda s: s.get("status") == "missing" and s.get("owner", "none") != "none",
         ),
         never(
             "a missing run has no cancellation",
-            lambda s: s["status"] == "missing" and s.get("cancel", "no") != "no",
+            lambda s: s.get("status") == "missing" and s.get("cancel", "no") != "no",
         ),
         never("a running run has an owner", lambda s: running(s) and s.get("owner") == "none"),
         never(
@@ -301,7 +301,7 @@ def _situation_rules() -> list[Rule]:
         ),
         never(
             "settling releases any claim",
-            lambda s: s["status"] == "settled" and s.get("claim", "none") != "none",
+            lambda s: s.get("status") == "settled" and s.get("claim", "none") != "none",
         ),
     ]
 
@@ -317,16 +317,138 @@ def _tag_rules() -> list[Rule]:
             lambda op, tag, s: tag == f"raised {FAULT_CODE}" and op not in FAULTED,
         ),
         Rule(
-            "a missing run is an answer (NotFound), not an error, outside the reads",
+            "only operations that return a run's state decode it",
             lambda op, tag, s: (
-                tag == "raised not_found_row"
-                and op not in ("get", "latest_round", "lineage", "ownership_facts")
+                tag == "raised decode_failed"
+                and op not in ("get", "lineage", "latest_round", "list_runs", "claim_next")
             ),
+        ),
+        Rule(
+            "a missing run is an answer (NotFound), not an error, outside the reads",
+            lambda op, tag, s: tag == "raised not_found_row" and op not in ("get", "latest_round"),
         ),
     ]
 
 
-UNREACHABLE: list[Rule] = [*_situation_rules(), *_tag_rules()]
+def _answer(op: str, tag: str, s: Mapping[str, str]) -> str | None:
+    """Why the reference cannot answer ``tag`` to ``op`` in situation ``s``
+    (read from the model's decision order), or ``None``."""
+    status = s.get("status")
+    claim = s.get("claim", "none")
+    owner = s.get("owner", "none")
+    evidence = s.get("evidence")
+    cancel = s.get("cancel")
+    missing = status == "missing"
+    claimed = claim != "none"
+    live = status in ("pending", "suspended", "running")
+    if op == "create" and tag == "None" and not missing:
+        return "an existing id raises constraint"
+    if op in ("get", "latest_round") and tag == "RunRow" and missing:
+        return "a missing run raises not_found_row"
+    if evidence == "fits" and (owner == "none" if op != "recover_claim" else not claimed):
+        return "evidence fits only someone the row names (no owner, or no claimant, here)"
+    if evidence == "none" and op in ("steal", "recover_claim"):
+        return "evidence is required: none is refused by admission"
+    if tag == "NotFound" and op not in ("request_cancel_lineage",) and not missing:
+        return "NotFound answers only a missing run"
+    unconfirmed = op in ("steal", "recover_claim") and tag == "LivenessUnconfirmed"
+    if (
+        missing
+        and not unconfirmed
+        and tag not in ("NotFound", "ClaimLost", "False", "list", "None")
+    ):
+        return "a missing run gives NotFound (or the operation's plain loss)"
+    if op == "request_cancel_lineage" and tag == "NotFound" and not missing:
+        return "NotFound answers only a missing run"
+    if op in ("claim", "claim_and_own", "steal"):
+        if tag == "LivenessUnconfirmed":
+            return None  # steal checks evidence against the snapshot first
+        if op == "claim_and_own" and tag == "EvidenceRequired":
+            if not (status == "running" and owner == "stale" and not claimed):
+                return "EvidenceRequired needs an unchanged stale owner to displace"
+            if evidence == "fits":
+                return "evidence that fits the owner displaces it"
+            return None
+        if tag == "AlreadyClaimed" and not claimed:
+            return "AlreadyClaimed needs a claim"
+        if tag != "AlreadyClaimed" and claimed and not missing:
+            return "a claim on the row answers AlreadyClaimed first"
+        if tag == "HeartbeatFresh" and not (status == "running" and owner == "fresh"):
+            return "HeartbeatFresh needs a fresh owner"
+        if tag != "HeartbeatFresh" and status == "running" and owner == "fresh" and not claimed:
+            return "a fresh owner answers HeartbeatFresh"
+        if tag in ("Claimed", "Activated"):
+            if op == "claim" and status not in ("pending", "suspended"):
+                return "only a pending or suspended run can be claimed"
+            if op == "steal" and not (status == "running" and evidence == "fits"):
+                return "a steal is granted only over a stale owner, with evidence about it"
+            if op == "claim_and_own" and status == "settled":
+                return "a settled run cannot be owned"
+        if tag == "SnapshotChanged" and status == "pending" and op == "steal":
+            return None
+        return None
+    if op == "activate":
+        if tag in ("Activated", "SnapshotChanged") and not claimed:
+            return f"{tag} needs a claim to trade"
+        return None
+    if op == "abandon_claim":
+        if tag == "Abandoned" and not claimed:
+            return "Abandoned needs a claim"
+        return None
+    if op == "recover_claim":
+        if tag in ("Recovered", "ClaimFresh") and evidence != "fits":
+            return f"{tag} needs evidence about the row's claimant"
+        if tag == "Recovered" and claim != "stale":
+            return "Recovered needs a stale claim"
+        if tag == "ClaimFresh" and claim != "held":
+            return "ClaimFresh needs a claim younger than the cutoff"
+        if tag == "LivenessUnconfirmed" and evidence == "fits":
+            return "evidence that fits is confirmed"
+        return None
+    if op in ("heartbeat", "reconfirm"):
+        if tag == "Updated" and status != "running":
+            return "only a running run's owner renews"
+        if tag == "Updated" and op == "reconfirm" and claimed:
+            return "reconfirm answers FenceLost while a claim is pending"
+        if tag == "FenceLost" and missing:
+            return "a missing run answers NotFound"
+        return None
+    if op == "transition_owned":
+        if tag in ("Transitioned", "GuardFailed") and status != "running":
+            return "only a running run's owner moves it"
+        if tag == "FenceLost" and missing:
+            return "a missing run answers NotFound"
+        return None
+    if op == "request_cancel":
+        if tag == "CancelRequested" and not (live and cancel == "no"):
+            return "a request is recorded only on a live run without one"
+        if tag == "AlreadyRequested" and not (live and cancel == "asked"):
+            return "AlreadyRequested needs a live run already asked"
+        if tag == "Terminal" and status != "settled":
+            return "Terminal answers only a settled run"
+        return None
+    if op == "request_cancel_lineage":
+        if tag == "Terminal" and status != "settled":
+            return "Terminal needs every round settled, this one included"
+        if tag == "AlreadyRequested" and live and cancel == "no":
+            return "a live round without a request is marked (CancelRequested)"
+        return None
+    if op == "acknowledge_cancel":
+        if tag == "True" and not (status == "running" and cancel == "asked"):
+            return "only the owner of a running run with a request acknowledges"
+        return None
+    return None
+
+
+def _outcome_rules() -> list[Rule]:
+    def test(op: str, tag: str, s: Mapping[str, str]) -> bool:
+        return bool(s) and _answer(op, tag, s) is not None
+
+    return [Rule("the reference's decision order (see _answer)", test)]
+
+
+UNREACHABLE: list[Rule] = [*_situation_rules(), *_tag_rules(), *_outcome_rules()]
+_DECISIONS = UNREACHABLE[-1].test
 
 
 def all_cells(method: str) -> list[Cell]:
@@ -347,7 +469,7 @@ def why_unreachable(cell: Cell) -> str | None:
     named = dict(zip(DIMENSIONS[method], situation, strict=False)) if situation else {}
     for rule in UNREACHABLE:
         if rule.test(method, tag, named):
-            return rule.reason
+            return _answer(method, tag, named) if rule.test is _DECISIONS else rule.reason
     return None
 
 

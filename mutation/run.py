@@ -1,0 +1,344 @@
+"""Mutation testing of the stores and strategies, judged by the conformance suite alone.
+
+Cosmic Ray (``pip install -e '.[mutation]'``) enumerates the mutants of the
+modules in ``PATHS`` and applies them; this driver samples them (seeded),
+judges each with ``mutation/judge.py`` under a fixed budget, and records every
+verdict as one line of ``mutation/results.jsonl`` as soon as it is known, so
+a run can be stopped at any time and resumed later (on this machine or a new
+one: the sample and the verdicts are in the repository).
+
+    python mutation/run.py init --seed 14 --size 320   # pick the sample (once)
+    python mutation/run.py run --minutes 9             # judge pending mutants
+    python mutation/run.py report                      # score and survivors
+    python mutation/run.py show KEY                    # one mutant's diff and verdict
+
+The mutants are made in a copy of the tree (``RUNSTORE_MUTATION_WORK``,
+default ``/tmp/runstore-mutation``) extracted from the commit ``init``
+recorded, never in the working tree. ``run`` judges one mutant at a time,
+under ``nice -n 10``. See ``mutation/README.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+STATE = HERE / "state.json"
+SAMPLE = HERE / "sample.json"
+RESULTS = HERE / "results.jsonl"
+TRIAGE = HERE / "triage.json"
+REPORT = HERE / "RESULTS.md"
+WORK = Path(os.environ.get("RUNSTORE_MUTATION_WORK", "/tmp/runstore-mutation"))
+
+PATHS = (
+    "runstore/sqlite",
+    "runstore/consensus",
+    "runstore/_boundary.py",
+    "runstore/attempts",
+    "runstore/_sql",
+    "runstore/postgres",
+)
+#: Seconds one mutant may take (a SQLite strategy's default run takes about
+#: 140 s on a loaded 2-core machine, a PostgreSQL store's longer).
+TIMEOUTS = {"sqlite": 600.0, "postgres": 1200.0}
+
+
+def _git(*arguments: str) -> str:
+    return subprocess.run(
+        ["git", *arguments], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def _extract(commit: str, suite_commit: str, into: Path) -> Path:
+    """A fresh copy of the tree at ``commit`` (the suite, ``stateful/`` and
+    ``model/``, at ``suite_commit``), importable as ``runstore``."""
+    src = into / "src"
+    if src.exists():
+        shutil.rmtree(src)
+    src.mkdir(parents=True)
+    for rev, paths in ((commit, ["runstore"]), (suite_commit, ["stateful", "model"])):
+        archive = subprocess.run(
+            ["git", "archive", rev, *paths], cwd=ROOT, check=True, capture_output=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    (src / "runstore" / "model").symlink_to("../model")
+    (src / "runstore" / "stateful").symlink_to("../stateful")
+    return src
+
+
+def _key(module: str, operator: str, occurrence: int) -> str:
+    return f"{module}:{operator}:{occurrence}"
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from cosmic_ray.commands.init import init
+    from cosmic_ray.modules import find_modules
+    from cosmic_ray.work_db import WorkDB, use_db
+
+    commit = _git("rev-parse", args.commit)
+    src = _extract(commit, commit, WORK)
+    session = WORK / "session.sqlite"
+    session.unlink(missing_ok=True)
+    cwd = os.getcwd()
+    os.chdir(src)
+    try:
+        modules = sorted(find_modules([Path(p) for p in PATHS]))
+        with use_db(str(session), WorkDB.Mode.create) as db:
+            init(modules, db, {})
+            items = []
+            for item in db.work_items:
+                (mutation,) = item.mutations
+                items.append(
+                    {
+                        "key": _key(
+                            str(mutation.module_path), mutation.operator_name, mutation.occurrence
+                        ),
+                        "module": str(mutation.module_path),
+                        "operator": mutation.operator_name,
+                        "occurrence": mutation.occurrence,
+                        "line": mutation.start_pos[0],
+                    }
+                )
+    finally:
+        os.chdir(cwd)
+    items.sort(key=lambda item: (item["module"], item["operator"], item["occurrence"]))
+    chosen = random.Random(args.seed).sample(items, min(args.size, len(items)))
+    chosen.sort(key=lambda item: (item["module"], item["line"], item["key"]))
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item["module"]] = counts.get(item["module"], 0) + 1
+    STATE.write_text(
+        json.dumps(
+            {
+                "commit": commit,
+                "seed": args.seed,
+                "size": len(chosen),
+                "population": len(items),
+                "paths": list(PATHS),
+                "mutants_per_module": counts,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    SAMPLE.write_text(json.dumps(chosen, indent=1) + "\n")
+    print(
+        f"{len(items)} mutants in {len(modules)} modules; sampled {len(chosen)} (seed {args.seed})"
+    )
+    return 0
+
+
+def _results() -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    if RESULTS.exists():
+        for line in RESULTS.read_text().splitlines():
+            if line.strip():
+                record = json.loads(line)
+                out[record["key"]] = record  # a later verdict replaces an earlier one
+    return out
+
+
+def _judge(src: Path, item: dict[str, Any], timeout: float) -> dict[str, Any]:
+    from cosmic_ray.mutating import use_mutation
+    from cosmic_ray.plugins import get_operator
+
+    operator = get_operator(item["operator"])()
+    started = time.monotonic()
+    cwd = os.getcwd()
+    os.chdir(src)
+    try:
+        with use_mutation(Path(item["module"]), operator, item["occurrence"]) as (before, after):
+            if after is None:
+                return {"outcome": "no-mutation", "seconds": 0.0, "diff": ""}
+            diff = "".join(
+                line
+                for line in __import__("difflib").unified_diff(
+                    before.splitlines(True), after.splitlines(True), n=0
+                )
+                if line.startswith(("+", "-")) and not line.startswith(("+++", "---"))
+            )
+            env = dict(os.environ, PYTHONPATH=str(src), PYTHONDONTWRITEBYTECODE="1")
+            env.pop("HYPOTHESIS_PROFILE", None)
+            command = ["nice", "-n", "10", sys.executable, str(HERE / "judge.py"), item["module"]]
+            try:
+                done = subprocess.run(
+                    command,
+                    cwd=src,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout,
+                    start_new_session=True,
+                )
+            except subprocess.TimeoutExpired:
+                return {
+                    "outcome": "timeout",
+                    "seconds": time.monotonic() - started,
+                    "diff": diff,
+                    "check": "timeout",
+                }
+    finally:
+        os.chdir(cwd)
+    lines = done.stdout.splitlines()
+    verdict = next((line for line in lines if line.startswith("killed by")), "")
+    return {
+        "outcome": "survived" if done.returncode == 0 else "killed",
+        "check": verdict[len("killed by ") :].split(" ")[0] if verdict else "",
+        "detail": verdict[:300] or (done.stderr.strip().splitlines() or [""])[-1][:300],
+        "seconds": round(time.monotonic() - started, 1),
+        "diff": diff,
+    }
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    state = json.loads(STATE.read_text())
+    sample = json.loads(SAMPLE.read_text())
+    suite = _git("rev-parse", args.suite) if args.suite else state["commit"]
+    done = _results()
+    if args.rejudge:
+        wanted = [i for i in sample if done.get(i["key"], {}).get("outcome") == "survived"]
+    else:
+        wanted = [i for i in sample if i["key"] not in done]
+    if args.only:
+        wanted = [i for i in wanted if i["module"].startswith(args.only)]
+    if args.skip:
+        wanted = [i for i in wanted if not i["module"].startswith(args.skip)]
+    print(f"{len(wanted)} mutants to judge (suite at {suite[:10]})", flush=True)
+    src = _extract(state["commit"], suite, WORK)
+    deadline = time.monotonic() + args.minutes * 60
+    judged = 0
+    for item in wanted:
+        if time.monotonic() >= deadline:
+            break
+        kind = "postgres" if item["module"].startswith("runstore/postgres/") else "sqlite"
+        verdict = _judge(src, item, TIMEOUTS[kind])
+        record = {
+            **item,
+            **verdict,
+            "suite": suite[:12],
+            "judged_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        with RESULTS.open("a") as out:
+            out.write(json.dumps(record, sort_keys=True) + "\n")
+        judged += 1
+        print(
+            f"{record['outcome']:>9} {record['seconds']:>6}s {item['key']} "
+            f"{record.get('check', '')}",
+            flush=True,
+        )
+    left = len(wanted) - judged
+    print(f"judged {judged}; {left} left")
+    return 0
+
+
+def wilson(killed: int, total: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson score interval of ``killed / total``."""
+    if total == 0:
+        return (0.0, 1.0)
+    p = killed / total
+    centre = p + z * z / (2 * total)
+    spread = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total))
+    denominator = 1 + z * z / total
+    return ((centre - spread) / denominator, (centre + spread) / denominator)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    state = json.loads(STATE.read_text())
+    sample = json.loads(SAMPLE.read_text())
+    done = _results()
+    triage: dict[str, dict[str, str]] = json.loads(TRIAGE.read_text()) if TRIAGE.exists() else {}
+    judged = [done[i["key"]] for i in sample if i["key"] in done]
+    judged = [r for r in judged if r["outcome"] != "no-mutation"]
+    killed = [r for r in judged if r["outcome"] in ("killed", "timeout")]
+    survivors = [r for r in judged if r["outcome"] == "survived"]
+    equivalent = [r for r in survivors if triage.get(r["key"], {}).get("verdict") == "equivalent"]
+    gaps = [r for r in survivors if r not in equivalent]
+    scored = len(judged) - len(equivalent)
+    low, high = wilson(len(killed), scored)
+    lines = [
+        "# Mutation score (generated by `python mutation/run.py report`)",
+        "",
+        f"Mutants of `{state['commit'][:12]}` over {', '.join(state['paths'])}: "
+        f"{state['population']} in all, a sample of {state['size']} (seed {state['seed']}).",
+        "",
+        "| judged | killed | survived | equivalent | score (killed / non-equivalent) "
+        "| 95% Wilson |",
+        "| --- | --- | --- | --- | --- | --- |",
+        f"| {len(judged)} of {len(sample)} | {len(killed)} | {len(survivors)} | {len(equivalent)} "
+        f"| {len(killed) / scored if scored else 0:.1%} | {low:.1%} to {high:.1%} |",
+        "",
+        "## By module",
+        "",
+        "| module | judged | killed | survived | mean seconds |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    modules = sorted({r["module"] for r in judged})
+    for module in modules:
+        rs = [r for r in judged if r["module"] == module]
+        k = sum(r["outcome"] != "survived" for r in rs)
+        mean = sum(float(r["seconds"]) for r in rs) / len(rs)
+        lines.append(f"| `{module}` | {len(rs)} | {k} | {len(rs) - k} | {mean:.0f} |")
+    lines += ["", "## Survivors", ""]
+    for r in sorted(survivors, key=lambda r: (r["module"], r["line"])):
+        verdict = triage.get(r["key"], {})
+        diff = " / ".join(line.strip() for line in r.get("diff", "").splitlines())[:160]
+        lines.append(
+            f"- `{r['key']}` (line {r['line']}): `{diff}` — "
+            f"**{verdict.get('verdict', 'untriaged')}**: {verdict.get('reason', '')}"
+        )
+    killers: dict[str, int] = {}
+    for r in killed:
+        killers[r.get("check") or "?"] = killers.get(r.get("check") or "?", 0) + 1
+    lines += ["", "## What killed them", "", "| check | mutants |", "| --- | --- |"]
+    lines += [f"| {name} | {n} |" for name, n in sorted(killers.items(), key=lambda kv: -kv[1])]
+    total_s = sum(float(r["seconds"]) for r in judged)
+    lines += ["", f"Judging took {total_s / 3600:.1f} h of wall time for {len(judged)} mutants."]
+    REPORT.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines[:12]))
+    print(f"({len(gaps)} survivors not marked equivalent; report in {REPORT})")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    record = _results().get(args.key)
+    if record is None:
+        print(f"no verdict for {args.key}")
+        return 1
+    print(json.dumps(record, indent=2, sort_keys=True))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    init = commands.add_parser("init", help="enumerate the mutants and pick the sample")
+    init.add_argument("--seed", type=int, default=14)
+    init.add_argument("--size", type=int, default=320)
+    init.add_argument("--commit", default="HEAD")
+    run = commands.add_parser("run", help="judge pending mutants until the time is up")
+    run.add_argument("--minutes", type=float, default=9.0)
+    run.add_argument("--suite", help="take stateful/ and model/ from this commit (default: init's)")
+    run.add_argument("--rejudge", action="store_true", help="judge the survivors again")
+    run.add_argument("--only", help="only modules under this path")
+    run.add_argument("--skip", help="skip modules under this path")
+    commands.add_parser("report", help="write mutation/RESULTS.md")
+    show = commands.add_parser("show", help="one mutant's verdict")
+    show.add_argument("key")
+    args = parser.parse_args(argv)
+    handler = {"init": cmd_init, "run": cmd_run, "report": cmd_report, "show": cmd_show}
+    return handler[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
