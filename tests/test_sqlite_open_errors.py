@@ -260,7 +260,9 @@ def test_a_renamed_migration_is_somebody_elses_bookkeeping(tmp_path: Path) -> No
 
 def test_a_migration_that_fails(tmp_path: Path) -> None:
     """A step the rows of the file break: named, rolled back."""
-    count = len(_migrations.MIGRATIONS) - 1
+    # Stop just before the step that moves run state into its own table; the
+    # bad text planted under the old layout then breaks that step's CHECK.
+    count = next(i for i, step in enumerate(_migrations.MIGRATIONS) if step.id == 2002)
     path = tmp_path / "old.db"
     connection = sqlite3.connect(path, isolation_level=None)
     _migrations.apply(connection, count)
