@@ -70,6 +70,10 @@ class Block:
                 interrupt_thread=False,
             ) as lease:
                 self.lease = lease
+                # Answer once the supervisor is parked on the clock, so the
+                # parent's next clock move finds its pulse due (a move made
+                # before the supervisor's first park would only schedule it).
+                lease.wait_idle(timeout_s=30.0)
                 self.outbox.put({"supervising": True})
                 while True:
                     command = self.inbox.get()
@@ -98,11 +102,16 @@ class Block:
 
     def parked(self) -> None:
         """Wait until the supervisor is parked on the clock or has ended."""
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             lease = self.lease
-            if lease is not None and lease.lost.is_set():
-                return
+            if lease is not None:
+                # Not the clock's sleeper count: a sleeper the move just woke
+                # is still counted until its thread runs, which on a loaded
+                # machine can be after this check.
+                if lease.lost.is_set() or lease.wait_idle(timeout_s=1.0):
+                    return
+                continue
             if self.clock.sleepers >= 2:
                 return
             time.sleep(0.001)
