@@ -200,12 +200,15 @@ def test_every_listing_assembly_runs_on_postgres(postgres: Any) -> None:
 
 
 def _stores(tmp_path: Path) -> list[tuple[str, Any]]:
-    """Both backends, with SqlConsensus (skips PostgreSQL without a server)."""
+    """Both backends, with SqlConsensus, PostgreSQL on its one-round-trip path
+    and on the general one (skips PostgreSQL without a server)."""
     clock = ManualClock(1_000)
     found = [("sqlite", runstore.open(tmp_path / "order.db", clock=clock), clock)]
     try:
-        pg_clock = ManualClock(1_000)
-        found.append(("postgres", _postgres.open_store(pg_clock, SqlConsensus()), pg_clock))
+        for fast in (True, False):
+            pg_clock = ManualClock(1_000)
+            opened = _postgres.open_store(pg_clock, SqlConsensus(), fast_path=fast)
+            found.append((f"postgres-fast={fast}", opened, pg_clock))
     except pytest.skip.Exception:
         pass
     return found  # type: ignore[return-value]

@@ -23,8 +23,10 @@ PostgreSQL's. What differs, and why:
   id order (the order the revisions must follow) and returns each round it
   marked; an UPDATE's row order is the plan's, not the table's.
 - ``flows_renew_runs`` and ``flows_purge_runs`` (``heartbeat_many``,
-  ``purge_settled``) write many runs one by one in run id order, for the
-  same reason.
+  ``purge_settled``) write many runs in one statement and number them
+  themselves, in run id order, with one counter update (migration 2005:
+  their row events skip the revision triggers, whose WHEN clause reads the
+  transaction-local setting ``runstore.revisions``).
 - Migration 2004 creates one function per write operation, which the store
   calls in one round trip when its strategy is ``SqlConsensus``
   (``runstore.postgres._fused_sql``); it records nothing on SQLite.
@@ -422,6 +424,124 @@ END
 $$;
 """
 
+# heartbeat_many and purge_settled write thousands of runs in one
+# transaction; one deferred trigger event per row then costs more than the
+# writes (each bumps the one counter row again). So the revision triggers skip
+# the row events of a transaction that set ``runstore.revisions`` to "bulk"
+# (a constraint trigger's WHEN is judged when the row is written, so such
+# events are never queued), and the two batch functions write set-based and
+# number their runs themselves, in run id order, with one counter update.
+_BULK_REVISIONS: Final = (
+    "".join(
+        f"""
+DROP TRIGGER flows_runs_revision_{event} ON flows_runs;
+CREATE CONSTRAINT TRIGGER flows_runs_revision_{event} AFTER {event.upper()} ON flows_runs
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+  WHEN (current_setting('runstore.revisions', true) IS DISTINCT FROM 'bulk')
+  EXECUTE FUNCTION flows_runs_revision();
+"""
+        for event in ("insert", "update", "delete")
+    )
+    + """
+-- The next revisions for the runs in ids (sorted here), one each in run id
+-- order, recorded as their latest changes (deleted: their tombstones).
+CREATE FUNCTION flows_number_runs(ids text[], gone smallint)
+RETURNS void LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  counted bigint := coalesce(array_length(ids, 1), 0);
+  base bigint;
+BEGIN
+  IF counted = 0 THEN
+    RETURN;
+  END IF;
+  UPDATE flows_run_source SET revision = revision + counted WHERE singleton = 1
+    RETURNING revision - counted INTO base;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'execution source identity is missing'
+      USING ERRCODE = 'check_violation', CONSTRAINT = 'flows_run_source_identity';
+  END IF;
+  INSERT INTO flows_run_changes (run_id, revision, deleted)
+    SELECT u.id, base + ROW_NUMBER() OVER (ORDER BY u.id COLLATE "C"), gone
+    FROM unnest(ids) AS u(id)
+    ON CONFLICT (run_id) DO UPDATE SET revision = excluded.revision, deleted = excluded.deleted;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION flows_renew_runs(
+  renew_ids text[], renew_stamps bigint[], by_host text, by_pid bigint, by_nonce text
+) RETURNS bigint LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  written text[];
+BEGIN
+  PERFORM set_config('runstore.revisions', 'bulk', true);
+  WITH renewed AS (
+    UPDATE flows_runs AS r SET heartbeat_at_ms = GREATEST(r.heartbeat_at_ms, u.stamp)
+    FROM unnest(renew_ids, renew_stamps) AS u(id, stamp)
+    WHERE r.run_id = u.id AND r.status = 'running'
+      AND r.owner_host_id = by_host AND r.owner_pid = by_pid AND r.owner_nonce = by_nonce
+    RETURNING r.run_id
+  )
+  SELECT array_agg(run_id) INTO written FROM renewed;
+  PERFORM set_config('runstore.revisions', '', true);
+  PERFORM flows_number_runs(written, 0::smallint);
+  RETURN coalesce(array_length(written, 1), 0);
+END
+$$;
+
+-- The one-round-trip heartbeat_many (migration 2004's, same answers), set
+-- based: the leases in one UPDATE, the rows in another, numbered at once.
+CREATE OR REPLACE FUNCTION flows_op_heartbeat_many(
+  p_ids text[], p_host text, p_pid bigint, p_nonce text, p_now bigint
+) RETURNS TABLE (run_id text, outcome text)
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+#variable_conflict use_column
+DECLARE
+  v_ids text[];
+  v_stamps bigint[];
+BEGIN
+  PERFORM 1 FROM flows_runs AS r WHERE r.run_id = ANY(p_ids) ORDER BY r.run_id FOR UPDATE;
+  WITH renewed AS (
+    UPDATE flows_consensus_leases AS l
+    SET heartbeat_at_ms = GREATEST(COALESCE(l.heartbeat_at_ms, p_now), p_now)
+    WHERE l.run_id = ANY(p_ids) AND l.owner_host_id = p_host AND l.owner_pid = p_pid
+      AND l.owner_nonce = p_nonce
+    RETURNING l.run_id AS id, l.heartbeat_at_ms AS stamp
+  )
+  SELECT array_agg(renewed.id), array_agg(renewed.stamp) INTO v_ids, v_stamps FROM renewed;
+  PERFORM flows_renew_runs(v_ids, v_stamps, p_host, p_pid, p_nonce);
+  RETURN QUERY
+    SELECT u.id::text,
+           CASE WHEN r.run_id IS NULL THEN 'not_found'
+                WHEN r.status = 'running' AND r.owner_host_id = p_host AND r.owner_pid = p_pid
+                     AND r.owner_nonce = p_nonce AND w.id IS NOT NULL THEN 'updated'
+                ELSE 'fence_lost' END
+    FROM unnest(p_ids) AS u(id)
+    LEFT JOIN flows_runs AS r ON r.run_id = u.id
+    LEFT JOIN unnest(v_ids) AS w(id) ON w.id = u.id
+    ORDER BY u.id COLLATE "C";
+END
+$$;
+
+CREATE OR REPLACE FUNCTION flows_purge_runs(purge_ids text[])
+RETURNS bigint LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  gone_ids text[];
+BEGIN
+  PERFORM set_config('runstore.revisions', 'bulk', true);
+  WITH gone AS (
+    DELETE FROM flows_runs AS r USING unnest(purge_ids) AS u(id)
+    WHERE r.run_id = u.id RETURNING r.run_id
+  )
+  SELECT array_agg(run_id) INTO gone_ids FROM gone;
+  PERFORM set_config('runstore.revisions', '', true);
+  PERFORM flows_number_runs(gone_ids, 1::smallint);
+  RETURN coalesce(array_length(gone_ids, 1), 0);
+END
+$$;
+"""
+)
+
+
 _TEXTS: Final = {
     1001: _INITIAL,
     1002: _LINEAGE,
@@ -432,6 +552,7 @@ _TEXTS: Final = {
     2002: _RUN_STATE,
     2003: _FINDING_WORK,
     2004: FUSED_OPERATIONS,
+    2005: _BULK_REVISIONS,
 }
 
 #: The chain: SQLite's ids and names, in SQLite's order, with PostgreSQL text.

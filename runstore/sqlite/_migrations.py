@@ -19,6 +19,8 @@ id     name                                what it does
                                            tombstone indexes; ``compacted_through``
 2004   ``runstore_one_round_trip``         nothing on SQLite; PostgreSQL's one-statement
                                            operations (``runstore.postgres``)
+2005   ``runstore_bulk_revisions``         cheaper revision triggers (two statements);
+                                           PostgreSQL numbers batch writes at once
 =====  ==================================  =========================================
 
 The pending migrations run, in order, inside one ``BEGIN IMMEDIATE``
@@ -312,6 +314,33 @@ ALTER TABLE flows_run_source ADD COLUMN compacted_through INTEGER NOT NULL DEFAU
 """
 
 
+def _cheaper_revision_trigger(event: str, row: str, deleted: int) -> str:
+    # As _revision_trigger, in two statements instead of three: the change
+    # entry reads the counter the first statement moved, and a missing source
+    # (no counter to read) raises from inside that read.
+    return f"""
+DROP TRIGGER flows_runs_revision_{event};
+CREATE TRIGGER flows_runs_revision_{event} AFTER {event.upper()} ON flows_runs
+BEGIN
+  UPDATE flows_run_source SET revision = revision + 1 WHERE singleton = 1;
+  INSERT INTO flows_run_changes (run_id, revision, deleted)
+    SELECT {row}.run_id, COALESCE(
+      (SELECT revision FROM flows_run_source WHERE singleton = 1),
+      RAISE(ABORT, 'execution source identity is missing')), {deleted}
+    ON CONFLICT (run_id) DO UPDATE SET revision = excluded.revision, deleted = excluded.deleted;
+END;
+"""
+
+
+# Every row write pays its revision trigger (about a third of a heartbeat's
+# cost), so the trigger runs two statements instead of three.
+_BULK_REVISIONS: Final = (
+    _cheaper_revision_trigger("insert", "NEW", 0)
+    + _cheaper_revision_trigger("update", "NEW", 0)
+    + _cheaper_revision_trigger("delete", "OLD", 1)
+)
+
+
 @attrs.frozen
 class Migration:
     """One recorded schema step."""
@@ -332,6 +361,7 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(2003, "runstore_finding_work", _FINDING_WORK),
     # Recorded on SQLite too, so both backends keep one history.
     Migration(2004, "runstore_one_round_trip", ""),
+    Migration(2005, "runstore_bulk_revisions", _BULK_REVISIONS),
 )
 
 _KNOWN: Final = {m.id: m.name for m in MIGRATIONS}
