@@ -31,6 +31,7 @@ from types import ModuleType, TracebackType
 from typing import Any, ClassVar, Final, Protocol, Self, TypeVar
 
 from .. import _boundary as admit
+from .. import _telemetry
 from .._clock import Clock
 from .._constants import HEARTBEAT_STALE_AFTER_MS
 from .._errors import DecodeFailedError, PersistenceFailedError, RunNotFoundError
@@ -173,6 +174,7 @@ def _write_invariant(method: str, run_id: str) -> PersistenceFailedError:
     )
 
 
+@_telemetry.instrument_run_store
 class SqlRunStore:
     """A ``RunStore`` over a SQL database; ``SqliteRunStore`` and
     ``PostgresRunStore`` are its backends.
