@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any, TypeVar
 
+from .. import _telemetry
 from .._boundary import canonical_json, is_identifier, is_timestamp
 from .._errors import RunStoreError
 from .._sql._store import SqlRunStore
@@ -118,6 +119,7 @@ def _json_params(encoded: Encoded) -> dict[str, Any]:
     }
 
 
+@_telemetry.instrument_attempt_store
 class AttemptStore:
     """Durable step attempts over a run store's database, fenced by the run's owner.
 
