@@ -35,6 +35,7 @@ from typing import Any, Literal, TypeVar
 
 import attrs
 
+from .. import _telemetry
 from .._clock import Clock
 from .._constants import HEARTBEAT_INTERVAL_MS, HEARTBEAT_WRITE_TOLERANCE_MS
 from .._errors import ERROR_CODES, RunStoreError
@@ -160,6 +161,8 @@ class Supervision:
         self._pending = 0
         self._ended = False
         self._clock: Clock | None = None
+        #: The span current where supervision began (telemetry events go there).
+        self._span = _telemetry.current_span()
 
     @property
     def last_confirmed_ms(self) -> int:
@@ -431,6 +434,8 @@ class Core:
                 task.cancel()
             await asyncio.gather(pulses, deadline, *self._background, return_exceptions=True)
             self._workers.close()
+            if ending is not None:
+                self._event(ending.reason, ending.unconfirmed_ms)
             if ending is not None and ending.reason != "released":
                 self._interrupt(ending.error(self._run_id))
             self._supervision._end()
@@ -463,6 +468,12 @@ class Core:
         finally:
             self._supervision._unpark(loop)
 
+    def _event(self, event: str, unconfirmed_ms: int | None = None) -> None:
+        """Report a supervisor event (``runstore._telemetry``)."""
+        _telemetry.supervisor_event(
+            event, "supervise", self._supervision._span, self._run_id, unconfirmed_ms
+        )
+
     def _background_done(self, task: asyncio.Future[Any]) -> None:
         self._background.discard(task)
         self._supervision._busy(-1)
@@ -475,6 +486,7 @@ class Core:
         except Exception as error:
             if self.ending is None and not self._failing:
                 self._failing = True
+                self._event("write_failed")
                 code = _error_code(error)
                 logger.warning(
                     "run heartbeat write failed (run_id=%s, code=%s)",
@@ -552,6 +564,7 @@ class Core:
                 if stamp + HEARTBEAT_WRITE_TOLERANCE_MS <= self._clock.now_ms():
                     return await self._lapse(unconfirmed)
                 self._supervision._confirm(stamp)
+                self._event("reconfirmed", unconfirmed)
                 if self._on_reconfirm is not None:
                     receipt_ok = await self._invoke_bounded(
                         "on_reconfirm",

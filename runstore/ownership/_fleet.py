@@ -39,6 +39,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from .. import _telemetry
 from .._boundary import admit_identifier, admit_owner
 from .._clock import Clock
 from .._constants import HEARTBEAT_INTERVAL_MS, HEARTBEAT_WRITE_TOLERANCE_MS
@@ -284,6 +285,8 @@ class Fleet:
         except Exception as error:
             if not self._failing and not isinstance(error, _TimedOut):
                 self._failing = True
+                for run_id in ids:
+                    self._event("write_failed", live[run_id])
                 code = _error_code(error)
                 logger.warning(
                     "run fleet heartbeat failed (runs=%s, code=%s)",
@@ -300,6 +303,7 @@ class Fleet:
                 # Re-arm from the timestamp sent, never from when it returned.
                 supervision._confirm(now)
             elif await self._released_by_owner(run_id):
+                self._event("released", supervision)
                 self.discard(run_id)
             else:
                 logger.warning(
@@ -331,8 +335,10 @@ class Fleet:
                 self._clock.now_ms()
             ):
                 supervision._confirm(now)
+                self._event("reconfirmed", supervision, unconfirmed)
                 continue
             if outcome is not None and await self._released_by_owner(run_id):
+                self._event("released", supervision)
                 self.discard(run_id)
                 continue
             logger.warning(
@@ -370,7 +376,10 @@ class Fleet:
         error = LeaseLost(
             message, run_id=run_id, reason=reason, unconfirmed_ms=unconfirmed_ms, outcome=outcome
         )
+        first = member.supervision.error is None
         member.supervision._lose(error)
+        if first:
+            self._event(reason, member.supervision, unconfirmed_ms)
         with self._lock:
             holder = member.holder
             if holder is not None and self._interrupt_thread and _set_async_exc is not None:
@@ -388,6 +397,14 @@ class Fleet:
                     kind,
                     extra={"run_id": run_id, "callback": "on_lost", "error_type": kind},
                 )
+
+    def _event(
+        self, event: str, supervision: Supervision, unconfirmed_ms: int | None = None
+    ) -> None:
+        """Report a supervisor event of one run (``runstore._telemetry``)."""
+        _telemetry.supervisor_event(
+            event, "fleet", supervision._span, supervision.run_id, unconfirmed_ms
+        )
 
     async def _call(self, fn: Callable[..., Any], *args: Any, bound: int | None) -> Any:
         with self._lock:
