@@ -7,8 +7,9 @@ application would: ``BEGIN`` sent with the locking read in one pipelined
 round trip, then one round trip per statement and one for ``COMMIT``, five
 in all, over tables with no triggers or CHECKs.
 
-1. **Per operation, one client**: batches of each store operation alternate
-   with batches of the baseline; medians are compared per transaction.
+1. **Per operation, one client**: every store call is followed by the
+   baseline transactions it stands for, so both see the same load on a busy
+   machine; median latencies are compared per transaction.
 2. **Writers on distinct runs**: 1, 2, 4 and 8 client processes, each
    heartbeating its own run (store) or running the baseline on its own row
    (raw), interleaved; aggregate throughput, and each side's n-client /
@@ -29,8 +30,8 @@ shared core, strategy calls through ``tx.connection``) or ``both``.
 ``synchronous_commit`` on (the default cluster has them off: the test
 cluster's settings, where round trips dominate).
 
-Run: ``python benchmarks/postgres_throughput.py [--rounds N] [--batch N]
-[--seconds S] [--path fast|general|both] [--durable] [--only 1,2,3,4]``.
+Run: ``python benchmarks/postgres_throughput.py [--calls N] [--seconds S]
+[--path fast|general|both] [--durable] [--only 1,2,3,4]``.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ THIEF = OwnerId("other-host", 2, "other-nonce")
 PENDING = RunSnapshot("pending", None, None)
 STATE = '{"step": 1, "items": [1, 2, 3], "note": "' + "x" * 200 + '"}'
 
-#: Operation name -> transactions per operation.
+#: Operation name -> baseline transactions one call stands for (claim+activate
+#: is two transactions; heartbeat_many of 10 runs replaces 10 heartbeats).
 OPERATIONS = {
     "create": 1,
     "claim+activate": 2,
@@ -61,7 +63,7 @@ OPERATIONS = {
     "claim_next": 1,
     "heartbeat": 1,
     "reconfirm": 1,
-    "heartbeat_many/10": 1,
+    "heartbeat_many/10": 10,
     "transition_owned": 1,
     "steal": 1,
     "request_cancel": 1,
@@ -139,13 +141,11 @@ class Baseline:
 
 
 def open_store(url: str, clock: Any, path: str) -> Any:
-    if path == "general":
-        return runstore.postgres.open(url, clock=clock)
     return runstore.postgres.open(url, clock=clock, fast_path=(path == "fast"))
 
 
 class Subject:
-    """The store, with runs prepared so every operation of a batch succeeds."""
+    """The store, with runs prepared so every call of an operation succeeds."""
 
     def __init__(self, url: str, operation: str, path: str) -> None:
         self.clock = ManualClock(0)
@@ -154,104 +154,103 @@ class Subject:
         self.serial = 0
         self.prefix = f"{path}-{operation}"
 
-    def _prepare(self, count: int) -> list[str]:
-        if self.operation == "create":
-            return []
-        store, now = self.store, self.clock.now_ms()
+    def _fresh(self, count: int) -> list[str]:
         ids = []
-        size = count * 10 if self.operation == "heartbeat_many/10" else count
-        for _ in range(size):
+        for _ in range(count):
             self.serial += 1
             run_id = f"{self.prefix}-{self.serial}"
-            store.create(run_id, STATE)
+            self.store.create(run_id, STATE)
             ids.append(run_id)
-        if self.operation in ("heartbeat", "reconfirm", "transition_owned"):
-            owned = f"{self.prefix}-1"
-            if self.serial == count:
-                store.claim_and_own(owned, PENDING, OWNER, now)
-        if self.operation == "heartbeat_many/10":
-            for run_id in ids:
-                store.claim_and_own(run_id, PENDING, OWNER, now)
-        if self.operation == "steal":
-            for run_id in ids:
-                store.claim_and_own(run_id, PENDING, OWNER, now)
-            self.clock.advance(40_000)
-        if self.operation == "request_cancel":
-            pass
         return ids
 
-    def batch(self, count: int) -> float:
-        store, clock = self.store, self.clock
-        ids = self._prepare(count)
+    def prepare(self, count: int) -> Callable[[int], None]:
+        """Runs for ``count`` calls; returns the call (its argument: the call's number)."""
+        store, clock, operation = self.store, self.clock, self.operation
         now = clock.now_ms()
-        owned = f"{self.prefix}-1"
-        operation = self.operation
-        started = time.perf_counter()
         if operation == "create":
-            for _ in range(count):
-                self.serial += 1
-                store.create(f"{self.prefix}-{self.serial}", STATE)
-        elif operation == "claim+activate":
-            for run_id in ids:
-                claimed = store.claim(run_id, PENDING, OWNER, now)
-                store.activate(run_id, OWNER, claimed.claimed_at_ms, PENDING)
-        elif operation == "claim_and_own":
+            names = [f"{self.prefix}-new-{self.serial + i}" for i in range(count)]
+            self.serial += count
+            return lambda i: store.create(names[i], STATE)
+        if operation in ("heartbeat", "reconfirm", "transition_owned"):
+            (owned,) = self._fresh(1)
+            store.claim_and_own(owned, PENDING, OWNER, now)
+            if operation == "transition_owned":
+                return lambda i: store.transition_owned(owned, OWNER, "running", STATE)
+            renew = store.heartbeat if operation == "heartbeat" else store.reconfirm
+            return lambda i: renew(owned, OWNER, now + i % 1000)
+        if operation == "heartbeat_many/10":
+            ids = self._fresh(10)
             for run_id in ids:
                 store.claim_and_own(run_id, PENDING, OWNER, now)
-        elif operation == "claim_next":
-            for _ in ids:
-                assert store.claim_next(OWNER, now) is not None
-        elif operation in ("heartbeat", "reconfirm"):
-            renew = store.heartbeat if operation == "heartbeat" else store.reconfirm
-            for step in range(count):
-                renew(owned, OWNER, now + step % 1000)
-        elif operation == "heartbeat_many/10":
-            for start in range(0, len(ids), 10):
-                store.heartbeat_many(OWNER, ids[start : start + 10], now)
-        elif operation == "transition_owned":
-            for _ in range(count):
-                store.transition_owned(owned, OWNER, "running", STATE)
-        elif operation == "steal":
-            evidence = LivenessEvidence(OWNER, now, "lease-expired")
-            expected = RunSnapshot("running", OWNER, now - 40_000)
-            for run_id in ids:
-                store.steal(run_id, expected, THIEF, now, evidence)
-        elif operation == "request_cancel":
-            for run_id in ids:
-                store.request_cancel(run_id, now)
-        elapsed = time.perf_counter() - started
+            return lambda i: store.heartbeat_many(OWNER, ids, now + i % 1000)
+        ids = self._fresh(count)
+        if operation == "claim+activate":
+
+            def claim_activate(i: int) -> None:
+                claimed = store.claim(ids[i], PENDING, OWNER, now)
+                store.activate(ids[i], OWNER, claimed.claimed_at_ms, PENDING)
+
+            return claim_activate
+        if operation == "claim_and_own":
+            return lambda i: store.claim_and_own(ids[i], PENDING, OWNER, now)
         if operation == "claim_next":
-            # Leave no unclaimed run behind for the next batch's picks.
-            pass
-        return elapsed
+            return lambda i: store.claim_next(OWNER, now)
+        if operation == "request_cancel":
+            return lambda i: store.request_cancel(ids[i], now)
+        if operation == "steal":
+            for run_id in ids:
+                store.claim_and_own(run_id, PENDING, OWNER, now)
+            clock.advance(40_000)
+            later = clock.now_ms()
+            evidence = LivenessEvidence(OWNER, later, "lease-expired")
+            expected = RunSnapshot("running", OWNER, now)
+            return lambda i: store.steal(ids[i], expected, THIEF, later, evidence)
+        raise AssertionError(operation)
 
     def close(self) -> None:
         self.store.close()
 
 
-def per_operation(url: str, path: str, rounds: int, batch: int) -> None:
-    print(f"\n1. one client, {path} path (median of {rounds} interleaved batches of {batch})")
-    print(f"{'operation':<20}{'store op/s':>12}{'raw tx/s':>12}{'ratio/tx':>10}")
+def _median_us(values: list[float]) -> float:
+    return statistics.median(values) * 1e6
+
+
+def per_operation(url: str, path: str, calls: int) -> None:
+    """Each store call alternates with the baseline's transactions (as many as
+    the call replaces), so both see the same load; medians are compared."""
+    print(f"\n1. one client, {path} path ({calls} calls, each followed by the baseline)")
+    print(f"{'operation':<20}{'store us':>10}{'raw us/tx':>11}{'store op/s':>12}{'ratio/tx':>10}")
     baseline = Baseline(url, "solo")
     for operation, transactions in OPERATIONS.items():
         subject = Subject(url, operation, path)
-        subject.batch(5)
-        baseline.batch(5)
+        call = subject.prepare(calls + 5)
+        for i in range(5):
+            call(calls + i)  # warm: prepared statements, plpgsql compiled
+            baseline.one()
         store_times, raw_times = [], []
-        for _ in range(rounds):
-            store_times.append(subject.batch(batch))
-            raw_times.append(baseline.batch(batch * transactions))
+        for i in range(calls):
+            began = time.perf_counter()
+            call(i)
+            store_times.append(time.perf_counter() - began)
+            began = time.perf_counter()
+            for _ in range(transactions):
+                baseline.one()
+            raw_times.append((time.perf_counter() - began) / transactions)
         subject.close()
-        ops = batch / statistics.median(store_times)
-        raw = batch * transactions / statistics.median(raw_times)
-        print(f"{operation:<20}{ops:>12.0f}{raw:>12.0f}{ops * transactions / raw:>10.2f}")
+        store_us, raw_us = _median_us(store_times), _median_us(raw_times)
+        ratio = raw_us * transactions / store_us
+        print(
+            f"{operation:<20}{store_us:>10.0f}{raw_us:>11.0f}{1e6 / store_us:>12.0f}{ratio:>10.2f}"
+        )
     baseline.close()
 
 
 # -- several client processes ---------------------------------------------------------
 
 
-def _client(url: str, kind: str, path: str, index: int, seconds: float, start: Any, out: Any) -> None:
+def _client(
+    url: str, kind: str, path: str, index: int, seconds: float, start: Any, out: Any
+) -> None:
     """One client process: heartbeats (store) or baseline CASes (raw) until
     ``seconds`` pass; reports its count, its latencies and its failures."""
     shared = kind.endswith("-shared")
@@ -289,7 +288,9 @@ def _client(url: str, kind: str, path: str, index: int, seconds: float, start: A
     out.put((len(latencies), latencies, failures))
 
 
-def _run_clients(url: str, kind: str, path: str, n: int, seconds: float) -> tuple[float, list[float], int]:
+def _run_clients(
+    url: str, kind: str, path: str, n: int, seconds: float
+) -> tuple[float, list[float], int]:
     context = multiprocessing.get_context("spawn")
     start = context.Event()
     out = context.Queue()
@@ -313,7 +314,9 @@ def _run_clients(url: str, kind: str, path: str, n: int, seconds: float) -> tupl
 
 def scaling(url: str, path: str, seconds: float) -> None:
     print(f"\n2. writers on distinct runs, {path} path ({seconds:g} s per point, interleaved)")
-    print(f"{'clients':>8}{'store tx/s':>12}{'raw tx/s':>12}{'store n/1':>11}{'raw n/1':>9}{'ratio':>8}")
+    print(
+        f"{'clients':>8}{'store tx/s':>12}{'raw tx/s':>12}{'store n/1':>11}{'raw n/1':>9}{'ratio':>8}"
+    )
     first: dict[str, float] = {}
     for n in (1, 2, 4, 8):
         store, _, store_failures = _run_clients(url, "store", path, n, seconds)
@@ -323,7 +326,8 @@ def scaling(url: str, path: str, seconds: float) -> None:
         s_ratio, r_ratio = store / first["store"], raw / first["raw"]
         print(
             f"{n:>8}{store:>12.0f}{raw:>12.0f}{s_ratio:>11.2f}{r_ratio:>9.2f}"
-            f"{s_ratio / r_ratio:>8.2f}" + (f"  ({store_failures} failed)" if store_failures else "")
+            f"{s_ratio / r_ratio:>8.2f}"
+            + (f"  ({store_failures} failed)" if store_failures else "")
         )
 
 
@@ -347,26 +351,26 @@ def revision_step(url: str, count: int) -> None:
     store.claim_and_own("rev", PENDING, OWNER, 0)
     commits: list[float] = []
     whole: list[float] = []
-    connection = store._tm.live()
-    original = psycopg.Connection.execute
+    from runstore.postgres import _tx
 
-    def timed(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+    original = _tx._raw
+
+    def timed(connection: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
         if query == "COMMIT":
             began = time.perf_counter()
-            result = original(self, query, *args, **kwargs)
+            result = original(connection, query, *args, **kwargs)
             commits.append(time.perf_counter() - began)
             return result
-        return original(self, query, *args, **kwargs)
+        return original(connection, query, *args, **kwargs)
 
-    psycopg.Connection.execute = timed  # type: ignore[method-assign]
+    _tx._raw = timed  # the manager's BEGIN and COMMIT go through it
     try:
         for step in range(count):
             began = time.perf_counter()
             store.heartbeat("rev", OWNER, step % 1000)
             whole.append(time.perf_counter() - began)
     finally:
-        psycopg.Connection.execute = original  # type: ignore[method-assign]
-    del connection
+        _tx._raw = original
     store.close()
 
     def q(values: list[float], fraction: float) -> float:
@@ -380,8 +384,7 @@ def revision_step(url: str, count: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--batch", type=int, default=200)
+    parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--path", choices=["fast", "general", "both"], default="both")
     parser.add_argument("--durable", action="store_true")
@@ -404,13 +407,13 @@ def main(argv: list[str] | None = None) -> None:
     try:
         for path in paths:
             if "1" in parts:
-                per_operation(url, path, args.rounds, args.batch)
+                per_operation(url, path, args.calls)
             if "2" in parts:
                 scaling(url, path, args.seconds)
             if "3" in parts:
                 one_run(url, path, args.seconds)
         if "4" in parts:
-            revision_step(url, args.batch * 5)
+            revision_step(url, args.calls * 3)
     finally:
         server.drop(url)
         server.close()

@@ -18,9 +18,8 @@ Conventions:
   ``LOCK_RUN`` does, except where the core's first statement is the guarded
   UPDATE itself (``abandon_claim``).
 - A strategy call that the core makes and can lose (the lease grant) is
-  decided before anything is written, by reading the lease row ``FOR
-  UPDATE``: where the core would roll the operation back (contract.md,
-  Decided here 1), nothing has been written yet.
+  the first write, one guarded statement: where the core would roll the
+  operation back (contract.md, Decided here 1), nothing has been written.
 - Outcomes are returned as text tags (``claimed``, ``already_claimed``,
   ``heartbeat_fresh``, ``snapshot_changed``, ``not_found``, ...); the
   Python side maps each to its outcome value.
@@ -59,64 +58,24 @@ CREATE FUNCTION flows_op_is_snapshot(
     AND p_row.heartbeat_at_ms IS NOT DISTINCT FROM p_heartbeat
 $$;
 
-CREATE FUNCTION flows_op_last_position(p_run text) RETURNS bigint
-LANGUAGE sql STABLE SET search_path FROM CURRENT AS $$
-  SELECT COALESCE(MAX(position), 0) FROM flows_ownership_facts WHERE run_id = p_run
-$$;
-
+-- (plpgsql, not SQL: a SQL function that cannot be inlined is planned
+-- again at every call, a plpgsql function's statements once per session.)
+-- Appends one fact, one past the run's last.
 CREATE FUNCTION flows_op_fact(
-  p_run text, p_position bigint, p_transition text, p_host text, p_pid bigint, p_nonce text,
-  p_granted bigint
-) RETURNS void LANGUAGE sql SET search_path FROM CURRENT AS $$
+  p_run text, p_transition text, p_host text, p_pid bigint, p_nonce text, p_granted bigint
+) RETURNS void LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
   INSERT INTO flows_ownership_facts
     (run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms)
-  VALUES (p_run, p_position, p_transition, p_host, p_pid, p_nonce, p_granted)
+  SELECT p_run, COALESCE(MAX(f.position), 0) + 1, p_transition, p_host, p_pid, p_nonce,
+         p_granted
+  FROM flows_ownership_facts AS f WHERE f.run_id = p_run;
+END
 $$;
 
 CREATE FUNCTION flows_op_write_invariant(p_run text) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
   RAISE EXCEPTION 'guarded update missed a row it had admitted' USING ERRCODE = 'RS001';
-END
-$$;
-
--- The lease grant of a claim (SqlConsensus.claim): granted when there is no
--- lease row, or one with neither owner nor claim.
-CREATE FUNCTION flows_op_grant_claim(
-  p_run text, p_host text, p_pid bigint, p_nonce text, p_now bigint
-) RETURNS boolean LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
-DECLARE
-  v_lease flows_consensus_leases;
-BEGIN
-  SELECT * INTO v_lease FROM flows_consensus_leases WHERE run_id = p_run FOR UPDATE;
-  IF NOT FOUND THEN
-    INSERT INTO flows_consensus_leases
-      (run_id, claim_host_id, claim_pid, claim_nonce, claimed_at_ms)
-    VALUES (p_run, p_host, p_pid, p_nonce, p_now);
-    RETURN true;
-  END IF;
-  IF v_lease.claim_host_id IS NOT NULL OR v_lease.owner_host_id IS NOT NULL THEN
-    RETURN false;
-  END IF;
-  UPDATE flows_consensus_leases
-  SET claim_host_id = p_host, claim_pid = p_pid, claim_nonce = p_nonce, claimed_at_ms = p_now
-  WHERE run_id = p_run;
-  RETURN true;
-END
-$$;
-
--- The lease grant of a steal (SqlConsensus.steal, the evidence already
--- checked by the caller): the owner named, no claim, heartbeat stale.
-CREATE FUNCTION flows_op_grant_steal(
-  p_run text, p_owner_host text, p_owner_pid bigint, p_owner_nonce text,
-  p_host text, p_pid bigint, p_nonce text, p_now bigint, p_cutoff bigint
-) RETURNS boolean LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
-BEGIN
-  UPDATE flows_consensus_leases
-  SET claim_host_id = p_host, claim_pid = p_pid, claim_nonce = p_nonce, claimed_at_ms = p_now
-  WHERE run_id = p_run AND owner_host_id = p_owner_host AND owner_pid = p_owner_pid
-    AND owner_nonce = p_owner_nonce AND claim_host_id IS NULL
-    AND heartbeat_at_ms IS NOT NULL AND heartbeat_at_ms < p_cutoff;
-  RETURN FOUND;
 END
 $$;
 
@@ -189,14 +148,21 @@ BEGIN
           AND v_row.claim_nonce IS NULL AND v_row.claimed_at_ms IS NULL) THEN
     RETURN flows_op_loss(v_row, p_cutoff);
   END IF;
-  IF NOT flows_op_grant_claim(p_run, p_host, p_pid, p_nonce, p_now) THEN
+  -- SqlConsensus.claim: granted when there is no lease, or an empty one.
+  INSERT INTO flows_consensus_leases AS l
+    (run_id, claim_host_id, claim_pid, claim_nonce, claimed_at_ms)
+  VALUES (p_run, p_host, p_pid, p_nonce, p_now)
+  ON CONFLICT (run_id) DO UPDATE SET
+    claim_host_id = excluded.claim_host_id, claim_pid = excluded.claim_pid,
+    claim_nonce = excluded.claim_nonce, claimed_at_ms = excluded.claimed_at_ms
+  WHERE l.claim_host_id IS NULL AND l.owner_host_id IS NULL;
+  IF NOT FOUND THEN
     RETURN flows_op_loss(v_row, p_cutoff);  -- the strategy is authoritative
   END IF;
   UPDATE flows_runs
   SET claim_host_id = p_host, claim_pid = p_pid, claim_nonce = p_nonce, claimed_at_ms = p_now
   WHERE run_id = p_run;
-  PERFORM flows_op_fact(p_run, flows_op_last_position(p_run) + 1, 'claimed',
-                        p_host, p_pid, p_nonce, p_now);
+  PERFORM flows_op_fact(p_run, 'claimed', p_host, p_pid, p_nonce, p_now);
   RETURN 'claimed';
 END
 $$;
@@ -221,15 +187,20 @@ BEGIN
           AND v_row.heartbeat_at_ms IS NOT NULL AND v_row.heartbeat_at_ms < p_cutoff) THEN
     RETURN flows_op_loss(v_row, p_cutoff);
   END IF;
-  IF NOT flows_op_grant_steal(p_run, p_owner_host, p_owner_pid, p_owner_nonce,
-                              p_host, p_pid, p_nonce, p_now, p_cutoff) THEN
+  -- SqlConsensus.steal (the evidence checked by the caller): the owner
+  -- named, no claim, heartbeat stale.
+  UPDATE flows_consensus_leases
+  SET claim_host_id = p_host, claim_pid = p_pid, claim_nonce = p_nonce, claimed_at_ms = p_now
+  WHERE run_id = p_run AND owner_host_id = p_owner_host AND owner_pid = p_owner_pid
+    AND owner_nonce = p_owner_nonce AND claim_host_id IS NULL
+    AND heartbeat_at_ms IS NOT NULL AND heartbeat_at_ms < p_cutoff;
+  IF NOT FOUND THEN
     RETURN flows_op_loss(v_row, p_cutoff);
   END IF;
   UPDATE flows_runs
   SET claim_host_id = p_host, claim_pid = p_pid, claim_nonce = p_nonce, claimed_at_ms = p_now
   WHERE run_id = p_run;
-  PERFORM flows_op_fact(p_run, flows_op_last_position(p_run) + 1, 'stolen',
-                        p_host, p_pid, p_nonce, p_now);
+  PERFORM flows_op_fact(p_run, 'stolen', p_host, p_pid, p_nonce, p_now);
   RETURN 'claimed';
 END
 $$;
@@ -245,16 +216,11 @@ CREATE FUNCTION flows_op_claim_and_own(
 ) RETURNS text LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
   v_row flows_runs;
-  v_lease flows_consensus_leases;
-  v_last bigint;
-  v_loss text;
-  v_transition text := 'claimed';
 BEGIN
   SELECT * INTO v_row FROM flows_runs WHERE run_id = p_run FOR UPDATE;
   IF NOT FOUND THEN
     RETURN 'not_found';
   END IF;
-  v_loss := flows_op_loss(v_row, p_cutoff);
   IF NOT (v_row.status IN ('pending', 'suspended', 'running')
           AND flows_op_is_snapshot(v_row, p_status, p_owner_host, p_owner_pid,
                                    p_owner_nonce, p_heartbeat)
@@ -262,43 +228,56 @@ BEGIN
           AND v_row.claim_nonce IS NULL AND v_row.claimed_at_ms IS NULL
           AND (v_row.status <> 'running' OR v_row.heartbeat_at_ms IS NULL
                OR v_row.heartbeat_at_ms < p_cutoff)) THEN
-    RETURN v_loss;
+    RETURN flows_op_loss(v_row, p_cutoff);
   END IF;
-  v_last := flows_op_last_position(p_run);
-  -- Decide the strategy's grant before writing anything: a refused grant
-  -- rolls the whole operation back, so nothing may have been written.
-  SELECT * INTO v_lease FROM flows_consensus_leases WHERE run_id = p_run FOR UPDATE;
+  -- The strategy's grant and activation, as one lease write that leaves
+  -- what they leave (owned by the claimant since p_now, renewed at p_now, no
+  -- claim), or none when the grant is refused: then nothing was written and
+  -- the loss is the answer (a refused grant rolls the operation back).
   IF p_mode = 'steal' THEN
-    IF NOT (FOUND AND v_lease.owner_host_id = p_owner_host AND v_lease.owner_pid = p_owner_pid
-            AND v_lease.owner_nonce = p_owner_nonce AND v_lease.claim_host_id IS NULL
-            AND v_lease.heartbeat_at_ms IS NOT NULL AND v_lease.heartbeat_at_ms < p_cutoff) THEN
-      RETURN v_loss;
-    END IF;
-    PERFORM flows_op_grant_steal(p_run, p_owner_host, p_owner_pid, p_owner_nonce,
-                                 p_host, p_pid, p_nonce, p_now, p_cutoff);
-    v_transition := 'stolen';
+    -- SqlConsensus.steal: the owner named, no claim, heartbeat stale.
+    UPDATE flows_consensus_leases
+    SET owner_host_id = p_host, owner_pid = p_pid, owner_nonce = p_nonce,
+        granted_at_ms = p_now, heartbeat_at_ms = p_now,
+        claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL
+    WHERE run_id = p_run AND owner_host_id = p_owner_host AND owner_pid = p_owner_pid
+      AND owner_nonce = p_owner_nonce AND claim_host_id IS NULL
+      AND heartbeat_at_ms IS NOT NULL AND heartbeat_at_ms < p_cutoff;
   ELSE
-    IF FOUND AND NOT (
-         (p_mode = 'reown' AND v_lease.owner_host_id = p_host AND v_lease.owner_pid = p_pid
-          AND v_lease.owner_nonce = p_nonce)
-         OR (v_lease.claim_host_id IS NULL AND v_lease.owner_host_id IS NULL)) THEN
-      RETURN v_loss;
-    END IF;
-    IF p_mode = 'reown' THEN
-      -- Re-owning one's own stale run: release, then a fresh grant.
-      DELETE FROM flows_consensus_leases
-      WHERE run_id = p_run AND owner_host_id = p_host AND owner_pid = p_pid
-        AND owner_nonce = p_nonce;
-      v_last := v_last + 1;
-      PERFORM flows_op_fact(p_run, v_last, 'released', p_host, p_pid, p_nonce, NULL);
-    END IF;
-    PERFORM flows_op_grant_claim(p_run, p_host, p_pid, p_nonce, p_now);
+    -- SqlConsensus.claim: no lease, or an empty one; re-owning one's own
+    -- stale run releases the lease first.
+    INSERT INTO flows_consensus_leases AS l
+      (run_id, owner_host_id, owner_pid, owner_nonce, granted_at_ms, heartbeat_at_ms)
+    VALUES (p_run, p_host, p_pid, p_nonce, p_now, p_now)
+    ON CONFLICT (run_id) DO UPDATE SET
+      owner_host_id = excluded.owner_host_id, owner_pid = excluded.owner_pid,
+      owner_nonce = excluded.owner_nonce, granted_at_ms = excluded.granted_at_ms,
+      heartbeat_at_ms = excluded.heartbeat_at_ms,
+      claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL
+    WHERE (l.claim_host_id IS NULL AND l.owner_host_id IS NULL)
+       OR (p_mode = 'reown' AND l.owner_host_id = p_host AND l.owner_pid = p_pid
+           AND l.owner_nonce = p_nonce);
   END IF;
-  IF NOT flows_op_promote(p_run, p_host, p_pid, p_nonce, p_now, p_now) THEN
-    PERFORM flows_op_write_invariant(p_run);
+  IF NOT FOUND THEN
+    RETURN flows_op_loss(v_row, p_cutoff);
   END IF;
-  PERFORM flows_op_fact(p_run, v_last + 1, v_transition, p_host, p_pid, p_nonce, p_now);
-  PERFORM flows_op_fact(p_run, v_last + 2, 'activated', p_host, p_pid, p_nonce, p_now);
+  IF p_mode = 'reown' THEN
+    INSERT INTO flows_ownership_facts
+      (run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms)
+    SELECT p_run, m.last + v.step, v.transition, p_host, p_pid, p_nonce, v.granted
+    FROM (SELECT COALESCE(MAX(f.position), 0) AS last
+          FROM flows_ownership_facts AS f WHERE f.run_id = p_run) AS m,
+         (VALUES (1, 'released', NULL::bigint), (2, 'claimed', p_now),
+                 (3, 'activated', p_now)) AS v (step, transition, granted);
+  ELSE
+    INSERT INTO flows_ownership_facts
+      (run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms)
+    SELECT p_run, m.last + v.step, v.transition, p_host, p_pid, p_nonce, p_now
+    FROM (SELECT COALESCE(MAX(f.position), 0) AS last
+          FROM flows_ownership_facts AS f WHERE f.run_id = p_run) AS m,
+         (VALUES (1, CASE WHEN p_mode = 'steal' THEN 'stolen' ELSE 'claimed' END),
+                 (2, 'activated')) AS v (step, transition);
+  END IF;
   UPDATE flows_runs
   SET status = 'running', started_at_ms = COALESCE(started_at_ms, p_now),
       finished_at_ms = NULL,
@@ -330,15 +309,14 @@ BEGIN
                               p_owner_nonce, p_heartbeat) THEN
     -- The claim stands but the snapshot moved: give the claim back.
     PERFORM flows_op_release_claim(p_run, p_host, p_pid, p_nonce, p_token);
-    PERFORM flows_op_fact(p_run, flows_op_last_position(p_run) + 1, 'released',
-                          p_host, p_pid, p_nonce, p_token);
+    PERFORM flows_op_fact(p_run, 'released', p_host, p_pid, p_nonce, p_token);
     PERFORM flows_op_clear_claim(p_run, p_host, p_pid, p_nonce, p_token);
-    RETURN 'snapshot_changed';
+      RETURN 'snapshot_changed';
   END IF;
   IF NOT flows_op_promote(p_run, p_host, p_pid, p_nonce, p_token, p_activated_at) THEN
     -- The strategy no longer holds this claim: the row follows it.
     PERFORM flows_op_clear_claim(p_run, p_host, p_pid, p_nonce, p_token);
-    RETURN 'claim_lost';
+      RETURN 'claim_lost';
   END IF;
   UPDATE flows_runs
   SET status = 'running', started_at_ms = COALESCE(started_at_ms, p_activated_at),
@@ -347,8 +325,7 @@ BEGIN
       heartbeat_at_ms = p_activated_at,
       claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL
   WHERE run_id = p_run;
-  PERFORM flows_op_fact(p_run, flows_op_last_position(p_run) + 1, 'activated',
-                        p_host, p_pid, p_nonce, p_token);
+  PERFORM flows_op_fact(p_run, 'activated', p_host, p_pid, p_nonce, p_token);
   RETURN 'activated';
 END
 $$;
@@ -363,8 +340,7 @@ BEGIN
     RETURN 'claim_lost';
   END IF;
   PERFORM flows_op_release_claim(p_run, p_host, p_pid, p_nonce, p_token);
-  PERFORM flows_op_fact(p_run, flows_op_last_position(p_run) + 1, 'released',
-                        p_host, p_pid, p_nonce, p_token);
+  PERFORM flows_op_fact(p_run, 'released', p_host, p_pid, p_nonce, p_token);
   RETURN 'abandoned';
 END
 $$;
@@ -402,8 +378,7 @@ BEGIN
   IF NOT flows_op_clear_claim(p_run, p_host, p_pid, p_nonce, p_token) THEN
     PERFORM flows_op_write_invariant(p_run);
   END IF;
-  PERFORM flows_op_fact(p_run, flows_op_last_position(p_run) + 1, 'expired',
-                        p_host, p_pid, p_nonce, p_token);
+  PERFORM flows_op_fact(p_run, 'expired', p_host, p_pid, p_nonce, p_token);
   RETURN 'recovered';
 END
 $$;
@@ -426,11 +401,11 @@ BEGIN
   IF FOUND THEN
     -- The row mirrors the lease's stamp; a renewed lease over a row this
     -- owner does not hold is reported, never hidden.
-    UPDATE flows_runs SET heartbeat_at_ms = GREATEST(heartbeat_at_ms, v_stamp)
+      UPDATE flows_runs SET heartbeat_at_ms = GREATEST(heartbeat_at_ms, v_stamp)
     WHERE run_id = p_run AND status = 'running' AND owner_host_id = p_host
       AND owner_pid = p_pid AND owner_nonce = p_nonce;
     IF FOUND THEN
-      RETURN 'updated';
+          RETURN 'updated';
     END IF;
   END IF;
   PERFORM 1 FROM flows_runs WHERE run_id = p_run;
@@ -448,31 +423,40 @@ CREATE FUNCTION flows_op_transition_owned(
 ) RETURNS text LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
   v_row flows_runs;
-  v_owned boolean;
-  v_blocked boolean;
 BEGIN
   SELECT * INTO v_row FROM flows_runs WHERE run_id = p_run FOR UPDATE;
   IF NOT FOUND THEN
     RETURN 'not_found';
   END IF;
-  v_owned := v_row.status = 'running' AND v_row.owner_host_id = p_host
-    AND v_row.owner_pid = p_pid AND v_row.owner_nonce = p_nonce;
-  v_blocked := (p_requirement IS NOT DISTINCT FROM 'absent'
-                AND v_row.cancel_requested_at_ms IS NOT NULL)
-            OR (p_requirement IS NOT DISTINCT FROM 'present'
-                AND v_row.cancel_requested_at_ms IS NULL);
-  PERFORM 1 FROM flows_consensus_leases
-  WHERE run_id = p_run AND owner_host_id = p_host AND owner_pid = p_pid
-    AND owner_nonce = p_nonce;
-  IF NOT FOUND OR NOT v_owned THEN
+  IF NOT (v_row.status = 'running' AND v_row.owner_host_id = p_host
+          AND v_row.owner_pid = p_pid AND v_row.owner_nonce = p_nonce) THEN
     RETURN 'fence_lost';
   END IF;
-  IF v_blocked THEN
-    RETURN 'guard_failed';
+  IF (p_requirement IS NOT DISTINCT FROM 'absent' AND v_row.cancel_requested_at_ms IS NOT NULL)
+     OR (p_requirement IS NOT DISTINCT FROM 'present'
+         AND v_row.cancel_requested_at_ms IS NULL) THEN
+    -- SqlConsensus.guard decides between the two losses.
+    PERFORM 1 FROM flows_consensus_leases
+    WHERE run_id = p_run AND owner_host_id = p_host AND owner_pid = p_pid
+      AND owner_nonce = p_nonce;
+    RETURN CASE WHEN FOUND THEN 'guard_failed' ELSE 'fence_lost' END;
   END IF;
   IF p_status = 'running' THEN
+    PERFORM 1 FROM flows_consensus_leases
+    WHERE run_id = p_run AND owner_host_id = p_host AND owner_pid = p_pid
+      AND owner_nonce = p_nonce;
+    IF NOT FOUND THEN
+      RETURN 'fence_lost';
+    END IF;
     UPDATE flows_runs SET status = 'running', finished_at_ms = NULL WHERE run_id = p_run;
   ELSE
+    -- Settling: the guard and the release of the ownership in one statement.
+    DELETE FROM flows_consensus_leases
+    WHERE run_id = p_run AND owner_host_id = p_host AND owner_pid = p_pid
+      AND owner_nonce = p_nonce;
+    IF NOT FOUND THEN
+      RETURN 'fence_lost';
+    END IF;
     UPDATE flows_runs
     SET status = p_status, finished_at_ms = p_finished,
         owner_host_id = NULL, owner_pid = NULL, owner_nonce = NULL, heartbeat_at_ms = NULL,
@@ -484,11 +468,7 @@ BEGIN
     ON CONFLICT (run_id) DO UPDATE SET state_json = excluded.state_json;
   END IF;
   IF p_status <> 'running' THEN
-    DELETE FROM flows_consensus_leases
-    WHERE run_id = p_run AND owner_host_id = p_host AND owner_pid = p_pid
-      AND owner_nonce = p_nonce;
-    PERFORM flows_op_fact(p_run, flows_op_last_position(p_run) + 1, 'released',
-                          p_host, p_pid, p_nonce, NULL);
+    PERFORM flows_op_fact(p_run, 'released', p_host, p_pid, p_nonce, NULL);
   END IF;
   RETURN 'transitioned';
 END
@@ -603,7 +583,7 @@ BEGIN
   WHERE r.run_id = p_run AND r.cancel_requested_at_ms IS NULL
     AND r.status NOT IN ('completed', 'failed', 'cancelled');
   IF FOUND THEN
-    marked := 1;
+      marked := 1;
     RETURN NEXT;
     RETURN;
   END IF;
@@ -637,9 +617,42 @@ END
 $$;
 """
 
+# The revision step at commit in one statement instead of two (the same
+# numbering: one revision per row event, in event order, under the source
+# row's lock; a missing source still refuses the commit).
+_REVISION_STEP: Final = """
+CREATE OR REPLACE FUNCTION flows_runs_revision() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  v_changed text;
+  v_gone smallint := 0;
+BEGIN
+  IF TG_OP = 'DELETE' THEN
+    v_changed := OLD.run_id;
+    v_gone := 1;
+  ELSE
+    v_changed := NEW.run_id;
+  END IF;
+  WITH bumped AS (
+    UPDATE flows_run_source SET revision = revision + 1 WHERE singleton = 1
+    RETURNING revision
+  )
+  INSERT INTO flows_run_changes (run_id, revision, deleted)
+  SELECT v_changed, bumped.revision, v_gone FROM bumped
+  ON CONFLICT (run_id) DO UPDATE SET revision = excluded.revision, deleted = excluded.deleted;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'execution source identity is missing'
+      USING ERRCODE = 'check_violation', CONSTRAINT = 'flows_run_source_identity';
+  END IF;
+  RETURN NULL;
+END
+$$;
+"""
+
 #: Migration 2004's text on PostgreSQL.
 FUSED_OPERATIONS: Final = (
-    _HELPERS
+    _REVISION_STEP
+    + _HELPERS
     + _CLAIM
     + _STEAL
     + _CLAIM_AND_OWN
