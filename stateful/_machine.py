@@ -88,6 +88,7 @@ from ._invariants import (
 )
 from ._malformed import FINDING_WORK_MALFORMED_CASES, MALFORMED_CASES, malformed_call
 from ._observe import ClockSet, Failure, Faulted, LogEntry, Performed, Reopened, say
+from ._steering import Steering
 from ._steps import Call, Raised, Step, call, perform
 
 StoreFactory = Callable[[ManualClock, Path], Any]
@@ -145,7 +146,7 @@ class PageWalk:
     matching: list[list[str]] = attrs.field(factory=list)
 
 
-class RunStoreComparison(RuleBasedStateMachine):
+class RunStoreComparison(Steering, RuleBasedStateMachine):
     """``ModelRunStore`` against ``store_factory``'s store, step by step."""
 
     store_factory: ClassVar[StoreFactory | None] = None

@@ -1,6 +1,7 @@
 """The attempt zoo bites: every deliberately broken attempt store in
-``tests/zoo/attempt_*.py`` is caught under the ``ci`` profile, by the attempt
-machine over the in-memory adapter, with the check it is expected to trip.
+``tests/zoo/attempt_*.py`` is caught under the attempt machine's default
+budget (``run_conformance``'s), over the in-memory adapter, with the check it
+is expected to trip.
 
 Shrinking is skipped (detection is what is measured). Each test records how
 many examples detection took as the ``examples_to_detection`` property (in
@@ -12,10 +13,10 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from runstore.stateful import attempt_comparison_for
+from runstore.stateful._budget import default_settings
 from runstore.stateful._observe import Observer, observing
 from runstore.stateful._targets import BUILTIN_TARGETS
 
@@ -28,13 +29,6 @@ ATTEMPT_ZOO = (
     "attempt_cap_counts_characters",
 )
 
-CI_WITHOUT_SHRINKING = settings(
-    settings.get_profile("ci"),
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],
-    report_multiple_bugs=False,
-    print_blob=False,
-)
-
 
 def test_the_attempt_zoo_holds_at_least_three_bugs():
     """Three or more single, realistic attempt bugs, each in its own module."""
@@ -45,7 +39,7 @@ def test_the_attempt_zoo_holds_at_least_three_bugs():
 @pytest.mark.parametrize("name", ATTEMPT_ZOO)
 def test_attempt_zoo_bug_is_caught_by_its_expected_check(name: str, record_property) -> None:
     """The broken attempt store fails the attempt machine with the check its
-    module names, within the ``ci`` example budget."""
+    module names, within the attempt machine's default budget."""
     module = importlib.import_module(f"tests.zoo.{name}")
     assert module.KIND == "attempts"
     target = BUILTIN_TARGETS["sqlite-sql"]
@@ -58,7 +52,7 @@ def test_attempt_zoo_bug_is_caught_by_its_expected_check(name: str, record_prope
     )
     observer = Observer()
     with observing(observer), pytest.raises(AssertionError) as caught:
-        run_state_machine_as_test(machine, settings=CI_WITHOUT_SHRINKING)
+        run_state_machine_as_test(machine, settings=default_settings(machine, shrink=False))
     fired = type(caught.value).__name__
     record_property("examples_to_detection", observer.first_failure_example)
     record_property("check", fired)

@@ -1,7 +1,8 @@
 """``run_conformance`` consumed as a third party would: one call per strategy
 or store, under its default budget (or the profile ``HYPOTHESIS_PROFILE``
 names, when set). The unmutated built-in strategies and stores pass it: the
-default budget raises no false alarm."""
+default budget raises no false alarm. (SqlConsensus's default run is in
+test_conformance_reach.py, which also measures its reach.)"""
 
 from __future__ import annotations
 
@@ -9,16 +10,9 @@ from pathlib import Path
 
 import runstore
 from runstore import ManualClock
-from runstore.consensus import LocalConsensus, SqlConsensus
+from runstore.consensus import LocalConsensus
 from runstore.model import ModelRunStore
 from runstore.stateful import Capabilities, run_conformance
-
-
-def test_sql_consensus_conforms():
-    """SqlConsensus matches ModelConsensus call by call, and the SQLite adapter
-    over it matches ModelRunStore step by step, through crashes and faults, with
-    and without attempts interleaved (AttemptStore against ModelAttemptStore)."""
-    run_conformance(consensus_factory=SqlConsensus)
 
 
 def test_local_consensus_conforms():

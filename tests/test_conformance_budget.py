@@ -111,17 +111,19 @@ def test_a_failure_is_an_assertion_error_with_a_one_screen_summary(no_profile: N
     assert max(len(line) for line in summary.splitlines()) <= 160
 
 
-class CloseFails(ModelRunStore):
-    def close(self) -> None:
+class StateFails(ModelRunStore):
+    """A store whose ``state()`` raises (outside any operation)."""
+
+    def state(self):
         raise OSError("disk gone")
 
 
 def test_an_escaping_exception_is_a_conformance_error(no_profile: None) -> None:
-    """An exception outside an operation (here ``close``) ends the run as
+    """An exception outside an operation (here ``state()``) ends the run as
     ``ConformanceError``, an ``AssertionError``, raised from the original."""
     with pytest.raises(ConformanceError) as caught:
         run_conformance(
-            store_factory=lambda clock, path: CloseFails(clock=clock),
+            store_factory=lambda clock, path: StateFails(clock=clock),
             capabilities=Capabilities(reopen=False),
             settings=settings(max_examples=2, stateful_step_count=3, database=None),
         )

@@ -1,5 +1,6 @@
 """The zoo bites: every deliberately broken strategy or store in ``tests/zoo``
-is caught under the ``ci`` profile by the check it is expected to trip.
+is caught under ``run_conformance``'s default budget (each of its machines
+under its own budget) by the check it is expected to trip.
 
 Shrinking is skipped (detection is what is measured). Each test records how
 many examples detection took as the ``examples_to_detection`` property (in
@@ -11,19 +12,13 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from hypothesis import Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
 
-from runstore.stateful import Capabilities, run_conformance
+from runstore.stateful import Capabilities, conformance_machines
+from runstore.stateful._budget import default_settings
 from runstore.stateful._observe import Observer, observing
 
 from .zoo import ZOO
-
-CI_WITHOUT_SHRINKING = settings(
-    settings.get_profile("ci"),
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],
-    report_multiple_bugs=False,
-    print_blob=False,
-)
 
 
 def test_the_zoo_holds_at_least_twelve_bugs():
@@ -32,10 +27,15 @@ def test_the_zoo_holds_at_least_twelve_bugs():
     assert len(set(ZOO)) == len(ZOO)
 
 
+def _run_default_budget(machines: list) -> None:
+    for machine in machines:
+        run_state_machine_as_test(machine, settings=default_settings(machine, shrink=False))
+
+
 @pytest.mark.parametrize("name", ZOO)
 def test_zoo_bug_is_caught_by_its_expected_check(name: str, record_property) -> None:
-    """The broken strategy or store fails ``run_conformance`` with the check its
-    module names, within the ``ci`` example budget."""
+    """The broken strategy or store fails one of ``run_conformance``'s machines
+    with the check its module names, within that machine's default budget."""
     module = importlib.import_module(f"tests.zoo.{name}")
     if module.KIND == "consensus":
         arguments = {"consensus_factory": module.factory}
@@ -46,7 +46,7 @@ def test_zoo_bug_is_caught_by_its_expected_check(name: str, record_property) -> 
         }
     observer = Observer()
     with observing(observer), pytest.raises(AssertionError) as caught:
-        run_conformance(settings=CI_WITHOUT_SHRINKING, **arguments)
+        _run_default_budget(conformance_machines(**arguments))
     fired = type(caught.value).__name__
     record_property("examples_to_detection", observer.first_failure_example)
     record_property("check", fired)
