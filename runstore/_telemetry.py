@@ -22,11 +22,13 @@ What is recorded (``docs/guides/observe.md`` is the reader's account):
 - ``runstore_supervisor_events{event, supervisor}`` and a span event on the
   span that was current where supervision began.
 
-The cost without an SDK is a no-op span start, one ``is_recording()`` and a
-proxy counter's ``add`` per operation; attributes are built only for a
-recording span, and counter attributes are cached dictionaries. The
-providers' proxies switch to an SDK configured later by themselves, so
-nothing here caches "no SDK".
+Cost: while no provider is set (the API installed, no SDK configured) an
+operation pays one call through its wrapper and two global reads, the same
+ones the API's proxies make (``benchmarks/telemetry_overhead.py``: within 5%
+in ``:memory:``). Otherwise a span is started; attributes are built only
+when it records, and counter attributes are dictionaries built once per
+combination. Nothing caches "no SDK": a provider set later is seen on the
+next call.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ try:
     from opentelemetry import context as _context
     from opentelemetry import metrics as _metrics
     from opentelemetry import trace as _trace
+    from opentelemetry.metrics import _internal as _metrics_internal
 
     AVAILABLE = True
 except ImportError:  # the extra is not installed: nothing is recorded
@@ -215,11 +218,14 @@ if AVAILABLE:
     )
     _ERROR_STATUS = Status(StatusCode.ERROR)
     # While no tracer provider is set, the API's proxy tracer hands out
-    # non-recording spans: reading the same global it reads skips asking it
-    # (a span start costs a context lookup). Any provider set later, in code
-    # or by OTEL_PYTHON_TRACER_PROVIDER, is seen on the next call. Without
-    # that global (another API version) every call asks the tracer.
-    _SHORTCUT: Final = hasattr(_trace, "_TRACER_PROVIDER")
+    # non-recording spans, and while no meter provider is set its proxy
+    # counters drop every measurement. Reading the same globals the proxies
+    # read skips asking them (a span start alone costs a context lookup); a
+    # provider set later, in code or by an OTEL_PYTHON_*_PROVIDER variable, is
+    # seen on the next call. Without those globals (another API version)
+    # every call asks the tracer and the counters.
+    _TRACES_KNOWN: Final = hasattr(_trace, "_TRACER_PROVIDER")
+    _METRICS_KNOWN: Final = hasattr(_metrics_internal, "_METER_PROVIDER")
     _start_span = _tracer.start_span
     _set_span_in_context = _trace.set_span_in_context
     _get_current_span = _trace.get_current_span
@@ -417,7 +423,7 @@ if AVAILABLE:
 
             @functools.wraps(fn)
             def operation(store: Any, *args: Any, **kwargs: Any) -> Any:
-                if _SHORTCUT and _trace._TRACER_PROVIDER is None:
+                if _TRACES_KNOWN and _trace._TRACER_PROVIDER is None:
                     return fn(store, *args, **kwargs)
                 span = _start_span(span_name)
                 if span.is_recording():
@@ -430,10 +436,12 @@ if AVAILABLE:
 
         @functools.wraps(fn)
         def counted_operation(store: Any, *args: Any, **kwargs: Any) -> Any:
-            if not (_SHORTCUT and _trace._TRACER_PROVIDER is None):
+            if not (_TRACES_KNOWN and _trace._TRACER_PROVIDER is None):
                 span = _start_span(span_name)
                 if span.is_recording():
                     return traced(span, store, args, kwargs)
+            if _METRICS_KNOWN and _metrics_internal._METER_PROVIDER is None:
+                return fn(store, *args, **kwargs)
             try:
                 result = fn(store, *args, **kwargs)
             except BaseException as error:
