@@ -5,12 +5,17 @@ later block may use what an earlier one built, as a reader would. Blocks fenced
 as anything else (```text, ```console, ```sql, ...) are prose and are skipped.
 Pages added later are picked up at collection time.
 
-Examples run on the real ``runstore.open``: nothing is substituted.
+Examples run on the real ``runstore.open``: nothing is substituted. A page
+marked ``<!-- examples: fresh process -->`` runs in a child interpreter of its
+own: its examples set process-wide state (OpenTelemetry's global providers,
+which a process sets once) that must not reach the other tests.
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import typing
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +30,7 @@ from runstore import _errors, _outcomes
 from . import _postgres
 
 ROOT = Path(__file__).resolve().parent.parent
+FRESH_PROCESS = "<!-- examples: fresh process -->"
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\n]*)$")
 
 
@@ -100,8 +106,27 @@ def test_page_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.Monke
     whose examples read ``DATABASE_URL`` gets a fresh PostgreSQL database there
     (skipped without a server, failed under ``CI=true``)."""
     monkeypatch.chdir(tmp_path)  # an example that writes a file writes it here
-    if "DATABASE_URL" in page.read_text(encoding="utf-8"):
+    text = page.read_text(encoding="utf-8")
+    if "DATABASE_URL" in text:
         monkeypatch.setenv("DATABASE_URL", _postgres.database_url())
+    if FRESH_PROCESS in text:
+        runner = f"import sys; sys.path.insert(0, {str(ROOT)!r}); "
+        runner += "from tests.test_docs import run_page; run_page(sys.argv[1])"
+        done = subprocess.run(
+            [sys.executable, "-c", runner, str(page)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-4000:]
+        return
+    run_page(page)
+
+
+def run_page(page: str | Path) -> None:
+    """Run a page's python blocks in order in one fresh namespace."""
+    page = Path(page)
     namespace: dict[str, Any] = {"__name__": "__docs__"}
     relative = page.relative_to(ROOT).as_posix()
     try:
