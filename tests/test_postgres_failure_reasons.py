@@ -36,7 +36,7 @@ from runstore import (
     Updated,
 )
 from runstore.consensus import SqlConsensus
-from runstore.ownership import supervise
+from runstore.ownership import LeaseLost, supervise
 from runstore.sqlite import RetryPolicy
 
 from . import _postgres
@@ -273,3 +273,50 @@ def test_a_supervised_heartbeat_that_times_out_is_a_failed_write(
         failed = [r for r in caplog.records if "heartbeat write failed" in r.getMessage()]
         assert len(failed) == 1  # once per outage
         assert store.get("r").heartbeat_at_ms == 11_000
+
+
+def _until_lapsed(clock: ManualClock, lease: Any, errors: list[str]) -> None:
+    """Move the clock (the pulse's heartbeat waits on the lock) until the
+    lease lapses, then wait for the cancelled heartbeat to return; bounded."""
+    clock.set(1_000)
+    deadline = time.monotonic() + 30
+    while not lease.lost.is_set() and time.monotonic() < deadline:
+        clock.advance(1_000)
+        time.sleep(0.02)
+    assert lease.lost.is_set()
+    for _ in range(500):
+        if errors:
+            return
+        time.sleep(0.01)
+
+
+def test_a_heartbeat_stuck_on_a_lock_is_interrupted_when_the_lease_lapses(url: str) -> None:
+    """The supervisor's bound on a stuck write: another session holds the
+    run's row, the supervised heartbeat waits on it; once the write tolerance
+    is spent the lease lapses and the supervisor interrupts the store, so the
+    stuck statement is cancelled (reason interrupted) instead of waiting on."""
+    clock = ManualClock(0)
+    with postgres.open(url, clock=clock) as store:
+        _owned(store)
+        errors: list[str] = []
+        original = store.heartbeat
+
+        def heartbeat(run_id: str, owner: OwnerId, now_ms: int) -> Any:
+            try:
+                return original(run_id, owner, now_ms)
+            except RunStoreError as error:
+                errors.append(str(error.cause.get("reason")))
+                raise
+
+        store.heartbeat = heartbeat  # type: ignore[method-assign]
+        with psycopg.connect(url) as holder:
+            holder.execute("SELECT 1 FROM flows_runs WHERE run_id = 'r' FOR UPDATE")
+            with (
+                pytest.raises(LeaseLost) as ended,
+                supervise(store, "r", OWNER, clock=clock, interrupt_thread=False) as lease,
+            ):
+                _until_lapsed(clock, lease, errors)
+            holder.rollback()
+        assert ended.value.reason == "lapsed"
+        assert "interrupted" in errors
+        assert store.heartbeat("r", OWNER, clock.now_ms()) == Updated()
