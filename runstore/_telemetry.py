@@ -392,8 +392,10 @@ if AVAILABLE:
             span.set_attributes(attributes)
 
         def traced(span: Any, store: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-            token = _attach(_set_span_in_context(span))
+            token = None
             try:
+                # Inside the try: an exception injected right here still ends the span.
+                token = _attach(_set_span_in_context(span))
                 try:
                     result = fn(store, *args, **kwargs)
                 except BaseException as error:
@@ -416,7 +418,8 @@ if AVAILABLE:
                 annotate(span, store, outcome, result, args, kwargs)
                 return result
             finally:
-                _detach(token)
+                if token is not None:
+                    _detach(token)
                 span.end()
 
         if count is None:
