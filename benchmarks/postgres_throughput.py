@@ -317,9 +317,8 @@ def _run_clients(
 
 def scaling(url: str, path: str, seconds: float) -> None:
     print(f"\n2. writers on distinct runs, {path} path ({seconds:g} s per point, interleaved)")
-    print(
-        f"{'clients':>8}{'store tx/s':>12}{'raw tx/s':>12}{'store n/1':>11}{'raw n/1':>9}{'ratio':>8}"
-    )
+    header = ("clients", 8), ("store tx/s", 12), ("raw tx/s", 12), ("store n/1", 11)
+    print("".join(f"{name:>{width}}" for name, width in (*header, ("raw n/1", 9), ("ratio", 8))))
     first: dict[str, float] = {}
     for n in (1, 2, 4, 8):
         store, _, store_failures = _run_clients(url, "store", path, n, seconds)

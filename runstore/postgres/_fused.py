@@ -15,6 +15,14 @@ Only ``SqlConsensus`` exactly (not a subclass, which may change any
 decision) is fused: the functions do its lease changes themselves. Every
 other strategy keeps the general path, with strategy calls through
 ``tx.connection``.
+
+Fused: every write of one run, ``request_cancel_lineage``, ``heartbeat_many``
+and ``claim_next`` (two round trips: its row is decoded before the commit).
+Reads are single statements already. ``purge_settled`` and
+``compact_changes`` keep the general path: batch maintenance of up to
+``limit`` runs in one transaction of about nine round trips, which measured
+under 1% of the call (1 000 runs purged in 173 ms, at about 100 µs a round
+trip on a busy machine).
 """
 
 from __future__ import annotations
