@@ -9,7 +9,8 @@ the shortest program, is wanted):
 - ``runstore/postgres/...``: the PostgreSQL store over ``SqlConsensus``, on a
   throwaway cluster, through the run-store and attempt machines, on the
   path the module serves (the one-round-trip functions for ``_fused*``, the
-  general path otherwise);
+  general path otherwise), each machine at most ``POSTGRES_EXAMPLES``
+  examples of the default's steps (as ``tests/test_postgres_conformance.py``);
 - ``runstore/consensus/_local.py``: ``LocalConsensus`` (strategy machine,
   then inside the SQLite adapter on a file, then with attempts);
 - anything else: ``SqlConsensus`` the same way.
@@ -26,6 +27,9 @@ import time
 
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
+
+#: Examples per machine for a PostgreSQL mutant (the steps stay the default's).
+POSTGRES_EXAMPLES = 40
 
 
 def machines_for(module: str) -> list[type]:
@@ -54,12 +58,17 @@ def main(argv: list[str]) -> int:
     except Exception as error:  # the mutant broke an import
         print(f"killed by import: {type(error).__name__}: {error}")
         return 2
+    postgres = module.startswith("runstore/postgres/")
     for machine in machines:
         chosen = settings(
             default_settings(machine),
             phases=[Phase.explicit, Phase.generate, Phase.target],
             print_blob=False,
         )
+        if postgres:
+            # A database and a round trip per statement make a PostgreSQL
+            # example ~10x a SQLite one: a fixed budget of its own.
+            chosen = settings(chosen, max_examples=min(chosen.max_examples, POSTGRES_EXAMPLES))
         try:
             run_state_machine_as_test(machine, settings=chosen)
         except AssertionError as error:
