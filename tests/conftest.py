@@ -23,6 +23,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     tests also on ``GENERAL_PATH_FACTORIES``."""
     if "store" not in metafunc.fixturenames:
         return
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0] if mark.args else mark.kwargs.get("argnames", ())
+        if "store" in (names.replace(" ", "").split(",") if isinstance(names, str) else names):
+            return  # the test gives ``store`` values of its own
+    definitions = metafunc._arg2fixturedefs.get("store") or ()
+    if definitions and definitions[-1].func is not store.__wrapped__:  # type: ignore[attr-defined]
+        return  # a module's own ``store`` fixture, with its own parameters
     ids = sorted(STORE_FACTORIES)
     if metafunc.module.__name__.rpartition(".")[2].startswith(BOTH_PATHS):
         ids += sorted(GENERAL_PATH_FACTORIES)
