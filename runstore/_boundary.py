@@ -154,7 +154,25 @@ def json_text_complaint(text: object) -> str | None:
         return "contains a non-finite number"
     except (ValueError, RecursionError):
         return "must be valid JSON text"
+    if _shape_cannot_break(text):
+        return None
     return json_shape_complaint(value)
+
+
+def _shape_cannot_break(text: str) -> bool:
+    """Whether strict JSON ``text`` is too small to break a shape limit, so
+    the walk over its value can be skipped (most run state is small).
+
+    Every value takes at least one character, so a text no longer than the
+    node limit holds no more values (or members); a depth over the limit
+    needs more opening brackets than the limit; a surrogate in a parsed
+    string comes from a backslash-u escape or is in the text itself."""
+    return (
+        len(text) <= MAXIMUM_RUN_JSON_NODES
+        and text.count("[") + text.count("{") <= MAXIMUM_RUN_JSON_DEPTH
+        and "\\u" not in text
+        and _SURROGATE.search(text) is None
+    )
 
 
 def json_shape_complaint(value: object) -> str | None:
@@ -704,9 +722,14 @@ def admit_claim_next(
     return who, now, claim_statuses(method, status)
 
 
+_CLAIMABLE_SET: Final = frozenset(CLAIMABLE_STATUSES)
+
+
 def claim_statuses(method: str, status: object) -> tuple[str, ...]:
     """The statuses ``claim_next`` may take runs from: ``pending`` and/or ``suspended``."""
-    return _statuses(method, status, frozenset(CLAIMABLE_STATUSES))
+    if status is CLAIMABLE_STATUSES:  # the default, already sorted and admitted
+        return CLAIMABLE_STATUSES
+    return _statuses(method, status, _CLAIMABLE_SET)
 
 
 def admit_heartbeat_many(

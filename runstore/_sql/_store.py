@@ -81,6 +81,7 @@ from .._values import (
     StoreState,
     TransitionGuard,
 )
+from ..consensus._sql import SqlConsensus
 from ..consensus._types import FenceLostError, Granted, Lost, Promoted, Rejected
 from ._decode import (
     acknowledgement_json,
@@ -483,6 +484,8 @@ class SqlRunStore:
         method = "claim_and_own"
         execute = tx.connection.execute
         self._lock(tx, rid)
+        if previous is None:
+            return self._take_unowned(tx, rid, who, now, classify_params)
         row = execute(q.CLAIM_AND_OWN_CLASSIFY, classify_params).fetchone()
         if row is None:
             return _NOT_FOUND
@@ -517,6 +520,48 @@ class SqlRunStore:
         ).rowcount
         if wrote != 1:
             raise _write_invariant(method, rid)
+        return _ACTIVATED
+
+    def _take_unowned(
+        self,
+        tx: Transaction,
+        rid: str,
+        who: OwnerId,
+        now: int,
+        classify_params: tuple[Any, ...],
+    ) -> ClaimAndOwnOutcome:
+        """``claim_and_own`` of a run with no owner (pending or suspended),
+        write first: the guarded row write, then the strategy's claim and
+        activation and the two facts; only a write that missed classifies the
+        row. A row the write admitted had no claim and no running owner, so a
+        strategy that refuses it after all answers ``SnapshotChanged`` (and
+        everything rolls back)."""
+        q = self._queries
+        execute = tx.connection.execute
+        params = (*classify_params, who.host_id, who.pid, who.nonce, now)
+        if execute(q.CLAIM_AND_OWN_WRITE, params).rowcount != 1:
+            row = execute(q.CLAIM_AND_OWN_CLASSIFY, classify_params).fetchone()
+            if row is None:
+                return _NOT_FOUND
+            if row[0]:
+                raise _write_invariant("claim_and_own", rid)
+            return _LOSSES[row[1]]
+        consensus = tx.consensus
+        if type(consensus) is SqlConsensus:
+            # Exactly SqlConsensus (no fault armed): its claim and activation
+            # of that grant in one statement.
+            grant = consensus.claim_and_activate(tx, rid, who, now)
+            if type(grant) is not Granted:
+                raise RollbackAndReturn(_SNAPSHOT_CHANGED)
+            granted = grant.granted_at_ms
+        else:
+            grant = consensus.claim(tx, rid, who, now)
+            if type(grant) is not Granted:
+                raise RollbackAndReturn(_SNAPSHOT_CHANGED)
+            granted = grant.granted_at_ms
+            if type(consensus.activate(tx, rid, who, granted, now)) is not Promoted:
+                raise RollbackAndReturn(_SNAPSHOT_CHANGED)
+        execute(q.FACTS_CLAIMED_ACTIVATED, (rid, "claimed", *_who(who), granted))
         return _ACTIVATED
 
     def activate(
@@ -860,8 +905,10 @@ class SqlRunStore:
             picked = execute(q.CLAIM_NEXT_PICK, (*after, *wanted)).fetchone()
             if picked is None:
                 return None
-            rid, picked_status, created = picked
+            rid, picked_status, created = picked[0], picked[1], picked[2]
             params = (rid, picked_status, None, None, None, None, cutoff)
+            # Decoded first: a run whose state no longer decodes is not taken.
+            row = decode_run(method, picked)
             try:
                 outcome = self._claim_and_own_in(tx, rid, None, who, now, None, params)
             except RollbackAndReturn:
@@ -870,7 +917,24 @@ class SqlRunStore:
                 raise RollbackAndReturn((created, rid)) from None
             if outcome is not _ACTIVATED:
                 raise _write_invariant(method, rid)
-            return decode_run(method, execute(q.GET, (rid,)).fetchone())
+            # The row as the write left it (CLAIM_AND_OWN_WRITE's columns).
+            started = row.started_at_ms if row.started_at_ms is not None else now
+            return RunRow(
+                run_id=rid,
+                status="running",
+                created_at_ms=created,
+                started_at_ms=started,
+                finished_at_ms=None,
+                owner=who,
+                heartbeat_at_ms=now,
+                claim=None,
+                claimed_at_ms=None,
+                parent_run_id=row.parent_run_id,
+                cancel_requested_at_ms=row.cancel_requested_at_ms,
+                lineage_id=row.lineage_id,
+                round_ordinal=row.round_ordinal,
+                state_json=row.state_json,
+            )
 
         while True:
             found = self._tm.write(method, body)

@@ -138,6 +138,28 @@ class SqlConsensus:
 
         return self._run(tx, run)
 
+    def claim_and_activate(
+        self, tx: Transaction, run_id: str, owner: OwnerId, now_ms: int
+    ) -> GrantOutcome:
+        """``claim`` then ``activate`` of that grant, in one statement: the
+        store takes an unowned run with it when its strategy is exactly
+        ``SqlConsensus`` (``claim_and_own``, ``claim_next``). ``Granted(now_ms)``
+        means ``owner`` now owns the lease, granted and heartbeated at
+        ``now_ms``; a refusal is ``claim``'s."""
+        s = _statements(tx)
+        try:
+            execute = tx.connection.execute
+            params = (run_id, owner.host_id, owner.pid, owner.nonce, now_ms)
+            if execute(s.CLAIM_ACTIVATE, params).rowcount:
+                return Granted(now_ms)
+            lease = execute(s.LEASE, (run_id,)).fetchone()
+            if lease is not None and lease[5] is not None:
+                return Rejected("already_claimed")
+            return Rejected("owner_held")
+        except s.DATABASE_ERRORS as error:
+            failure = error
+        raise ConsensusError("persistence_failed", "lease storage failed") from failure
+
     def steal(
         self,
         tx: Transaction,

@@ -33,6 +33,16 @@ ON CONFLICT (run_id) DO UPDATE SET
   claim_nonce = excluded.claim_nonce, claimed_at_ms = excluded.claimed_at_ms
 WHERE l.claim_host_id IS NULL AND l.owner_host_id IS NULL
 """
+CLAIM_ACTIVATE: Final = """
+INSERT INTO flows_consensus_leases AS l
+  (run_id, owner_host_id, owner_pid, owner_nonce, granted_at_ms, heartbeat_at_ms)
+VALUES ($1::text, $2::text, $3::bigint, $4::text, $5::bigint, $5::bigint)
+ON CONFLICT (run_id) DO UPDATE SET
+  owner_host_id = excluded.owner_host_id, owner_pid = excluded.owner_pid,
+  owner_nonce = excluded.owner_nonce, granted_at_ms = excluded.granted_at_ms,
+  heartbeat_at_ms = excluded.heartbeat_at_ms
+WHERE l.claim_host_id IS NULL AND l.owner_host_id IS NULL
+"""
 STEAL: Final = f"""
 UPDATE flows_consensus_leases
 SET claim_host_id = $5::text, claim_pid = $6::bigint, claim_nonce = $7::text,

@@ -282,6 +282,13 @@ INSERT INTO flows_ownership_facts
 VALUES ($1::text, $7::bigint, $2::text, $3::text, $4::bigint, $5::text, $6::bigint),
        ($1::text, $7::bigint + 1, 'activated', $3::text, $4::bigint, $5::text, $6::bigint)
 """
+FACTS_CLAIMED_ACTIVATED: Final = f"""
+INSERT INTO flows_ownership_facts
+  (run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms)
+SELECT $1::text, m.last + v.n, CASE v.n WHEN 1 THEN $2::text ELSE 'activated' END,
+       $3::text, $4::bigint, $5::text, $6::bigint
+FROM (SELECT {_LAST_POSITION} AS last) AS m CROSS JOIN (VALUES (1), (2)) AS v(n)
+"""
 FACT_APPEND: Final = f"""
 INSERT INTO flows_ownership_facts
   (run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms)
@@ -351,13 +358,14 @@ LIST_UNION_ORDER: Final = "ORDER BY 3, 1 LIMIT $8::bigint"
 
 # As SQLite's, locking the row it picks; rows other workers hold are skipped,
 # so concurrent callers take different runs instead of queuing on one.
-CLAIM_NEXT_PICK: Final = """
-SELECT r.run_id, r.status, r.created_at_ms FROM flows_runs AS r
+CLAIM_NEXT_PICK: Final = f"""
+SELECT {_RUN_COLUMNS}
+FROM flows_runs AS r LEFT JOIN flows_run_state AS s ON s.run_id = r.run_id
 WHERE r.status IN ('pending', 'suspended') AND r.claim_host_id IS NULL
   AND r.status IN ($3::text, $4::text)
   AND (r.created_at_ms, r.run_id) > ($1::bigint, $2::text)
 ORDER BY r.created_at_ms, r.run_id LIMIT 1
-FOR UPDATE SKIP LOCKED
+FOR UPDATE OF r SKIP LOCKED
 """
 
 # -- heartbeat_many -------------------------------------------------------------------

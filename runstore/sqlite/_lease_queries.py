@@ -28,6 +28,18 @@ ON CONFLICT (run_id) DO UPDATE SET
   claim_nonce = excluded.claim_nonce, claimed_at_ms = excluded.claimed_at_ms
 WHERE claim_host_id IS NULL AND owner_host_id IS NULL
 """
+# claim then activate at once (``SqlConsensus.claim_and_activate``): ?2-?4
+# take an unowned, unclaimed lease, granted and heartbeated at ?5.
+CLAIM_ACTIVATE: Final = """
+INSERT INTO flows_consensus_leases
+  (run_id, owner_host_id, owner_pid, owner_nonce, granted_at_ms, heartbeat_at_ms)
+VALUES (?1, ?2, ?3, ?4, ?5, ?5)
+ON CONFLICT (run_id) DO UPDATE SET
+  owner_host_id = excluded.owner_host_id, owner_pid = excluded.owner_pid,
+  owner_nonce = excluded.owner_nonce, granted_at_ms = excluded.granted_at_ms,
+  heartbeat_at_ms = excluded.heartbeat_at_ms
+WHERE claim_host_id IS NULL AND owner_host_id IS NULL
+"""
 STEAL: Final = f"""
 UPDATE flows_consensus_leases
 SET claim_host_id = ?5, claim_pid = ?6, claim_nonce = ?7, claimed_at_ms = ?8

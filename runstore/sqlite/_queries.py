@@ -275,6 +275,14 @@ INSERT INTO flows_ownership_facts
   (run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms)
 VALUES (?1, ?7, ?2, ?3, ?4, ?5, ?6), (?1, ?7 + 1, 'activated', ?3, ?4, ?5, ?6)
 """
+# claim_and_own's claim (?2: 'claimed') and activation, at the run's next two
+# positions (the positions are read before either row is inserted).
+FACTS_CLAIMED_ACTIVATED: Final = f"""
+INSERT INTO flows_ownership_facts
+  (run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms)
+SELECT ?1, last + n, CASE n WHEN 1 THEN ?2 ELSE 'activated' END, ?3, ?4, ?5, ?6
+FROM (SELECT {_LAST_POSITION} AS last), (SELECT 1 AS n UNION ALL SELECT 2)
+"""
 FACT_APPEND: Final = f"""
 INSERT INTO flows_ownership_facts
   (run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms)
@@ -347,8 +355,12 @@ LIST_UNION_ORDER: Final = "ORDER BY 3, 1 LIMIT ?8"
 
 # The oldest unclaimed run of the statuses ?3 and ?4 (the same status twice for
 # one) after the listing key (?1, ?2), by the claimable index.
-CLAIM_NEXT_PICK: Final = """
-SELECT r.run_id, r.status, r.created_at_ms FROM flows_runs AS r INDEXED BY flows_runs_claimable_idx
+# The whole row, state included: it is what claim_next returns, once the
+# write has made it running.
+CLAIM_NEXT_PICK: Final = f"""
+SELECT {_RUN_COLUMNS}
+FROM flows_runs AS r INDEXED BY flows_runs_claimable_idx
+LEFT JOIN flows_run_state AS s ON s.run_id = r.run_id
 WHERE r.status IN ('pending', 'suspended') AND r.claim_host_id IS NULL
   AND r.status IN (?3, ?4) AND (r.created_at_ms, r.run_id) > (?1, ?2)
 ORDER BY r.created_at_ms, r.run_id LIMIT 1

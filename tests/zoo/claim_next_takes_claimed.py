@@ -3,6 +3,7 @@ forgets the claim condition, and it clears the claim it finds (row and lease)
 before taking the run, so a claimant's reservation is taken from under it."""
 
 from runstore.sqlite import SqliteRunStore
+from runstore.sqlite import _queries as shipped
 
 from ._queries import queries_with
 from ._stores import IN_MEMORY, open_as
@@ -11,11 +12,11 @@ KIND = "store"
 EXPECTED_CHECK = "UnclaimableTaken"
 capabilities = IN_MEMORY
 
-_ANY_CLAIM = """
-SELECT r.run_id, r.status, r.created_at_ms FROM flows_runs AS r
-WHERE r.status IN (?3, ?4) AND (r.created_at_ms, r.run_id) > (?1, ?2)
-ORDER BY r.created_at_ms, r.run_id LIMIT 1
-"""
+# The shipped pick without its claim condition (and so without the claimable
+# index, which holds only unclaimed runs).
+_ANY_CLAIM = shipped.CLAIM_NEXT_PICK.replace("INDEXED BY flows_runs_claimable_idx", "").replace(
+    "AND r.claim_host_id IS NULL", ""
+)
 _CLAIM_OF = (
     "SELECT claim_host_id, claim_pid, claim_nonce, claimed_at_ms FROM flows_runs WHERE run_id = ?1"
 )
