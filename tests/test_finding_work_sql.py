@@ -134,7 +134,8 @@ def test_sqlite_batch_statements_seek_each_run_by_its_key() -> None:
         }
     for name, plan in plans.items():
         seeks = [line for line in plan if line.startswith("SEARCH flows_")]
-        assert seeks and "PRIMARY KEY (run_id=?)" in seeks[0], (name, plan)
+        assert seeks, (name, plan)
+        assert "PRIMARY KEY (run_id=?)" in seeks[0], (name, plan)
         assert not any(line.startswith("SCAN flows_") for line in plan), (name, plan)
 
 

@@ -495,9 +495,7 @@ class SqlRunStore:
             return loss
         consensus = tx.consensus
         transition = "claimed"
-        if previous is None:
-            grant = consensus.claim(tx, rid, who, now)
-        elif previous == who:
+        if previous == who:
             # Re-owning one's own stale run: release, then a fresh grant
             # (a new generation, fenced by the new grant time).
             consensus.release_ownership(tx, rid, who)
