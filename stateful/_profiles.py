@@ -16,8 +16,14 @@ PROFILE_NAMES = ("ci", "dev", "deep")
 
 
 def register_profiles() -> None:
+    """Register ``ci``, ``dev`` and ``deep``, each over Hypothesis's own
+    ``default`` profile (a profile registered without a parent inherits the
+    one loaded at that moment, so registering again after loading ``deep``
+    would carry its 100 steps into ``ci``)."""
+    base = settings.get_profile("default")
     settings.register_profile(
         "ci",
+        parent=base,
         derandomize=True,
         database=None,
         print_blob=True,
@@ -27,6 +33,7 @@ def register_profiles() -> None:
     )
     settings.register_profile(
         "dev",
+        parent=base,
         max_examples=200,
         deadline=None,
         print_blob=True,
@@ -34,6 +41,7 @@ def register_profiles() -> None:
     )
     settings.register_profile(
         "deep",
+        parent=base,
         max_examples=5000,
         stateful_step_count=100,
         deadline=None,

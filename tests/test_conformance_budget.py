@@ -129,3 +129,18 @@ def test_an_escaping_exception_is_a_conformance_error(no_profile: None) -> None:
         )
     assert isinstance(caught.value, AssertionError)
     assert "disk gone" in str(caught.value)
+
+
+def test_loading_a_profile_again_carries_nothing_from_the_last_one() -> None:
+    """``ci`` after ``deep`` is ``ci``: the profiles are registered over
+    Hypothesis's own default, not over whatever profile is loaded (which once
+    left ``deep``'s 100 steps in ``ci`` for the rest of a test session)."""
+    try:
+        load_profile("deep")
+        assert settings.default.stateful_step_count == 100
+        load_profile("ci")
+        plain = settings.get_profile("default")
+        assert settings.default.stateful_step_count == plain.stateful_step_count
+        assert settings.default.max_examples == 100
+    finally:
+        load_profile("ci")
