@@ -658,6 +658,48 @@ class _Lifetimes:
         return frozenset(found)
 
 
+#: Sub-operations that never hold a run's row lock (reads, and checks of a
+#: page's shape or a final state).
+_NEVER_LOCKS: Final = frozenset(
+    {
+        "get",
+        "lineage",
+        "latest_round",
+        "ownership_facts",
+        LIST_PART,
+        PAGE_SHAPE,
+        NO_CANDIDATE,
+        FINAL_STATE,
+    }
+)
+
+
+def _overlap(a: Operation, b: Operation) -> bool:
+    """Whether ``a`` and ``b`` were both in flight at some instant."""
+    a_end = a.returned_ns if a.returned_ns is not None else _NEVER
+    b_end = b.returned_ns if b.returned_ns is not None else _NEVER
+    return a.invoked_ns < b_end and b.invoked_ns < a_end
+
+
+def _without_passed_over(ops: list[Operation]) -> list[Operation]:
+    """An object's operations without the ``claim_next`` None reads it cannot
+    judge: a store may pass over a run whose row another transaction holds
+    (``FOR UPDATE SKIP LOCKED``; the protocol's "a run this caller can take"),
+    and a row is only held by an operation in flight. So a None says nothing
+    of an object on which some other operation that may lock a row overlapped
+    the call; on any other object, it still says there was no candidate."""
+    reads = [op for op in ops if op.method == NO_CANDIDATE]
+    if not reads:
+        return ops
+    lockers = [op for op in ops if op.method not in _NEVER_LOCKS]
+    passed_over = {
+        id(read)
+        for read in reads
+        if any(other.id != read.id and _overlap(read, other) for other in lockers)
+    }
+    return [op for op in ops if id(op) not in passed_over]
+
+
 def partition_operations(
     operations: Iterable[Operation], initial: StoreState | None = None
 ) -> tuple[list[Partition], list[tuple[Operation, str]]]:
@@ -724,6 +766,8 @@ def partition_operations(
     for run_id, op in per_object:
         root = INADMISSIBLE if run_id == INADMISSIBLE else joined.find(run_id)
         groups.setdefault(root, []).append(op)
+    for root, ops in groups.items():
+        groups[root] = _without_passed_over(ops)
     partitions = [
         Partition(
             key=root,

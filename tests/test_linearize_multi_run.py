@@ -120,6 +120,36 @@ def test_claim_next_answers_none_only_when_no_object_has_a_candidate():
     assert check_history(history).ok
 
 
+def test_claim_next_may_pass_over_a_run_another_call_holds():
+    """A None while r2 and r3 were claimable, overlapping a claim_and_own of
+    r2 (whose transaction may have held r2's row: ``SKIP LOCKED``), says
+    nothing of r2 but still fails r3, which no call held. An overlapping read
+    holds no row, and passes over nothing."""
+    store, clock, recorder = three_runs()
+    store.claim_and_own("r2", PENDING, B, clock.now_ms())
+    history = recorder.operations()
+    taking = history[-1]
+    none = operation(
+        "claim_next",
+        A,
+        clock.now_ms(),
+        invoked=taking.invoked_ns - 1,
+        returned=taking.returned_ns + 1,
+        value=None,
+        clock=[clock.now_ms()],
+        id="none",
+    )
+    verdict = check_history([*history, none])
+    assert {p.key for p in verdict.violations} == {"r3"}
+    store.get("r3")
+    reading = recorder.operations()[-1]
+    late = attrs.evolve(
+        none, invoked_ns=reading.invoked_ns - 1, returned_ns=reading.returned_ns + 1
+    )
+    verdict = check_history([*recorder.operations(), late])
+    assert {p.key for p in verdict.violations} == {"r3"}
+
+
 def test_a_claim_next_of_unknown_outcome_may_have_taken_any_candidate():
     """A claim_next whose process died: the run it took (or not) shows up
     later; either way the history checks."""
