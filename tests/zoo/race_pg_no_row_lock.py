@@ -26,6 +26,8 @@ class WithoutRowLock(PostgresRunStore):
 
 
 def factory(clock, url):
-    store = runstore.open(url, clock=clock)
+    # The bug lives in the general path's Python (``_lock``); the one-round-trip
+    # path's server functions would take the lock themselves and hide it.
+    store = runstore.open(url, clock=clock, fast_path=False)
     store.__class__ = WithoutRowLock
     return store
