@@ -282,8 +282,20 @@ def test_leaving_the_block_stops_the_supervisor_without_on_lapse(
 ) -> None:
     """A normal exit ends the pulses; no callback runs and nothing is raised."""
     lapses: list[int] = []
+    # Only this supervisor's threads are judged: another test's may still be
+    # winding down in the same process.
+    before = set(threading.enumerate())
+
+    def ours() -> list[str]:
+        return [
+            t.name
+            for t in threading.enumerate()
+            if t.name.startswith("runstore-") and t not in before
+        ]
+
     with supervise(double, RUN, OWNER, clock=clock, on_lapse=lapses.append) as lease:
         assert lease.wait_idle()
+        assert ours()
         step(lease, clock, 1000)
     assert clock.sleepers == 0
     clock.advance(60_000)
@@ -292,11 +304,9 @@ def test_leaving_the_block_stops_the_supervisor_without_on_lapse(
     # Helper threads exit once told to; the bound is generous because a loaded
     # 2-core CI machine can delay a thread's last steps by more than a second.
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if not any(t.name.startswith("runstore-") for t in threading.enumerate()):
-            break
+    while time.monotonic() < deadline and ours():
         time.sleep(0.005)
-    assert not any(t.name.startswith("runstore-") for t in threading.enumerate())
+    assert not ours(), ours()
 
 
 def test_an_exception_in_the_block_propagates_and_stops_the_supervisor(
