@@ -514,19 +514,27 @@ def _compare_pages(name: str, stores: dict[int, Any], rounds: int, calls: int = 
 # -- (5) growth ------------------------------------------------------------------------------
 
 
+#: The growth fixtures' pending runs by size (the rest are running).
+GROWTH_PENDING = {1_000: 900, 1_000_000: 500_000}
+
+
 def bench_growth(rounds: int, batch: int = 200) -> None:
     print("\n(5) growth: ops/s at 10^6 runs vs 10^3 (WAL, synchronous=NORMAL)")
     print(
         f"{'operation':<16}{'store 10^6/10^3':>16}{'raw 10^6/10^3':>15}{'relative':>10}"
         "  (target >= 0.8)"
     )
+    # Each claim_and_own takes a pending run of its own (store and raw alike),
+    # so the pending runs of the smaller file bound that operation's batch.
+    claims = min(batch, GROWTH_PENDING[1_000] // (2 * rounds))
     with tempfile.TemporaryDirectory() as tmp:
         subjects = {}
         for size in (1_000, 1_000_000):
             clock = ManualClock(START_MS + size)
             path = Path(tmp) / f"growth-{size}.db"
             store = runstore.open(path, clock=clock, durability="normal")
-            populate(store, list(_sqlite_rows(size, running=size // 2, pending=size // 2 - 1000)))
+            running = size - GROWTH_PENDING[size]
+            populate(store, list(_sqlite_rows(size, running=running, pending=size - running)))
             raw = sqlite3.connect(path, isolation_level=None)
             raw.execute("PRAGMA synchronous = NORMAL")
             subjects[size] = (store, clock, raw)
@@ -534,11 +542,13 @@ def bench_growth(rounds: int, batch: int = 200) -> None:
             store_rate: dict[int, list[float]] = {size: [] for size in subjects}
             raw_rate: dict[int, list[float]] = {size: [] for size in subjects}
             serial = dict.fromkeys(subjects, 0)
+            count = batch if operation == "heartbeat" else claims
+            total = 2 * rounds * count
             for _ in range(rounds):
                 for size, (store, clock, raw) in subjects.items():
-                    ids = _pick(size, operation, serial[size], batch)
-                    raw_ids = _pick(size, operation, serial[size] + batch, batch)
-                    serial[size] += 2 * batch
+                    ids = _pick(size, operation, serial[size], count, total)
+                    raw_ids = _pick(size, operation, serial[size] + count, count, total)
+                    serial[size] += 2 * count
                     clock.advance(1)
                     now = clock.now_ms()
                     started = time.perf_counter()
@@ -547,11 +557,11 @@ def bench_growth(rounds: int, batch: int = 200) -> None:
                             store.heartbeat(rid, OWNER, now)
                         else:
                             store.claim_and_own(rid, PENDING, OWNER, now)
-                    store_rate[size].append(batch / (time.perf_counter() - started))
+                    store_rate[size].append(count / (time.perf_counter() - started))
                     started = time.perf_counter()
                     for rid in raw_ids:
                         _raw_cas(raw, operation, rid, now)
-                    raw_rate[size].append(batch / (time.perf_counter() - started))
+                    raw_rate[size].append(count / (time.perf_counter() - started))
             s = median(store_rate[1_000_000]) / median(store_rate[1_000])
             r = median(raw_rate[1_000_000]) / median(raw_rate[1_000])
             print(f"{operation:<16}{s:>16.2f}{r:>15.2f}{s / r:>10.2f}")
@@ -560,14 +570,19 @@ def bench_growth(rounds: int, batch: int = 200) -> None:
             store.close()
 
 
-def _pick(size: int, operation: str, offset: int, batch: int) -> list[str]:
-    """Run ids spread over the file: running runs for heartbeats, pending
-    ones for claim_and_own, a stride apart so every batch touches cold pages."""
-    half = size // 2
-    span = half - 1000 if operation == "claim_and_own" else half
-    base = half if operation == "claim_and_own" else 0
-    stride = max(1, span // (batch * 64))
-    return [f"run-{base + (offset + n) * stride % span:07d}" for n in range(batch)]
+def _pick(size: int, operation: str, offset: int, count: int, total: int) -> list[str]:
+    """Run ids spread over the file, a stride apart so every batch touches
+    cold pages: running runs for heartbeats (renewed again and again), pending
+    ones for claim_and_own, each taken once (``total``, what the whole
+    measurement takes, never passes the file's pending runs)."""
+    pending = GROWTH_PENDING[size]
+    running = size - pending
+    if operation == "heartbeat":
+        stride = max(1, running // (count * 64))
+        return [f"run-{(offset + n) * stride % running:07d}" for n in range(count)]
+    assert offset + count <= total <= pending, (size, offset, count, total)
+    stride = pending // total
+    return [f"run-{running + (offset + n) * stride:07d}" for n in range(count)]
 
 
 def _raw_cas(raw: sqlite3.Connection, operation: str, rid: str, now: int) -> None:
