@@ -194,6 +194,32 @@ class _Racers:
 
 @pytest.mark.processes
 @pytest.mark.timeout(120)
+def test_racing_purges_leave_no_eligible_run_behind(
+    stores: list[Any], clock: ManualClock
+) -> None:
+    """Two purges at once over a settled lineage (a root and two rounds, the
+    first round the root's child): together they delete all three, whichever
+    way they interleave. (Purges that ran side by side once each passed over
+    the rounds the other held and judged the root by a snapshot in which its
+    child still existed, so neither deleted the root.)"""
+    owner = OwnerId("host-purge", 1, "purge")
+    first, second = stores[0], stores[1]
+    for trial in range(12):
+        root, one, two = (f"p{trial}-{name}" for name in ("root", "one", "two"))
+        first.create(root, "{}")
+        first.create(one, "{}", parent_run_id=root, lineage_id=root, round_ordinal=1)
+        first.create(two, "{}", lineage_id=root, round_ordinal=2)
+        for run_id in (root, one, two):
+            first.claim_and_own(run_id, PENDING, owner, clock.now_ms())
+            first.transition_owned(run_id, owner, "completed")
+        clock.advance(60_000)
+        purged = _race(2, lambda i: (first, second)[i].purge_settled(clock.now_ms()))
+        assert not any(isinstance(n, BaseException) for n in purged), purged
+        assert sum(purged) == 3, (trial, purged)
+        assert not {root, one, two} & {row.run_id for row in first.state().rows}
+    first.check_invariants()
+
+
 def test_racing_processes_have_one_winner_per_run(url: str) -> None:
     """Four processes (four hosts) race claim_and_own on each of five runs,
     then steal each of five stale runs: one winner each time, no error."""

@@ -1011,6 +1011,8 @@ class SqlRunStore:
 
         def body(tx: Transaction) -> int:
             execute = tx.connection.execute
+            if q.PURGE_SERIALIZE:
+                execute(q.PURGE_SERIALIZE)
             found = [row[0] for row in execute(q.PURGE_CANDIDATES, (cutoff, size)).fetchall()]
             if found and q.PURGE_RECHECK:
                 rows = execute(q.PURGE_RECHECK, (q.ids_param(found),)).fetchall()

@@ -391,6 +391,15 @@ _LIVE_ROUND: Final = f"""(
                  AND (m.lineage_id IS NULL OR m.lineage_id = m.run_id)
                  AND m.status NOT IN {_TERMINAL})
 )"""
+# Purges of one schema take turns: two at once would each pass over the rows
+# the other holds and judge their parents by a snapshot from before the other
+# deleted their children, so neither would purge a run that became eligible
+# between them (found by the torture: two workers' purges left a lineage root
+# neither deleted).
+PURGE_SERIALIZE: Final = (
+    "SELECT pg_catalog.pg_advisory_xact_lock("
+    "pg_catalog.hashtext('runstore-purge:' || pg_catalog.current_schema()))"
+)
 # Locks what it picks; a run another transaction holds (a child being created
 # under it takes a key-share lock) waits for the next call.
 PURGE_CANDIDATES: Final = f"""

@@ -413,6 +413,8 @@ WHERE r.finished_at_ms < ?1 AND r.status IN {_TERMINAL}
   AND NOT {_LIVE_ROUND}
 ORDER BY r.finished_at_ms, r.run_id LIMIT ?2
 """
+#: Nothing to serialize: ``BEGIN IMMEDIATE`` already makes purges take turns.
+PURGE_SERIALIZE: Final = ""
 #: Nothing to re-check: ``BEGIN IMMEDIATE`` keeps every writer out since
 #: PURGE_CANDIDATES (PostgreSQL re-reads its locked candidates).
 PURGE_RECHECK: Final = ""
