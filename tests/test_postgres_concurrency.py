@@ -194,9 +194,7 @@ class _Racers:
 
 @pytest.mark.processes
 @pytest.mark.timeout(120)
-def test_racing_purges_leave_no_eligible_run_behind(
-    stores: list[Any], clock: ManualClock
-) -> None:
+def test_racing_purges_leave_no_eligible_run_behind(stores: list[Any], clock: ManualClock) -> None:
     """Two purges at once over a settled lineage (a root and two rounds, the
     first round the root's child): together they delete all three, whichever
     way they interleave. (Purges that ran side by side once each passed over
