@@ -126,6 +126,16 @@ def _finite_int(text: str) -> int:
     return number
 
 
+#: One decoder for every read (``json.loads`` with hooks builds a decoder and
+#: its scanner per call, a measurable share of a small row's decode). Its
+#: ``decode`` keeps no state between calls, so threads may share it.
+_STRICT_DECODER: Final = json.JSONDecoder(
+    parse_constant=_refuse_constant,
+    parse_float=_finite_float,
+    parse_int=_finite_int,
+)
+
+
 def parse_strict_json(text: str) -> Any:
     """Parse ``text`` as strict JSON, as run state and attempt values are read.
 
@@ -134,12 +144,7 @@ def parse_strict_json(text: str) -> Any:
     inside strings included).
     """
     try:
-        return json.loads(
-            text,
-            parse_constant=_refuse_constant,
-            parse_float=_finite_float,
-            parse_int=_finite_int,
-        )
+        return _STRICT_DECODER.decode(text)
     except OverflowError:
         raise NonFiniteNumber from None
 
