@@ -192,8 +192,6 @@ class _Racers:
                 process.stdout.close()
 
 
-@pytest.mark.processes
-@pytest.mark.timeout(120)
 def test_racing_purges_leave_no_eligible_run_behind(stores: list[Any], clock: ManualClock) -> None:
     """Two purges at once over a settled lineage (a root and two rounds, the
     first round the root's child): together they delete all three, whichever
@@ -218,6 +216,8 @@ def test_racing_purges_leave_no_eligible_run_behind(stores: list[Any], clock: Ma
     first.check_invariants()
 
 
+@pytest.mark.processes
+@pytest.mark.timeout(120)
 def test_racing_processes_have_one_winner_per_run(url: str) -> None:
     """Four processes (four hosts) race claim_and_own on each of five runs,
     then steal each of five stale runs: one winner each time, no error."""
