@@ -109,22 +109,35 @@ class Transaction:
         self._rollback.append(fn)
 
 
+#: How long an idle connection that was sent something waits for the close
+#: that follows a server's farewell (see ``_probe``).
+_FAREWELL_GRACE_S: Final = 0.05
+
+
 def _probe(connection: Connection) -> None:
     """Read what an idle connection has been sent, without a round trip: a
     server that ended the session (a restart, a shutdown, a terminated
     backend) has sent its farewell and closed the socket, and reading that
     marks the connection lost, so it is replaced before a statement is sent
     rather than found dead after (when a one-statement operation's outcome
-    would be unknown)."""
+    would be unknown).
+
+    The farewell and the close are not one event: a backend leaves the
+    server's process table (its connection slot is free) before its socket
+    is closed. An idle connection that has been sent anything is therefore
+    given ``_FAREWELL_GRACE_S`` for the close to follow; a healthy one that
+    was sent something else (a notice) costs that wait once and stays."""
     if connection.info.transaction_status != _IDLE:
         return
     try:
         descriptor = connection.fileno()
+        wait = 0.0
         for _ in range(4):
-            readable, _, _ = select.select([descriptor], [], [], 0)
+            readable, _, _ = select.select([descriptor], [], [], wait)
             if not readable:
                 return
             connection.pgconn.consume_input()
+            wait = _FAREWELL_GRACE_S
     except (psycopg.Error, OSError, ValueError):
         connection.close()
 
