@@ -208,8 +208,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     sample = json.loads(SAMPLE.read_text())
     suite = _git("rev-parse", args.suite) if args.suite else state["commit"]
     done = _results()
-    if args.rejudge:
+    if args.rejudge or args.gaps:
         wanted = [i for i in sample if done.get(i["key"], {}).get("outcome") == "survived"]
+        if args.gaps:
+            triage = json.loads(TRIAGE.read_text()) if TRIAGE.exists() else {}
+            equivalent = {k for k, v in triage.items() if v.get("verdict") == "equivalent"}
+            wanted = [i for i in wanted if i["key"] not in equivalent]
     else:
         wanted = [i for i in sample if i["key"] not in done]
     if args.only:
@@ -334,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--minutes", type=float, default=9.0)
     run.add_argument("--suite", help="take stateful/ and model/ from this commit (default: init's)")
     run.add_argument("--rejudge", action="store_true", help="judge the survivors again")
+    run.add_argument(
+        "--gaps", action="store_true", help="judge again the survivors not triaged as equivalent"
+    )
     run.add_argument("--only", help="only modules under this path")
     run.add_argument("--skip", help="skip modules under this path")
     commands.add_parser("report", help="write mutation/RESULTS.md")

@@ -49,6 +49,7 @@ from ._conformance import run_conformance as run_conformance
 from ._consensus_machine import ConsensusComparison as ConsensusComparison
 from ._consensus_machine import consensus_comparison_for as consensus_comparison_for
 from ._invariants import INVARIANTS as INVARIANTS
+from ._invariants import AdmissionViolation as AdmissionViolation
 from ._invariants import ClaimFieldsViolation as ClaimFieldsViolation
 from ._invariants import CommittedStateLost as CommittedStateLost
 from ._invariants import FactReplayMismatch as FactReplayMismatch
@@ -65,6 +66,7 @@ from ._invariants import RunningOwnershipViolation as RunningOwnershipViolation
 from ._invariants import SettledPurgeViolation as SettledPurgeViolation
 from ._invariants import StateNotPreserved as StateNotPreserved
 from ._invariants import StealWithoutStaleness as StealWithoutStaleness
+from ._invariants import StoreCrashed as StoreCrashed
 from ._invariants import TerminalChangedViolation as TerminalChangedViolation
 from ._invariants import TombstoneLost as TombstoneLost
 from ._invariants import UnclaimableTaken as UnclaimableTaken
@@ -87,6 +89,7 @@ from ._steps import Step as Step
 
 __all__ = [
     "INVARIANTS",
+    "AdmissionViolation",
     "Call",
     "Capabilities",
     "ClaimFieldsViolation",
@@ -118,6 +121,7 @@ __all__ = [
     "StateNotPreserved",
     "Step",
     "StealWithoutStaleness",
+    "StoreCrashed",
     "StrategyAuthority",
     "TerminalChangedViolation",
     "TombstoneLost",

@@ -301,7 +301,7 @@ class RunAttemptComparison(RunStoreComparison):
         self.recent.append(ident)
         del self.recent[:-4]
 
-    def _settle(self, model_step: Step, store_step: Step) -> None:
+    def _settle(self, model_step: Step, store_step: Step, *, admission: bool | None = None) -> None:
         runs_before = self.model_state
         before_model, before_store = self.model_attempts, self.store_attempts
         model_revision, store_revision = self.model_state.revision, self.store_state.revision
@@ -345,7 +345,7 @@ class RunAttemptComparison(RunStoreComparison):
         except AssertionError as error:
             self._report(error)
             raise
-        super()._settle(model_step, store_step)
+        super()._settle(model_step, store_step, admission=admission)
         try:
             try:
                 check_attempt_state(

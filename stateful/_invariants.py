@@ -120,6 +120,18 @@ class StateNotPreserved(InvariantViolation):
     appeared without ``create``."""
 
 
+class AdmissionViolation(InvariantViolation):
+    """Input contract.md refuses was admitted, or input at one of its limits
+    was refused (judged by the suite's own table, since the reference shares
+    the stores' admission)."""
+
+
+class StoreCrashed(InvariantViolation):
+    """An operation raised something other than the store's own error type
+    (a ``TypeError``, an ``AttributeError``...): a defect even when the
+    reference, sharing the same admission code, raised it too."""
+
+
 class FailedOperationVisible(InvariantViolation):
     """An operation that raised left a trace in the state."""
 
@@ -186,6 +198,8 @@ INVARIANTS: tuple[type[InvariantViolation], ...] = (
     SettledPurgeViolation,
     PageWalkBroken,
     TombstoneLost,
+    AdmissionViolation,
+    StoreCrashed,
 )
 
 _FENCED = frozenset({"heartbeat", "reconfirm", "transition_owned"})

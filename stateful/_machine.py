@@ -80,16 +80,24 @@ from ._faults import (
     plan_faults,
 )
 from ._invariants import (
+    AdmissionViolation,
     InvariantViolation,
     ReferenceInvariantViolation,
+    StoreCrashed,
     check_page_walk,
     check_state,
     check_transition,
 )
-from ._malformed import FINDING_WORK_MALFORMED_CASES, MALFORMED_CASES, malformed_call
+from ._malformed import (
+    EDGE_CASES,
+    FINDING_WORK_MALFORMED_CASES,
+    MALFORMED_CASES,
+    malformed_call,
+    refused,
+)
 from ._observe import ClockSet, Failure, Faulted, LogEntry, Performed, Reopened, say
 from ._steering import Steering
-from ._steps import Call, Raised, Step, call, perform
+from ._steps import Call, Crashed, Raised, Step, call, perform
 
 StoreFactory = Callable[[ManualClock, Path], Any]
 
@@ -231,15 +239,17 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
 
     # -- the differential step -----------------------------------------------------
 
-    def _do(self, op: Call) -> Any:
-        """Apply ``op`` to both sides and run every check."""
+    def _do(self, op: Call, *, admission: bool | None = None) -> Any:
+        """Apply ``op`` to both sides and run every check; with ``admission``,
+        the suite's own verdict on the input too (True: it must be admitted,
+        False: refused with ``invalid_run``)."""
         model_out = perform(self.model, op)
         store_out = perform(self.store, op)
         self.log.append(Performed(op, model_out))
-        self._settle(Step(op, model_out), Step(op, store_out))
+        self._settle(Step(op, model_out), Step(op, store_out), admission=admission)
         return model_out
 
-    def _settle(self, model_step: Step, store_step: Step) -> None:
+    def _settle(self, model_step: Step, store_step: Step, *, admission: bool | None = None) -> None:
         before_model, before_store = self.model_state, self.store_state
         _reach.record(model_step.call, model_step.outcome, before_model, self.clock.now_ms())
         self.model_state = self._model_view()
@@ -262,6 +272,7 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
             # The reference first: an invariant it breaks is the suite's defect,
             # and must never be reported against the store.
             check_reference(before_model, self.model_state, model_step, leases=leases)
+            _check_outcome_kind(model_step, store_step, admission)
             check_state(self.store_state, leases=leases)
             check_transition(before_store, self.store_state, store_step, leases=leases)
             if not _same_outcome(model_step.outcome, store_step.outcome):
@@ -1117,13 +1128,20 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
     def malformed(self, case: str) -> None:
         """An operation with one inadmissible argument: both sides refuse it
         with ``invalid_run`` and change nothing."""
-        self._do(malformed_call(case, self.world))
+        self._do(malformed_call(case, self.world), admission=False)
 
     @precondition(lambda self: self.capabilities.finding_work)
     @rule(case=st.sampled_from(FINDING_WORK_MALFORMED_CASES))
     def malformed_finding_work(self, case: str) -> None:
         """``malformed`` for the operations that work across runs."""
-        self._do(malformed_call(case, self.world))
+        self._do(malformed_call(case, self.world), admission=False)
+
+    @rule(case=st.sampled_from(EDGE_CASES))
+    def at_the_limits(self, case: str) -> None:
+        """An argument exactly at one of contract.md's limits, or a state
+        admission must walk: both sides admit it (on a run that does not
+        exist, so nothing changes)."""
+        self._do(malformed_call(case, self.world), admission=True)
 
 
 def check_reference(
@@ -1136,6 +1154,30 @@ def check_reference(
         check_transition(before, after, step, leases=leases)
     except InvariantViolation as error:
         raise ReferenceInvariantViolation.of(error) from None
+
+
+def _check_outcome_kind(model_step: Step, store_step: Step, admission: bool | None) -> None:
+    """The store raised only its own error type, and (with ``admission``)
+    admitted or refused the input as contract.md says; the reference is
+    held to the same verdict, as the suite's defect when it alone misses."""
+    store_out, model_out = store_step.outcome, model_step.outcome
+    shown = store_step.call.describe()
+    if isinstance(store_out, Crashed):
+        raise StoreCrashed(
+            f"{shown}: the store raised {store_out.exception} ({store_out.message}),"
+            " where only its own error type may escape"
+        )
+    if admission is None:
+        return
+    wanted = "admitted" if admission else "refused with invalid_run"
+    if refused(store_out) == admission:
+        raise AdmissionViolation(
+            f"{shown}: contract.md's limits say {wanted}; the store answered {store_out!r}"
+        )
+    if refused(model_out) == admission or isinstance(model_out, Crashed):
+        raise ReferenceInvariantViolation(
+            f"{shown}: contract.md's limits say {wanted}; the reference answered {model_out!r}"
+        )
 
 
 def _same_outcome(model: Any, store: Any) -> bool:

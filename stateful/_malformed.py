@@ -5,6 +5,15 @@ companion-prefix and ``changes`` cases is not expected: admission refuses them
 too) and change nothing. The arguments around the bad one are admissible, so
 a store that checks its arguments in a different order, or not at all, answers
 differently from the reference.
+
+The reference model and the stores share input admission (contract.md,
+Independence), so comparing them cannot see an admission bug: both sides
+would admit the same bad value. The verdict is therefore the suite's own, from
+contract.md's table of limits written out here as literals: every
+``MALFORMED`` case must be refused, and every ``EDGE`` case (an argument
+exactly at a limit, or one that makes admission walk a value it may skip)
+must be admitted. Edge cases touch no run that exists (``zz``), so they
+change nothing either way.
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ from typing import Final
 from runstore._values import LivenessEvidence, OwnerId, RunSnapshot, TransitionGuard
 
 from ._domain import World
-from ._steps import Call, call
+from ._steps import Call, Raised, call
 
 _PENDING = RunSnapshot("pending", None, None)
 
@@ -166,6 +175,82 @@ _CASES: dict[str, Callable[[World], Call]] = {
         "acknowledge_cancel", ("run_id", "a"), ("owner", None), ("now_ms", _now(w))
     ),
     "changes-negative": lambda w: call("changes", ("after_revision", -1)),
+    "claim-running-without-heartbeat": lambda w: call(
+        "claim",
+        ("run_id", "a"),
+        ("expected", RunSnapshot("running", _owner(w), None)),
+        ("claimant", _owner(w)),
+        ("now_ms", _now(w)),
+    ),
+    "claim-pending-with-heartbeat": lambda w: call(
+        "claim",
+        ("run_id", "a"),
+        ("expected", RunSnapshot("pending", None, 5)),
+        ("claimant", _owner(w)),
+        ("now_ms", _now(w)),
+    ),
+    "heartbeat-past-skew-bound": lambda w: call(
+        "heartbeat", ("run_id", "zz"), ("owner", _owner(w)), ("now_ms", _now(w) + _SKEW + 1)
+    ),
+    "transition-too-deep": lambda w: _transition(w, _nested(_DEPTH + 2)),
+    "transition-surrogate-key": lambda w: _transition(w, '{"\\ud800": 1}'),
+    "transition-too-deep-walked": lambda w: _transition(
+        w, '{"k": "\\u00e9", "v": ' + _nested(_DEPTH + 1) + "}"
+    ),
+}
+
+#: contract.md's limits, as the suite's own literals (never read from runstore).
+_DEPTH: Final = 128
+_IDENTIFIER: Final = 1024
+_SKEW: Final = 10_000
+
+
+def _nested(arrays: int) -> str:
+    """``arrays`` arrays, each the only element of the one around it: the
+    innermost sits at depth ``arrays - 1``."""
+    return "[" * arrays + "]" * arrays
+
+
+def _transition(world: World, state_json: str) -> Call:
+    """A transition of a run that does not exist, carrying ``state_json``:
+    admission judges the state before the run is looked up."""
+    return call(
+        "transition_owned",
+        ("run_id", "zz"),
+        ("owner", _owner(world)),
+        ("to_status", "running"),
+        state_json=state_json,
+    )
+
+
+#: State that admission must walk (an escape in it) and admit: every kind of
+#: JSON value, nested, with a null and integers inside containers.
+_WALKED_STATE: Final = (
+    '{"k": "\\u00e9", "n": null, "b": true, "f": false, "i": 12, "x": 1.5, '
+    '"l": [null, 3, {"m": [false, -7, "s"]}], "o": {}}'
+)
+
+_EDGE_CASES: dict[str, Callable[[World], Call]] = {
+    "get-longest-id": lambda w: call("get", ("run_id", "x" * _IDENTIFIER)),
+    "latest-round-longest-astral-id": lambda w: call(
+        "latest_round", ("run_id", "\U0001d11e" * (_IDENTIFIER // 2))
+    ),
+    "heartbeat-at-skew-bound": lambda w: call(
+        "heartbeat", ("run_id", "zz"), ("owner", _owner(w)), ("now_ms", _now(w) + _SKEW)
+    ),
+    "claim-at-skew-bound": lambda w: call(
+        "claim",
+        ("run_id", "zz"),
+        ("expected", _PENDING),
+        ("claimant", _owner(w)),
+        ("now_ms", _now(w) + _SKEW),
+    ),
+    "transition-deepest": lambda w: _transition(w, _nested(_DEPTH + 1)),
+    "transition-deepest-walked": lambda w: _transition(
+        w, '{"k": "\\u00e9", "v": ' + _nested(_DEPTH) + "}"
+    ),
+    "transition-walked-values": lambda w: _transition(w, _WALKED_STATE),
+    "transition-nul-escape": lambda w: _transition(w, '{"v": "\\u0000"}'),
 }
 
 #: Malformed calls of the operations that work across runs (their rule runs
@@ -197,6 +282,7 @@ _FINDING_WORK_CASES: dict[str, Callable[[World], Call]] = {
 
 MALFORMED_CASES: Final = tuple(_CASES)
 FINDING_WORK_MALFORMED_CASES: Final = tuple(_FINDING_WORK_CASES)
+EDGE_CASES: Final = tuple(_EDGE_CASES)
 
 
 class _Text(str):
@@ -207,5 +293,10 @@ class _Text(str):
 
 def malformed_call(case: str, world: World) -> Call:
     """The call for ``case``, built against the current world."""
-    build = _CASES.get(case) or _FINDING_WORK_CASES[case]
+    build = _CASES.get(case) or _FINDING_WORK_CASES.get(case) or _EDGE_CASES[case]
     return build(world)
+
+
+def refused(outcome: object) -> bool:
+    """Whether ``outcome`` is the refusal every malformed case must get."""
+    return isinstance(outcome, Raised) and outcome.code == "invalid_run"

@@ -220,9 +220,9 @@ def test_faults_on_attempt_writes_leave_both_sides_unchanged(monkeypatch):
     answers: list[object] = []
     original = RunAttemptComparison._settle
 
-    def recording(self, model_step, store_step):
+    def recording(self, model_step, store_step, **checks):
         answers.append(store_step.outcome)
-        original(self, model_step, store_step)
+        original(self, model_step, store_step, **checks)
 
     monkeypatch.setattr(RunAttemptComparison, "_settle", recording)
     machine = _machine("sqlite-sql")
