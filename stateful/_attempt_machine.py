@@ -73,7 +73,7 @@ from ._capabilities import FULL_STORE, Capabilities
 from ._compare import DifferentialMismatch
 from ._domain import PROCESS_COUNT, RUN_IDS, START_MS
 from ._faults import FAULT_BUDGET, FAULTS, fault_plan, plan_faults
-from ._invariants import ReferenceInvariantViolation
+from ._invariants import AdmissionViolation, ReferenceInvariantViolation, StoreCrashed
 from ._machine import (
     PROCESSES,
     RunStoreComparison,
@@ -174,6 +174,24 @@ METAS: Final[tuple[JsonValue | Absent, ...]] = (
 )
 
 CONFIG = st.sampled_from(tuple(CONFIGS))
+
+#: Checkpoints either side of the 64-byte cap, and whether each is admitted.
+_CAP_EDGES: Final[Mapping[str, tuple[str, bool]]] = {
+    "at-ascii": (AT_CAP_ASCII, True),
+    "over-ascii": (OVER_CAP_ASCII, False),
+    "at-two-byte": (AT_CAP_TWO_BYTE, True),
+    "over-two-byte": (OVER_CAP_TWO_BYTE, False),
+    "over-astral": (OVER_CAP_ASTRAL, False),
+}
+#: ``max_checkpoint_bytes`` at and past the ends of contract.md's range
+#: (1 to 16 MiB), as the suite's own literals.
+_OPTION_EDGES: Final[Mapping[str, tuple[object, bool]]] = {
+    "zero": (0, False),
+    "one": (1, True),
+    "largest": (16 * 1024 * 1024, True),
+    "past-largest": (16 * 1024 * 1024 + 1, False),
+    "bool": (True, False),
+}
 ATTEMPT_RUN = st.sampled_from(ATTEMPT_RUNS)
 STEP = st.sampled_from(STEP_KEYS)
 NUMBER = st.sampled_from(NUMBERS)
@@ -281,12 +299,13 @@ class RunAttemptComparison(RunStoreComparison):
 
     # -- the differential step -----------------------------------------------------
 
-    def _do_attempt(self, op: Call) -> Any:
-        """Apply an attempt ``op`` to both sides and run every check."""
+    def _do_attempt(self, op: Call, *, admission: bool | None = None) -> Any:
+        """Apply an attempt ``op`` to both sides and run every check (with
+        ``admission``, the suite's own verdict on the input too)."""
         model_out = perform_attempt(self.model_attempt_stores, op)
         store_out = perform_attempt(self.attempt_stores, op)
         self.log.append(logged(op, model_out))
-        self._settle(Step(op, model_out), Step(op, store_out))
+        self._settle(Step(op, model_out), Step(op, store_out), admission=admission)
         self._written(Step(op, model_out))
         return model_out
 
@@ -417,9 +436,12 @@ class RunAttemptComparison(RunStoreComparison):
     def _reading(self, who: OwnerId, delta: int = 0) -> int:
         return max(0, self.world.reading(who) + delta)
 
-    def _put(self, config: str, record: Attempt, who: OwnerId) -> Any:
+    def _put(
+        self, config: str, record: Attempt, who: OwnerId, *, admission: bool | None = None
+    ) -> Any:
         return self._do_attempt(
-            call("attempt_put", ("config", config), ("attempt", record), ("owner", who))
+            call("attempt_put", ("config", config), ("attempt", record), ("owner", who)),
+            admission=admission,
         )
 
     def _heartbeat(
@@ -780,6 +802,52 @@ class RunAttemptComparison(RunStoreComparison):
             # The settled record itself: the same, by strict comparison.
             self._put("insert", stored, owner)
             self._put("upsert", stored, owner)
+
+    @rule(
+        run=ATTEMPT_RUN,
+        step=STEP,
+        cap=st.sampled_from(tuple(_CAP_EDGES)),
+    )
+    def checkpoint_at_the_cap(self, run: str, step: str, cap: str) -> None:
+        """The owner puts an attempt whose checkpoint is exactly at the
+        64-byte store's cap (admitted) or one byte past it (refused), counted
+        in UTF-8 bytes of the canonical encoding, as contract.md says; the
+        verdict is the suite's own, since admission is shared."""
+        run = self.world.run(run)
+        row = self._owned(run, 0)
+        owner = self.world.actor("owner", run) if row is None else row.owner
+        if owner is None:
+            return
+        text, admitted = _CAP_EDGES[cap]
+        ident = AttemptId(run, step, 2)
+        record = _fresh(ident, "running", self._reading(owner), checkpoint=text)
+        self._put("upsert", record, owner, admission=admitted)
+
+    @rule(bound=st.sampled_from(tuple(_OPTION_EDGES)))
+    def options_at_their_bounds(self, bound: str) -> None:
+        """An attempt store built with ``max_checkpoint_bytes`` at either end
+        of contract.md's range is built; one past either end is refused with
+        ``invalid_attempt``."""
+        value, admitted = _OPTION_EDGES[bound]
+        factory = type(self).attempt_store_factory
+        try:
+            factory(self.store, max_checkpoint_bytes=value)
+        except AttemptStoreError as error:
+            if admitted or error.code != "invalid_attempt":
+                raise AdmissionViolation(
+                    f"max_checkpoint_bytes={value}: refused with {error.code}, "
+                    f"contract.md says {'admitted' if admitted else 'invalid_attempt'}"
+                ) from None
+        except Exception as error:
+            raise StoreCrashed(
+                f"max_checkpoint_bytes={value}: raised {type(error).__name__}"
+            ) from None
+        else:
+            if not admitted:
+                raise AdmissionViolation(
+                    f"max_checkpoint_bytes={value}: built a store; contract.md's "
+                    "range is 1 to 16 MiB"
+                )
 
     @precondition(lambda self: self.capabilities.fault_injection)
     @rule(write=st.sampled_from(FAULTED_WRITES), fault=st.sampled_from(FAULTS), step=STEP)

@@ -116,8 +116,15 @@ CLAIMED_RUNS: Final = ("claimed", "claimed", *RUN_IDS)
 EDGE_DELTAS: Final = (1, 0, -1)
 
 
+def fresh(text: str) -> str:
+    """A string equal to ``text`` that is a new object, not the interned
+    literal: a store that compares host ids or statuses with ``is`` passes
+    every program that only ever hands it literals."""
+    return "".join(list(text))
+
+
 def process_host(index: int) -> str:
-    return HOSTS[index // len(PIDS)]
+    return fresh(HOSTS[index // len(PIDS)])
 
 
 def process_pid(index: int) -> int:
@@ -217,7 +224,7 @@ class World:
         if selector == "ghost":
             if self.ghosts:
                 return self.ghosts[-1]
-            return OwnerId(HOSTS[0], PIDS[0], "n-ghost")
+            return OwnerId(fresh(HOSTS[0]), PIDS[0], "n-ghost")
         assert isinstance(selector, int)
         return self.process(selector)
 

@@ -69,6 +69,7 @@ from ._domain import (
     TO_STATUSES,
     TOKENS,
     World,
+    fresh,
 )
 from ._faults import (
     FAULT_BUDGET,
@@ -565,7 +566,7 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
                 "transition_owned",
                 ("run_id", run),
                 ("owner", who),
-                ("to_status", to_status),
+                ("to_status", fresh(to_status)),
                 state_json=state,
                 guard=None if guard is None else TransitionGuard(guard),  # type: ignore[arg-type]
             )
@@ -630,7 +631,7 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
                 "transition_owned",
                 ("run_id", run),
                 ("owner", owner),
-                ("to_status", to_status),
+                ("to_status", fresh(to_status)),
                 guard=None if guard is None else TransitionGuard(guard),  # type: ignore[arg-type]
             )
         )
@@ -1169,7 +1170,7 @@ def _check_outcome_kind(model_step: Step, store_step: Step, admission: bool | No
         )
     if admission is None:
         return
-    wanted = "admitted" if admission else "refused with invalid_run"
+    wanted = "admitted" if admission else "refused by admission"
     if refused(store_out) == admission:
         raise AdmissionViolation(
             f"{shown}: contract.md's limits say {wanted}; the store answered {store_out!r}"

@@ -298,5 +298,6 @@ def malformed_call(case: str, world: World) -> Call:
 
 
 def refused(outcome: object) -> bool:
-    """Whether ``outcome`` is the refusal every malformed case must get."""
-    return isinstance(outcome, Raised) and outcome.code == "invalid_run"
+    """Whether ``outcome`` is admission's refusal (``invalid_run``, or
+    ``invalid_attempt`` for an attempt operation)."""
+    return isinstance(outcome, Raised) and outcome.code in ("invalid_run", "invalid_attempt")

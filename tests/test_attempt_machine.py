@@ -98,8 +98,8 @@ def traced(monkeypatch):
     """Record each attempt step's call and the reference's answer on the machine."""
     original = RunAttemptComparison._do_attempt
 
-    def recording(self, op):
-        out = original(self, op)
+    def recording(self, op, **checks):
+        out = original(self, op, **checks)
         self.__dict__.setdefault("trace", []).append((op, out))
         return out
 
