@@ -43,6 +43,7 @@ import attrs
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
+from runstore._boundary import canonical_json
 from runstore._clock import ManualClock
 from runstore._errors import RunStoreError
 from runstore._outcomes import Claimed
@@ -175,23 +176,15 @@ METAS: Final[tuple[JsonValue | Absent, ...]] = (
 
 CONFIG = st.sampled_from(tuple(CONFIGS))
 
-#: Checkpoints either side of the 64-byte cap, and whether each is admitted.
-_CAP_EDGES: Final[Mapping[str, tuple[str, bool]]] = {
-    "at-ascii": (AT_CAP_ASCII, True),
-    "over-ascii": (OVER_CAP_ASCII, False),
-    "at-two-byte": (AT_CAP_TWO_BYTE, True),
-    "over-two-byte": (OVER_CAP_TWO_BYTE, False),
-    "over-astral": (OVER_CAP_ASTRAL, False),
-}
 #: ``max_checkpoint_bytes`` at and past the ends of contract.md's range
-#: (1 to 16 MiB), as the suite's own literals.
-_OPTION_EDGES: Final[Mapping[str, tuple[object, bool]]] = {
-    "zero": (0, False),
-    "one": (1, True),
-    "largest": (16 * 1024 * 1024, True),
-    "past-largest": (16 * 1024 * 1024 + 1, False),
-    "bool": (True, False),
-}
+#: (1 to 16 MiB), as the suite's own literals, and whether each is admitted.
+_OPTION_EDGES: Final[tuple[tuple[object, bool], ...]] = (
+    (0, False),
+    (1, True),
+    (16 * 1024 * 1024, True),
+    (16 * 1024 * 1024 + 1, False),
+    (True, False),
+)
 ATTEMPT_RUN = st.sampled_from(ATTEMPT_RUNS)
 STEP = st.sampled_from(STEP_KEYS)
 NUMBER = st.sampled_from(NUMBERS)
@@ -225,6 +218,54 @@ def perform_attempt(stores: Mapping[str, Any], op: Call) -> Any:
         return Crashed("RunStoreError", f"{error.code} from {error.method}")
     except Exception as error:
         return Crashed(type(error).__name__, str(error)[:200])
+
+
+def _over_cap(op: Call) -> bool:
+    """Whether ``op`` carries a checkpoint larger (in UTF-8 bytes of its
+    canonical encoding) than the cap of the attempt store it calls."""
+    config = CONFIGS.get(op.get("config"))
+    if config is None:
+        return False
+    if op.method == "attempt_put":
+        record = op.get("attempt")
+        checkpoint = record.checkpoint if isinstance(record, Attempt) else ABSENT
+    elif op.method == "attempt_patch":
+        fields = op.get("patch")
+        checkpoint = fields.checkpoint if isinstance(fields, AttemptPatch) else ABSENT
+    else:
+        checkpoint = op.get("checkpoint", ABSENT)
+    if checkpoint is ABSENT:
+        return False
+    try:
+        size = len(canonical_json(checkpoint).encode("utf-8"))
+    except (TypeError, ValueError):
+        return False  # not JSON at all: refused, but not the cap's verdict
+    return size > config.max_checkpoint_bytes
+
+
+def _check_option_bounds(factory: Callable[..., Any], store: Any) -> None:
+    """``max_checkpoint_bytes`` at either end of contract.md's range builds
+    an attempt store; one past either end (or a bool) is refused with
+    ``invalid_attempt``."""
+    for value, admitted in _OPTION_EDGES:
+        try:
+            factory(store, max_checkpoint_bytes=value)
+        except AttemptStoreError as error:
+            if admitted or error.code != "invalid_attempt":
+                raise AdmissionViolation(
+                    f"AttemptStore(max_checkpoint_bytes={value!r}) raised {error.code}; "
+                    f"contract.md says {'admitted' if admitted else 'invalid_attempt'}"
+                ) from None
+        except Exception as error:
+            raise StoreCrashed(
+                f"AttemptStore(max_checkpoint_bytes={value!r}) raised {type(error).__name__}"
+            ) from None
+        else:
+            if not admitted:
+                raise AdmissionViolation(
+                    f"AttemptStore(max_checkpoint_bytes={value!r}) was built; "
+                    "contract.md's range is 1 to 16 MiB"
+                )
 
 
 def logged(op: Call, expected: Any, plan: tuple[Any, ...] | None = None) -> AttemptPerformed:
@@ -292,6 +333,8 @@ class RunAttemptComparison(RunStoreComparison):
     def _open_store(self) -> Any:
         store = super()._open_store()
         factory = type(self).attempt_store_factory
+        if not hasattr(self, "attempt_stores"):  # the first open, not a reopen
+            _check_option_bounds(factory, store)
         self.attempt_stores: dict[str, Any] = {
             name: factory(store, **config.options()) for name, config in CONFIGS.items()
         }
@@ -301,7 +344,10 @@ class RunAttemptComparison(RunStoreComparison):
 
     def _do_attempt(self, op: Call, *, admission: bool | None = None) -> Any:
         """Apply an attempt ``op`` to both sides and run every check (with
-        ``admission``, the suite's own verdict on the input too)."""
+        ``admission``, the suite's own verdict on the input too; a checkpoint
+        over its store's cap must always be refused)."""
+        if admission is None and _over_cap(op):
+            admission = False
         model_out = perform_attempt(self.model_attempt_stores, op)
         store_out = perform_attempt(self.attempt_stores, op)
         self.log.append(logged(op, model_out))
@@ -802,52 +848,6 @@ class RunAttemptComparison(RunStoreComparison):
             # The settled record itself: the same, by strict comparison.
             self._put("insert", stored, owner)
             self._put("upsert", stored, owner)
-
-    @rule(
-        run=ATTEMPT_RUN,
-        step=STEP,
-        cap=st.sampled_from(tuple(_CAP_EDGES)),
-    )
-    def checkpoint_at_the_cap(self, run: str, step: str, cap: str) -> None:
-        """The owner puts an attempt whose checkpoint is exactly at the
-        64-byte store's cap (admitted) or one byte past it (refused), counted
-        in UTF-8 bytes of the canonical encoding, as contract.md says; the
-        verdict is the suite's own, since admission is shared."""
-        run = self.world.run(run)
-        row = self._owned(run, 0)
-        owner = self.world.actor("owner", run) if row is None else row.owner
-        if owner is None:
-            return
-        text, admitted = _CAP_EDGES[cap]
-        ident = AttemptId(run, step, 2)
-        record = _fresh(ident, "running", self._reading(owner), checkpoint=text)
-        self._put("upsert", record, owner, admission=admitted)
-
-    @rule(bound=st.sampled_from(tuple(_OPTION_EDGES)))
-    def options_at_their_bounds(self, bound: str) -> None:
-        """An attempt store built with ``max_checkpoint_bytes`` at either end
-        of contract.md's range is built; one past either end is refused with
-        ``invalid_attempt``."""
-        value, admitted = _OPTION_EDGES[bound]
-        factory = type(self).attempt_store_factory
-        try:
-            factory(self.store, max_checkpoint_bytes=value)
-        except AttemptStoreError as error:
-            if admitted or error.code != "invalid_attempt":
-                raise AdmissionViolation(
-                    f"max_checkpoint_bytes={value}: refused with {error.code}, "
-                    f"contract.md says {'admitted' if admitted else 'invalid_attempt'}"
-                ) from None
-        except Exception as error:
-            raise StoreCrashed(
-                f"max_checkpoint_bytes={value}: raised {type(error).__name__}"
-            ) from None
-        else:
-            if not admitted:
-                raise AdmissionViolation(
-                    f"max_checkpoint_bytes={value}: built a store; contract.md's "
-                    "range is 1 to 16 MiB"
-                )
 
     @precondition(lambda self: self.capabilities.fault_injection)
     @rule(write=st.sampled_from(FAULTED_WRITES), fault=st.sampled_from(FAULTS), step=STEP)

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 import attrs
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 from runstore._clock import ManualClock
 from runstore._values import Lease, RunRow, StoreState
@@ -74,6 +74,10 @@ def invoke(strategy: Any, tx: Any, op: Call) -> Any:
     ``Refused(code)``; ``guard`` answers ``None`` when it passes."""
     args = [value for _, value in op.arguments]
     try:
+        if op.method == "heartbeat_many" and not callable(getattr(strategy, op.method, None)):
+            # The batch is optional; what it must answer is each run's heartbeat.
+            run_ids, owner, now_ms = args
+            return {rid: strategy.heartbeat(tx, rid, owner, now_ms) for rid in run_ids}
         return getattr(strategy, op.method)(tx, *args)
     except ConsensusError as error:
         return Refused(str(error.code))
@@ -378,6 +382,27 @@ class ConsensusComparison(RuleBasedStateMachine):
     @rule(run=OWNED, actor=st.sampled_from(ACTORS))
     def release_ownership(self, run: str, actor: object) -> None:
         self._transact([self._build("release_ownership", run, actor, "reading", "claim", "", 0)])
+
+    @precondition(lambda self: callable(getattr(self.strategy, "heartbeat_many", None)))
+    @rule(
+        runs=st.lists(st.sampled_from(CONSENSUS_RUNS), unique=True, min_size=1),
+        actor=st.sampled_from(ACTORS),
+        at=st.sampled_from(RENEW_TIMES),
+    )
+    def heartbeat_many(self, runs: list[str], actor: object, at: str) -> None:
+        """The strategy's optional batch renewal (run ids in order, as the
+        store passes them) answers for each run what ``heartbeat`` alone
+        would, in batches whose leases are all held, all lost, or mixed."""
+        anchor = self.world.run(runs[0])
+        who = self.world.actor(actor, anchor)
+        run_ids = sorted(self.world.run(run) for run in runs)
+        op = call(
+            "heartbeat_many",
+            ("run_ids", run_ids),
+            ("owner", who),
+            ("now_ms", self._at(at, anchor, who)),
+        )
+        self._transact([op])
 
     @rule(run=OWNED, actor=st.sampled_from(ACTORS))
     def guard(self, run: str, actor: object) -> None:

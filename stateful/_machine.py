@@ -1125,24 +1125,20 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
         self.log.append(Faulted(plan_faults(fault), built, model_out))
         self._settle(Step(built, model_out), Step(built, store_out))
 
-    @rule(case=st.sampled_from(MALFORMED_CASES))
+    @rule(case=st.sampled_from(MALFORMED_CASES + EDGE_CASES))
     def malformed(self, case: str) -> None:
         """An operation with one inadmissible argument: both sides refuse it
-        with ``invalid_run`` and change nothing."""
-        self._do(malformed_call(case, self.world), admission=False)
+        with ``invalid_run`` and change nothing. Or (an edge case) one whose
+        argument is exactly at one of contract.md's limits, or a state
+        admission must walk: both sides admit it (on a run that does not
+        exist, so nothing changes)."""
+        self._do(malformed_call(case, self.world), admission=case in EDGE_CASES)
 
     @precondition(lambda self: self.capabilities.finding_work)
     @rule(case=st.sampled_from(FINDING_WORK_MALFORMED_CASES))
     def malformed_finding_work(self, case: str) -> None:
         """``malformed`` for the operations that work across runs."""
         self._do(malformed_call(case, self.world), admission=False)
-
-    @rule(case=st.sampled_from(EDGE_CASES))
-    def at_the_limits(self, case: str) -> None:
-        """An argument exactly at one of contract.md's limits, or a state
-        admission must walk: both sides admit it (on a run that does not
-        exist, so nothing changes)."""
-        self._do(malformed_call(case, self.world), admission=True)
 
 
 def check_reference(

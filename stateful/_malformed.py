@@ -194,6 +194,7 @@ _CASES: dict[str, Callable[[World], Call]] = {
     ),
     "transition-too-deep": lambda w: _transition(w, _nested(_DEPTH + 2)),
     "transition-surrogate-key": lambda w: _transition(w, '{"\\ud800": 1}'),
+    "transition-too-deep-objects": lambda w: _transition(w, _nested_objects(_DEPTH + 1)),
     "transition-too-deep-walked": lambda w: _transition(
         w, '{"k": "\\u00e9", "v": ' + _nested(_DEPTH + 1) + "}"
     ),
@@ -209,6 +210,12 @@ def _nested(arrays: int) -> str:
     """``arrays`` arrays, each the only element of the one around it: the
     innermost sits at depth ``arrays - 1``."""
     return "[" * arrays + "]" * arrays
+
+
+def _nested_objects(objects: int) -> str:
+    """``objects`` objects, each the only member of the one around it, the
+    innermost holding a number at depth ``objects``."""
+    return '{"a": ' * objects + "1" + "}" * objects
 
 
 def _transition(world: World, state_json: str) -> Call:
@@ -249,6 +256,7 @@ _EDGE_CASES: dict[str, Callable[[World], Call]] = {
     "transition-deepest-walked": lambda w: _transition(
         w, '{"k": "\\u00e9", "v": ' + _nested(_DEPTH) + "}"
     ),
+    "transition-deepest-objects": lambda w: _transition(w, _nested_objects(_DEPTH)),
     "transition-walked-values": lambda w: _transition(w, _WALKED_STATE),
     "transition-nul-escape": lambda w: _transition(w, '{"v": "\\u0000"}'),
 }

@@ -30,4 +30,5 @@ ZOO = (
     "batch_heartbeat_skips_rows",
     "purge_ignores_live_round",
     "claim_next_takes_claimed",
+    "cursor_decoded_by_hand",
 )

@@ -11,7 +11,7 @@ from runstore.attempts._boundary import invalid
 from ._attempts import capabilities
 
 KIND = "attempts"
-EXPECTED_CHECK = "OutcomeMismatch"
+EXPECTED_CHECK = "AdmissionViolation"
 __all__ = ["capabilities"]
 
 

@@ -7,7 +7,7 @@ from runstore.consensus._types import Lost, Renewed
 from runstore.sqlite import _lease_queries as s
 
 KIND = "consensus"
-EXPECTED_CHECK = "LeaseRowDisagreement"
+EXPECTED_CHECK = "OutcomeMismatch"
 
 _HOST_AND_PID = """
 UPDATE flows_consensus_leases SET heartbeat_at_ms = MAX(COALESCE(heartbeat_at_ms, ?5), ?5)
