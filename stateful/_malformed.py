@@ -171,6 +171,7 @@ _CASES: dict[str, Callable[[World], Call]] = {
         guard=TransitionGuard("maybe"),  # type: ignore[arg-type]
     ),
     "request-cancel-negative": lambda w: call("request_cancel", ("run_id", "a"), ("now_ms", -1)),
+    "request-cancel-float": lambda w: call("request_cancel", ("run_id", "a"), ("now_ms", 1.0)),
     "acknowledge-bad-owner": lambda w: call(
         "acknowledge_cancel", ("run_id", "a"), ("owner", None), ("now_ms", _now(w))
     ),
