@@ -247,10 +247,25 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
         model_out = perform(self.model, op)
         store_out = perform(self.store, op)
         self.log.append(Performed(op, model_out))
-        self._settle(Step(op, model_out), Step(op, store_out), admission=admission)
+        ahead = _reading_ahead(op, self.clock.now_ms())
+        if admission is None and ahead is not None and ahead > _SKEW_ALLOWANCE_MS:
+            admission = False  # past the allowance: refused, whatever else is wrong
+        self._settle(
+            Step(op, model_out),
+            Step(op, store_out),
+            admission=admission,
+            at_bound=ahead == _SKEW_ALLOWANCE_MS,
+        )
         return model_out
 
-    def _settle(self, model_step: Step, store_step: Step, *, admission: bool | None = None) -> None:
+    def _settle(
+        self,
+        model_step: Step,
+        store_step: Step,
+        *,
+        admission: bool | None = None,
+        at_bound: bool = False,
+    ) -> None:
         before_model, before_store = self.model_state, self.store_state
         _reach.record(model_step.call, model_step.outcome, before_model, self.clock.now_ms())
         self.model_state = self._model_view()
@@ -273,7 +288,7 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
             # The reference first: an invariant it breaks is the suite's defect,
             # and must never be reported against the store.
             check_reference(before_model, self.model_state, model_step, leases=leases)
-            _check_outcome_kind(model_step, store_step, admission)
+            _check_outcome_kind(model_step, store_step, admission, at_bound=at_bound)
             check_state(self.store_state, leases=leases)
             check_transition(before_store, self.store_state, store_step, leases=leases)
             if not _same_outcome(model_step.outcome, store_step.outcome):
@@ -901,7 +916,11 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
         anchor = self.world.run("running")
         who = self.world.actor(actor, anchor)
         now = self._at(at, anchor, who)
-        self._do(call("heartbeat_many", ("owner", who), ("run_ids", runs), ("now_ms", now)))
+        # Distinct well-formed ids, a handful: admitted unless the reading
+        # runs past the skew allowance (which ``_do`` holds to a refusal).
+        within = now - self.clock.now_ms() <= _SKEW_ALLOWANCE_MS
+        op = call("heartbeat_many", ("owner", who), ("run_ids", runs), ("now_ms", now))
+        self._do(op, admission=True if within else None)
 
     @precondition(lambda self: self.capabilities.finding_work)
     @rule(
@@ -1153,17 +1172,65 @@ def check_reference(
         raise ReferenceInvariantViolation.of(error) from None
 
 
-def _check_outcome_kind(model_step: Step, store_step: Step, admission: bool | None) -> None:
+#: contract.md's heartbeat skew allowance, as the suite's own literal.
+_SKEW_ALLOWANCE_MS = 10_000
+#: The operations whose ``now_ms`` is a lease reading, held to the allowance.
+_LEASE_READINGS = frozenset(
+    {
+        "claim",
+        "claim_and_own",
+        "recover_claim",
+        "heartbeat",
+        "reconfirm",
+        "steal",
+        "claim_next",
+        "heartbeat_many",
+    }
+)
+
+
+def _clipped(text: str, width: int = 400) -> str:
+    """``text`` cut to ``width`` characters (an argument may be a state of
+    200 000 characters), saying how long it was."""
+    return text if len(text) <= width else f"{text[:width]}...({len(text)} characters)"
+
+
+def _reading_ahead(op: Call, clock_ms: int) -> int | None:
+    """How far a lease operation's reading runs ahead of the store clock
+    (None: not a lease operation, or a reading that is not a timestamp)."""
+    if op.method not in _LEASE_READINGS:
+        return None
+    now_ms = op.get("now_ms")
+    if type(now_ms) is not int or now_ms < 0:
+        return None
+    return now_ms - clock_ms
+
+
+def _check_outcome_kind(
+    model_step: Step, store_step: Step, admission: bool | None, *, at_bound: bool = False
+) -> None:
     """The store raised only its own error type, and (with ``admission``)
-    admitted or refused the input as contract.md says; the reference is
-    held to the same verdict, as the suite's defect when it alone misses."""
+    admitted or refused the input as contract.md says; a reading exactly at
+    the skew allowance (``at_bound``) is never the reason for a refusal. The
+    reference is held to the same verdicts, as the suite's defect when it
+    alone misses."""
     store_out, model_out = store_step.outcome, model_step.outcome
-    shown = store_step.call.describe()
+    if not (isinstance(store_out, Crashed) or admission is not None or at_bound):
+        return
+    shown = _clipped(store_step.call.describe())
     if isinstance(store_out, Crashed):
         raise StoreCrashed(
             f"{shown}: the store raised {store_out.exception} ({store_out.message}),"
             " where only its own error type may escape"
         )
+    if at_bound:
+        for side, out in (("store", store_out), ("reference", model_out)):
+            if refused(out) and getattr(out, "field", None) == "now_ms":
+                kind = AdmissionViolation if side == "store" else ReferenceInvariantViolation
+                raise kind(
+                    f"{shown}: a reading exactly at the skew allowance must be admitted; "
+                    f"the {side} refused it ({out!r})"
+                )
     if admission is None:
         return
     wanted = "admitted" if admission else "refused by admission"

@@ -175,6 +175,9 @@ _CASES: dict[str, Callable[[World], Call]] = {
     "acknowledge-bad-owner": lambda w: call(
         "acknowledge_cancel", ("run_id", "a"), ("owner", None), ("now_ms", _now(w))
     ),
+    "acknowledge-negative-now": lambda w: call(
+        "acknowledge_cancel", ("run_id", "a"), ("owner", _owner(w)), ("now_ms", -1)
+    ),
     "changes-negative": lambda w: call("changes", ("after_revision", -1)),
     "claim-running-without-heartbeat": lambda w: call(
         "claim",
@@ -196,6 +199,7 @@ _CASES: dict[str, Callable[[World], Call]] = {
     "transition-too-deep": lambda w: _transition(w, _nested(_DEPTH + 2)),
     "transition-surrogate-key": lambda w: _transition(w, '{"\\ud800": 1}'),
     "transition-too-deep-objects": lambda w: _transition(w, _nested_objects(_DEPTH + 1)),
+    "transition-too-many-values": lambda w: _transition(w, _zeros(_VALUES)),
     "transition-too-deep-walked": lambda w: _transition(
         w, '{"k": "\\u00e9", "v": ' + _nested(_DEPTH + 1) + "}"
     ),
@@ -205,6 +209,12 @@ _CASES: dict[str, Callable[[World], Call]] = {
 _DEPTH: Final = 128
 _IDENTIFIER: Final = 1024
 _SKEW: Final = 10_000
+_VALUES: Final = 100_000
+
+
+def _zeros(count: int) -> str:
+    """An array of ``count`` zeros: ``count + 1`` JSON values in all."""
+    return "[" + ",".join(["0"] * count) + "]"
 
 
 def _nested(arrays: int) -> str:
@@ -260,6 +270,7 @@ _EDGE_CASES: dict[str, Callable[[World], Call]] = {
     "transition-deepest-objects": lambda w: _transition(w, _nested_objects(_DEPTH)),
     "transition-walked-values": lambda w: _transition(w, _WALKED_STATE),
     "transition-nul-escape": lambda w: _transition(w, '{"v": "\\u0000"}'),
+    "transition-most-values": lambda w: _transition(w, _zeros(_VALUES - 1)),
 }
 
 #: Malformed calls of the operations that work across runs (their rule runs

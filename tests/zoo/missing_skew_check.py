@@ -7,7 +7,7 @@ from runstore.sqlite import SqliteRunStore
 from ._stores import IN_MEMORY, open_as
 
 KIND = "store"
-EXPECTED_CHECK = "OutcomeMismatch"
+EXPECTED_CHECK = "AdmissionViolation"
 capabilities = IN_MEMORY
 
 
