@@ -366,14 +366,9 @@ class RunAttemptComparison(RunStoreComparison):
         self.recent.append(ident)
         del self.recent[:-4]
 
-    def _settle(
-        self,
-        model_step: Step,
-        store_step: Step,
-        *,
-        admission: bool | None = None,
-        at_bound: bool = False,
-    ) -> None:
+    def _settle(self, model_step: Step, store_step: Step, **checks: Any) -> None:
+        """The attempt checks around the run machine's (``checks``: its
+        keyword options, passed on)."""
         runs_before = self.model_state
         before_model, before_store = self.model_attempts, self.store_attempts
         model_revision, store_revision = self.model_state.revision, self.store_state.revision
@@ -417,7 +412,7 @@ class RunAttemptComparison(RunStoreComparison):
         except AssertionError as error:
             self._report(error)
             raise
-        super()._settle(model_step, store_step, admission=admission, at_bound=at_bound)
+        super()._settle(model_step, store_step, **checks)
         try:
             try:
                 check_attempt_state(
