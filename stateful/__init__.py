@@ -67,6 +67,7 @@ from ._invariants import SettledPurgeViolation as SettledPurgeViolation
 from ._invariants import StateNotPreserved as StateNotPreserved
 from ._invariants import StealWithoutStaleness as StealWithoutStaleness
 from ._invariants import StoreCrashed as StoreCrashed
+from ._invariants import StoreInvariantsFailed as StoreInvariantsFailed
 from ._invariants import TerminalChangedViolation as TerminalChangedViolation
 from ._invariants import TombstoneLost as TombstoneLost
 from ._invariants import UnclaimableTaken as UnclaimableTaken
@@ -122,6 +123,7 @@ __all__ = [
     "Step",
     "StealWithoutStaleness",
     "StoreCrashed",
+    "StoreInvariantsFailed",
     "StrategyAuthority",
     "TerminalChangedViolation",
     "TombstoneLost",

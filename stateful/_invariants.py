@@ -132,6 +132,11 @@ class StoreCrashed(InvariantViolation):
     reference, sharing the same admission code, raised it too."""
 
 
+class StoreInvariantsFailed(InvariantViolation):
+    """The store's own ``check_invariants()`` failed at the end of a program
+    in which every other check passed."""
+
+
 class FailedOperationVisible(InvariantViolation):
     """An operation that raised left a trace in the state."""
 
@@ -200,6 +205,7 @@ INVARIANTS: tuple[type[InvariantViolation], ...] = (
     TombstoneLost,
     AdmissionViolation,
     StoreCrashed,
+    StoreInvariantsFailed,
 )
 
 _FENCED = frozenset({"heartbeat", "reconfirm", "transition_owned"})

@@ -85,6 +85,7 @@ from ._invariants import (
     InvariantViolation,
     ReferenceInvariantViolation,
     StoreCrashed,
+    StoreInvariantsFailed,
     check_page_walk,
     check_state,
     check_transition,
@@ -185,6 +186,9 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
         # (owner, model grant, store grant) per run, after a reopen rebuilt a lease.
         self.aliases: dict[str, tuple[OwnerId, int | None, int | None]] = {}
         self.walk: PageWalk | None = None
+        #: A check failed in this program; corrupt rows were planted.
+        self.failed = False
+        self.corrupted = False
         self.model_state = self._model_view()
         self.store_state = self._store_view()
         self.world.observe(self.model_state)
@@ -201,9 +205,39 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
     def teardown(self) -> None:
         try:
             if self.open:
-                self.store.close()
+                try:
+                    if not (self.failed or self.corrupted):
+                        self._store_checks_itself()
+                finally:
+                    self.store.close()
         finally:
             shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _store_checks_itself(self) -> None:
+        """At the end of a program that passed every check, the store's own
+        ``check_invariants()`` (when it has one) must pass too (skipped once
+        corrupt rows were planted on purpose)."""
+        check = getattr(self.store, "check_invariants", None)
+        if not callable(check):
+            return
+        try:
+            check()
+        except AssertionError as error:
+            failure: AssertionError = StoreInvariantsFailed(
+                f"the store's own check_invariants() failed at the end of a program "
+                f"that passed every check: {_clipped(str(error))}"
+            )
+        except Exception as error:
+            failure = StoreCrashed(
+                f"check_invariants() raised {type(error).__name__}, "
+                "where only AssertionError may report a broken invariant"
+            )
+        else:
+            return
+        observer = _observe.current()
+        if observer is not None:
+            observer.failed(self._failure(failure))
+        raise failure
 
     # -- views ---------------------------------------------------------------------
 
@@ -305,6 +339,7 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
                     + describe_difference(expected, self.store_state)
                 )
         except AssertionError as error:
+            self.failed = True
             if observer is not None:
                 observer.failed(self._failure(error))
             raise
@@ -861,6 +896,7 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
             try:
                 check_page_walk(walk.pages, walk.matching)
             except AssertionError as error:
+                self.failed = True
                 observer = _observe.current()
                 if observer is not None:
                     observer.failed(self._failure(error))
@@ -1111,6 +1147,7 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
         reads of that run must then fail with ``decode_failed``."""
         writer = type(self).raw_writer
         assert writer is not None
+        self.corrupted = True
         op = call("raw_write_state", ("run_id", run), ("text", text))
         model_out = self.model.raw_write_state(run, text)
         store_out = writer(self.store, run, text)

@@ -31,4 +31,5 @@ ZOO = (
     "purge_ignores_live_round",
     "claim_next_takes_claimed",
     "cursor_decoded_by_hand",
+    "self_check_misreads_claims",
 )
