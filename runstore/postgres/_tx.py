@@ -222,32 +222,17 @@ class TransactionManager:
             attempt = 0
             while True:
                 attempt += 1
-                error: RunStoreError
+                error: RunStoreError | None = None
                 sent = [False]
                 try:
                     return self._attempt(method, body, sent)
                 except RollbackAndReturn as rolled_back:
                     return rolled_back.value  # type: ignore[no-any-return]
                 except _CLASSIFIED as failure:
-                    lost = _is_lost(self.connection)
-                    if lost and sent[0]:
-                        error = unknown_outcome(method, failure)
-                    elif not is_transient(failure, connection_lost=lost):
-                        error = classify(method, failure, interrupted=self._interrupted)
-                    else:
-                        delay = self._delay(policy, attempt)
-                        elapsed_ms = (time.monotonic() - started) * 1000
-                        if (
-                            attempt >= policy.max_attempts
-                            or elapsed_ms + delay * 1000 > policy.budget_ms
-                        ):
-                            error = classify(method, failure, interrupted=self._interrupted)
-                            error.cause["attempts"] = attempt
-                        else:
-                            time.sleep(delay)
-                            continue
-                # Raised here, outside the handler, so the chain ends at ``error``.
-                raise error
+                    error = self._verdict(method, failure, sent[0], policy, attempt, started)
+                if error is not None:
+                    # Raised here, outside the handler, so the chain ends at ``error``.
+                    raise error
 
     def once(
         self,
@@ -289,7 +274,7 @@ class TransactionManager:
             attempt = 0
             while True:
                 attempt += 1
-                error: RunStoreError
+                error: RunStoreError | None = None
                 sent = False
                 sent_box = [False]
                 try:
@@ -304,26 +289,12 @@ class TransactionManager:
                     rows = cursor.fetchall() if cursor.description is not None else []
                     return rows, cursor.rowcount
                 except _CLASSIFIED as failure:
-                    lost = _is_lost(self.connection)
-                    if lost and (sent or sent_box[0]):
-                        error = unknown_outcome(method, failure)
-                    elif not is_transient(failure, connection_lost=lost):
-                        error = classify(method, failure, interrupted=self._interrupted)
-                    else:
-                        delay = self._delay(policy, attempt)
-                        elapsed_ms = (time.monotonic() - started) * 1000
-                        if (
-                            attempt >= policy.max_attempts
-                            or elapsed_ms + delay * 1000 > policy.budget_ms
-                        ):
-                            error = classify(method, failure, interrupted=self._interrupted)
-                            error.cause["attempts"] = attempt
-                        else:
-                            time.sleep(delay)
-                            continue
-                if run_id is not None and error.cause.get("stage") == "write-invariant":
-                    error.cause["run_id"] = run_id
-                raise error
+                    sent = sent or sent_box[0]
+                    error = self._verdict(method, failure, sent, policy, attempt, started)
+                if error is not None:
+                    if run_id is not None and error.cause.get("stage") == "write-invariant":
+                        error.cause["run_id"] = run_id
+                    raise error
 
     def _checked(
         self,
@@ -354,6 +325,34 @@ class TransactionManager:
     def _check_open(self, method: str) -> None:
         if self.closed:
             raise PersistenceFailedError(method, "the store is closed", {"stage": "closed"})
+
+    def _verdict(
+        self,
+        method: str,
+        failure: BaseException,
+        sent: bool,
+        policy: RetryPolicy,
+        attempt: int,
+        started: float,
+    ) -> RunStoreError | None:
+        """What a failed attempt of ``write`` or ``once`` ends with: the error
+        to raise, or None once the jittered wait before its replay is over.
+        A connection lost after the work was sent leaves the outcome unknown
+        (never replayed); a lasting failure is classified at once; a
+        transient one is replayed within the policy's attempts and time."""
+        lost = _is_lost(self.connection)
+        if lost and sent:
+            return unknown_outcome(method, failure)
+        if not is_transient(failure, connection_lost=lost):
+            return classify(method, failure, interrupted=self._interrupted)
+        delay = self._delay(policy, attempt)
+        elapsed_ms = (time.monotonic() - started) * 1000
+        if attempt >= policy.max_attempts or elapsed_ms + delay * 1000 > policy.budget_ms:
+            error = classify(method, failure, interrupted=self._interrupted)
+            error.cause["attempts"] = attempt
+            return error
+        time.sleep(delay)
+        return None
 
     def _delay(self, policy: RetryPolicy, attempt: int) -> float:
         ceiling = min(policy.max_delay_ms, policy.base_delay_ms * (2 ** min(attempt, 30)))
