@@ -33,6 +33,7 @@ the cap (in ASCII, two-byte and astral text) all meet.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
@@ -339,6 +340,17 @@ class RunAttemptComparison(RunStoreComparison):
             name: factory(store, **config.options()) for name, config in CONFIGS.items()
         }
         return store
+
+    def _self_checks(self) -> list[Callable[[], None]]:
+        """The run store's own check, then each attempt store's (at the
+        largest cap: another store over the table may hold a larger
+        checkpoint than its own cap)."""
+        checks = super()._self_checks()
+        for attempts in self.attempt_stores.values():
+            check = getattr(attempts, "check_invariants", None)
+            if callable(check):
+                checks.append(functools.partial(check, max_checkpoint_bytes=LARGEST_CAP))
+        return checks
 
     # -- the differential step -----------------------------------------------------
 

@@ -217,9 +217,15 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
         """At the end of a program that passed every check, the store's own
         ``check_invariants()`` (when it has one) must pass too (skipped once
         corrupt rows were planted on purpose)."""
+        for check in self._self_checks():
+            self._self_check(check)
+
+    def _self_checks(self) -> list[Callable[[], None]]:
+        """The stores' own ``check_invariants``, each a call with no arguments."""
         check = getattr(self.store, "check_invariants", None)
-        if not callable(check):
-            return
+        return [check] if callable(check) else []
+
+    def _self_check(self, check: Callable[[], None]) -> None:
         try:
             check()
         except AssertionError as error:
