@@ -244,6 +244,23 @@ def _over_cap(op: Call) -> bool:
     return size > config.max_checkpoint_bytes
 
 
+def _check_options_kept(attempts: Any, config: AttemptConfig) -> None:
+    """An attempt store that reports its ``options`` reports those it was
+    built with (the reference admits options with the same code, so a store
+    that turns ``"insert"`` into ``"upsert"`` would otherwise agree with it)."""
+    options = getattr(attempts, "options", None)
+    if options is None:
+        return
+    kept = (
+        tuple(getattr(options, "in_progress_states", ())),
+        getattr(options, "max_checkpoint_bytes", None),
+        getattr(options, "put_mode", None),
+    )
+    asked = (config.in_progress_states, config.max_checkpoint_bytes, config.put_mode)
+    if kept != asked:
+        raise AdmissionViolation(f"an attempt store built with {asked!r} reports {kept!r}")
+
+
 def _check_option_bounds(factory: Callable[..., Any], store: Any) -> None:
     """``max_checkpoint_bytes`` at either end of contract.md's range builds
     an attempt store; one past either end (or a bool) is refused with
@@ -339,6 +356,8 @@ class RunAttemptComparison(RunStoreComparison):
         self.attempt_stores: dict[str, Any] = {
             name: factory(store, **config.options()) for name, config in CONFIGS.items()
         }
+        for name, config in CONFIGS.items():
+            _check_options_kept(self.attempt_stores[name], config)
         return store
 
     def _self_checks(self) -> list[Callable[[], None]]:
