@@ -216,6 +216,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             wanted = [i for i in wanted if i["key"] not in equivalent]
     else:
         wanted = [i for i in sample if i["key"] not in done]
+    if args.key:
+        wanted = [i for i in wanted if i["key"] in args.key]
     if args.only:
         wanted = [i for i in wanted if i["module"].startswith(args.only)]
     if args.skip:
@@ -341,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument(
         "--gaps", action="store_true", help="judge again the survivors not triaged as equivalent"
     )
+    run.add_argument("--key", action="append", help="only this mutant (repeatable)")
     run.add_argument("--only", help="only modules under this path")
     run.add_argument("--skip", help="skip modules under this path")
     commands.add_parser("report", help="write mutation/RESULTS.md")
