@@ -1156,6 +1156,9 @@ def _counter_key(name: str, attributes: dict[str, Any]) -> str:
 
 
 def main() -> None:
+    # A child started from a shell's background job inherits SIGINT ignored;
+    # the interrupt scenarios need Python's own handler (KeyboardInterrupt).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     config = json.loads(sys.stdin.read())
     backend = "postgresql" if config["target"].startswith("postgresql") else "sqlite"
     clock = SignalClock(0)
