@@ -515,12 +515,9 @@ class RunAttemptComparison(RunStoreComparison):
     def _reading(self, who: OwnerId, delta: int = 0) -> int:
         return max(0, self.world.reading(who) + delta)
 
-    def _put(
-        self, config: str, record: Attempt, who: OwnerId, *, admission: bool | None = None
-    ) -> Any:
+    def _put(self, config: str, record: Attempt, who: OwnerId) -> Any:
         return self._do_attempt(
-            call("attempt_put", ("config", config), ("attempt", record), ("owner", who)),
-            admission=admission,
+            call("attempt_put", ("config", config), ("attempt", record), ("owner", who))
         )
 
     def _heartbeat(
