@@ -32,7 +32,7 @@ from hypothesis.stateful import (
 )
 
 from runstore._clock import ManualClock
-from runstore._outcomes import Claimed
+from runstore._outcomes import Activated, Claimed
 from runstore._values import Lease, OwnerId, RunPage, RunRow, StoreState, TransitionGuard
 from runstore.model import ModelRunStore
 
@@ -265,6 +265,19 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
     def _store_view(self) -> StoreState:
         return self._view(self.store)
 
+    def _forget_aliases(self, step: Step) -> None:
+        """An alias holds for the grant a reopen rebuilt, and only while it
+        lasts: not once the owner has let the run go, nor after a new
+        activation (a later grant by the same owner at the same time as the
+        rebuilt one would otherwise be read back as the alias)."""
+        held = {(lease.run_id, lease.owner) for lease in self.model_state.leases}
+        renewed = step.call.run_id if isinstance(step.outcome, Activated) else None
+        self.aliases = {
+            run: alias
+            for run, alias in self.aliases.items()
+            if (run, alias[0]) in held and run != renewed
+        }
+
     def _aliased(self, state: StoreState) -> StoreState:
         """The model's state as the store may legitimately report it after a
         reopen rebuilt leases (an owner's grant time read back as its heartbeat)."""
@@ -311,6 +324,8 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
         self.model_state = self._model_view()
         self.store_state = self._store_view()
         self.world.observe(self.model_state)
+        if self.aliases:
+            self._forget_aliases(model_step)
         observer = _observe.current()
         if observer is not None:
             observer.step()
