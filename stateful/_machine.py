@@ -94,6 +94,7 @@ from ._malformed import (
     EDGE_CASES,
     FINDING_WORK_MALFORMED_CASES,
     MALFORMED_CASES,
+    SKEW_ALLOWANCE_MS,
     malformed_call,
     refused,
 )
@@ -301,13 +302,13 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
         store_out = perform(self.store, op)
         self.log.append(Performed(op, model_out))
         ahead = _reading_ahead(op, self.clock.now_ms())
-        if admission is None and ahead is not None and ahead > _SKEW_ALLOWANCE_MS:
+        if admission is None and ahead is not None and ahead > SKEW_ALLOWANCE_MS:
             admission = False  # past the allowance: refused, whatever else is wrong
         self._settle(
             Step(op, model_out),
             Step(op, store_out),
             admission=admission,
-            at_bound=ahead == _SKEW_ALLOWANCE_MS,
+            at_bound=ahead == SKEW_ALLOWANCE_MS,
         )
         return model_out
 
@@ -975,7 +976,7 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
         now = self._at(at, anchor, who)
         # Distinct well-formed ids, a handful: admitted unless the reading
         # runs past the skew allowance (which ``_do`` holds to a refusal).
-        within = now - self.clock.now_ms() <= _SKEW_ALLOWANCE_MS
+        within = now - self.clock.now_ms() <= SKEW_ALLOWANCE_MS
         op = call("heartbeat_many", ("owner", who), ("run_ids", runs), ("now_ms", now))
         self._do(op, admission=True if within else None)
 
@@ -1230,8 +1231,6 @@ def check_reference(
         raise ReferenceInvariantViolation.of(error) from None
 
 
-#: contract.md's heartbeat skew allowance, as the suite's own literal.
-_SKEW_ALLOWANCE_MS = 10_000
 #: The operations whose ``now_ms`` is a lease reading, held to the allowance.
 _LEASE_READINGS = frozenset(
     {

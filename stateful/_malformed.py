@@ -194,7 +194,10 @@ _CASES: dict[str, Callable[[World], Call]] = {
         ("now_ms", _now(w)),
     ),
     "heartbeat-past-skew-bound": lambda w: call(
-        "heartbeat", ("run_id", "zz"), ("owner", _owner(w)), ("now_ms", _now(w) + _SKEW + 1)
+        "heartbeat",
+        ("run_id", "zz"),
+        ("owner", _owner(w)),
+        ("now_ms", _now(w) + SKEW_ALLOWANCE_MS + 1),
     ),
     "transition-too-deep": lambda w: _transition(w, _nested(_DEPTH + 2)),
     "transition-surrogate-key": lambda w: _transition(w, '{"\\ud800": 1}'),
@@ -208,7 +211,7 @@ _CASES: dict[str, Callable[[World], Call]] = {
 #: contract.md's limits, as the suite's own literals (never read from runstore).
 _DEPTH: Final = 128
 _IDENTIFIER: Final = 1024
-_SKEW: Final = 10_000
+SKEW_ALLOWANCE_MS: Final = 10_000
 _VALUES: Final = 100_000
 
 
@@ -254,14 +257,14 @@ _EDGE_CASES: dict[str, Callable[[World], Call]] = {
         "latest_round", ("run_id", "\U0001d11e" * (_IDENTIFIER // 2))
     ),
     "heartbeat-at-skew-bound": lambda w: call(
-        "heartbeat", ("run_id", "zz"), ("owner", _owner(w)), ("now_ms", _now(w) + _SKEW)
+        "heartbeat", ("run_id", "zz"), ("owner", _owner(w)), ("now_ms", _now(w) + SKEW_ALLOWANCE_MS)
     ),
     "claim-at-skew-bound": lambda w: call(
         "claim",
         ("run_id", "zz"),
         ("expected", _PENDING),
         ("claimant", _owner(w)),
-        ("now_ms", _now(w) + _SKEW),
+        ("now_ms", _now(w) + SKEW_ALLOWANCE_MS),
     ),
     "transition-deepest": lambda w: _transition(w, _nested(_DEPTH + 1)),
     "transition-deepest-walked": lambda w: _transition(
