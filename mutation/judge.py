@@ -6,14 +6,17 @@ picks what the suite runs, each machine under ``run_conformance``'s default
 budget (``runstore.stateful._budget``) without shrinking (the verdict, not
 the shortest program, is wanted):
 
-- ``runstore/postgres/...``: the PostgreSQL store over ``SqlConsensus``, on a
-  throwaway cluster, through the run-store and attempt machines, on the
-  path the module serves (the one-round-trip functions for ``_fused*``, the
-  general path otherwise), each machine at most ``POSTGRES_EXAMPLES``
+- ``runstore/postgres/_fused*``: the PostgreSQL store over ``SqlConsensus``
+  on its one-round-trip functions, on a throwaway cluster, through the
+  run-store and attempt machines, each machine at most ``POSTGRES_EXAMPLES``
   examples of the default's steps (as ``tests/test_postgres_conformance.py``);
+- other ``runstore/postgres/`` modules: the same on the general path, then on
+  the one-round-trip functions;
 - ``runstore/consensus/_local.py``: ``LocalConsensus`` (strategy machine,
   then inside the SQLite adapter on a file, then with attempts);
-- anything else: ``SqlConsensus`` the same way.
+- anything else: ``SqlConsensus`` the same way; for the code both SQL stores
+  run (``SHARED_SQL``: ``runstore/_sql/``, ``SqlConsensus`` and its row
+  helpers), then the PostgreSQL machines on both paths too.
 
 Exit status: 0 when every machine passes (the mutant survived), 1 when a
 check failed (killed: the check is printed as ``killed by CHECK``), 2 when
@@ -31,21 +34,43 @@ from hypothesis.stateful import run_state_machine_as_test
 #: Examples per machine for a PostgreSQL mutant (the steps stay the default's).
 POSTGRES_EXAMPLES = 40
 
+#: The machines built over PostgreSQL (a budget of their own).
+ON_POSTGRES: set[type] = set()
+
+#: Modules both SQL stores run, judged on SQLite and then on PostgreSQL.
+SHARED_SQL = ("runstore/_sql/", "runstore/consensus/_sql.py", "runstore/consensus/_rows.py")
+
+
+def _postgres_machines(*, fast: bool) -> list[type]:
+    from runstore.stateful import Capabilities, conformance_machines
+    from runstore.stateful._postgres import postgres_store_factory
+
+    machines = conformance_machines(
+        store_factory=postgres_store_factory(fast_path=fast),
+        capabilities=Capabilities(reopen=True, fault_injection=True),
+    )
+    ON_POSTGRES.update(machines)
+    return machines
+
 
 def machines_for(module: str) -> list[type]:
     from runstore.consensus import LocalConsensus, SqlConsensus
-    from runstore.stateful import Capabilities, conformance_machines
+    from runstore.stateful import conformance_machines
 
+    if module.startswith("runstore/postgres/_fused"):
+        return _postgres_machines(fast=True)
     if module.startswith("runstore/postgres/"):
-        from runstore.stateful._postgres import postgres_store_factory
-
-        fast = "/_fused" in module
-        return conformance_machines(
-            store_factory=postgres_store_factory(fast_path=fast),
-            capabilities=Capabilities(reopen=True, fault_injection=True),
-        )
+        # The general path first, then the one-round-trip functions, which
+        # share the transaction runner, the error mapping and the queries
+        # they fall back on.
+        return _postgres_machines(fast=False) + _postgres_machines(fast=True)
     strategy = LocalConsensus if module.endswith("consensus/_local.py") else SqlConsensus
-    return conformance_machines(consensus_factory=strategy)
+    machines = conformance_machines(consensus_factory=strategy)
+    if module.startswith(SHARED_SQL):
+        # Code both SQL stores run: PostgreSQL takes branches of its own in
+        # it (its dialect's statements, the one-round-trip claim).
+        machines += _postgres_machines(fast=False) + _postgres_machines(fast=True)
+    return machines
 
 
 def main(argv: list[str]) -> int:
@@ -58,8 +83,8 @@ def main(argv: list[str]) -> int:
     except Exception as error:  # the mutant broke an import
         print(f"killed by import: {type(error).__name__}: {error}")
         return 2
-    postgres = module.startswith("runstore/postgres/")
     for machine in machines:
+        postgres = machine in ON_POSTGRES
         chosen = settings(
             default_settings(machine),
             phases=[Phase.explicit, Phase.generate, Phase.target],

@@ -14,7 +14,8 @@ one: the sample and the verdicts are in the repository).
 
 The mutants are made in a copy of the tree (``RUNSTORE_MUTATION_WORK``,
 default ``/tmp/runstore-mutation``) extracted from the commit ``init``
-recorded, never in the working tree. ``run`` judges one mutant at a time,
+recorded, never in the working tree (each ``run`` in a folder of its own
+under it, so runs may go side by side). ``run`` judges one mutant at a time,
 under ``nice -n 10``. See ``mutation/README.md``.
 """
 
@@ -225,8 +226,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     # A seeded order across modules, so a partial run is a fair sample too.
     random.Random(state["seed"]).shuffle(wanted)
     print(f"{len(wanted)} mutants to judge (suite at {suite[:10]})", flush=True)
-    src = _extract(state["commit"], suite, WORK)
-    deadline = time.monotonic() + args.minutes * 60
+    # A copy of its own: several runs (say, one per --key) may go at once.
+    own = WORK / f"run-{os.getpid()}"
+    try:
+        return _run(_extract(state["commit"], suite, own), wanted, suite, args.minutes)
+    finally:
+        shutil.rmtree(own, ignore_errors=True)
+
+
+def _run(src: Path, wanted: list[dict[str, Any]], suite: str, minutes: float) -> int:
+    deadline = time.monotonic() + minutes * 60
     judged = 0
     for item in wanted:
         if time.monotonic() >= deadline:
