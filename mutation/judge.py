@@ -14,9 +14,11 @@ the shortest program, is wanted):
   the one-round-trip functions;
 - ``runstore/consensus/_local.py``: ``LocalConsensus`` (strategy machine,
   then inside the SQLite adapter on a file, then with attempts);
-- anything else: ``SqlConsensus`` the same way; for the code both SQL stores
-  run (``SHARED_SQL``: ``runstore/_sql/``, ``SqlConsensus`` and its row
-  helpers), then the PostgreSQL machines on both paths too.
+- anything else: ``SqlConsensus`` the same way; for the adapter's shared
+  code (``runstore/_sql/``) then the adapter's machines over
+  ``LocalConsensus`` too (a strategy without batch methods); for the code
+  both SQL stores run (``SHARED_SQL``: ``runstore/_sql/``, ``SqlConsensus``
+  and its row helpers), then the PostgreSQL machines on both paths.
 
 Exit status: 0 when every machine passes (the mutant survived), 1 when a
 check failed (killed: the check is printed as ``killed by CHECK``), 2 when
@@ -66,6 +68,10 @@ def machines_for(module: str) -> list[type]:
         return _postgres_machines(fast=False) + _postgres_machines(fast=True)
     strategy = LocalConsensus if module.endswith("consensus/_local.py") else SqlConsensus
     machines = conformance_machines(consensus_factory=strategy)
+    if module.startswith("runstore/_sql/"):
+        # The adapter takes other branches for a strategy without the batch
+        # methods SqlConsensus has: the adapter's machines over LocalConsensus.
+        machines += conformance_machines(consensus_factory=LocalConsensus)[1:]
     if module.startswith(SHARED_SQL):
         # Code both SQL stores run: PostgreSQL takes branches of its own in
         # it (its dialect's statements, the one-round-trip claim).
