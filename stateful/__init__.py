@@ -54,6 +54,7 @@ from ._invariants import ClaimFieldsViolation as ClaimFieldsViolation
 from ._invariants import CommittedStateLost as CommittedStateLost
 from ._invariants import FactReplayMismatch as FactReplayMismatch
 from ._invariants import FailedOperationVisible as FailedOperationVisible
+from ._invariants import FaultSeamViolation as FaultSeamViolation
 from ._invariants import FinishedTerminalViolation as FinishedTerminalViolation
 from ._invariants import HeartbeatRegressed as HeartbeatRegressed
 from ._invariants import InvariantViolation as InvariantViolation
@@ -101,6 +102,7 @@ __all__ = [
     "Disagreeing",
     "FactReplayMismatch",
     "FailedOperationVisible",
+    "FaultSeamViolation",
     "FinishedTerminalViolation",
     "HeartbeatRegressed",
     "InvariantViolation",

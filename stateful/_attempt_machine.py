@@ -74,7 +74,7 @@ from ._attempt_invariants import (
 from ._capabilities import FULL_STORE, Capabilities
 from ._compare import DifferentialMismatch
 from ._domain import PROCESS_COUNT, RUN_IDS, START_MS
-from ._faults import FAULT_BUDGET, FAULTS, fault_plan, plan_faults
+from ._faults import FAULT_BUDGET, FAULTS, fault_plan, fired_faults, plan_faults
 from ._invariants import AdmissionViolation, ReferenceInvariantViolation, StoreCrashed
 from ._machine import (
     PROCESSES,
@@ -929,7 +929,7 @@ class RunAttemptComparison(RunStoreComparison):
             store_out = perform_attempt(self.attempt_stores, op)
         finally:
             self.store._install_faults(None)
-        fired = list(plan.fired)
+        fired = self._judged(lambda: fired_faults(plan, fault))
         lasting = any(not f.transient for f in fired) or (
             sum(f.transient for f in fired) >= FAULT_BUDGET
         )

@@ -16,6 +16,7 @@ from runstore._values import LivenessEvidence, OwnerId, RunSnapshot
 from runstore.sqlite import Fault, FaultPlan, RetryPolicy
 
 from ._domain import World
+from ._invariants import FaultSeamViolation
 from ._steps import Call, call
 
 FAULT_BUDGET: Final = 3
@@ -43,6 +44,24 @@ def plan_faults(name: str) -> tuple[Fault, ...]:
 
 def fault_plan(name: str) -> FaultPlan:
     return FaultPlan(*_FAULTS[name])
+
+
+def fired_faults(plan: FaultPlan, name: str) -> list[Fault]:
+    """The faults of ``plan`` (armed as ``name``) that fired, once the seam
+    is shown to have accounted for each armed fault exactly once: fired,
+    missed or unused. The machines decide the expected outcome from what
+    fired, so a seam that fires a fault twice, or counts a fired one as
+    missed too, would otherwise pass unseen."""
+    armed = list(_FAULTS[name])
+    fired, missed, unused = list(plan.fired), list(plan.missed), plan.unused
+    accounted = len(fired) + len(missed) + len(unused)
+    taken = sorted(map(repr, fired + missed))
+    if accounted != len(armed) or taken != sorted(map(repr, armed[: len(taken)])):
+        raise FaultSeamViolation(
+            f"fault plan {name!r}: armed {armed!r}, but the seam reports fired {fired!r},"
+            f" missed {missed!r}, unused {unused!r}"
+        )
+    return fired
 
 
 def fault_retry_policy() -> RetryPolicy:

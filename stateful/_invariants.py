@@ -167,6 +167,12 @@ class TombstoneLost(InvariantViolation):
     being created again; or compaction dropped a live entry."""
 
 
+class FaultSeamViolation(InvariantViolation):
+    """The store's fault seam accounted for an armed fault other than once:
+    each is fired, missed (its attempt ended without reaching it) or left
+    unused, exactly one of the three."""
+
+
 class ReferenceInvariantViolation(AssertionError):
     """An invariant failed on the reference model's own state or step: a
     defect of the conformance suite (its model or its invariants), never a
@@ -206,6 +212,7 @@ INVARIANTS: tuple[type[InvariantViolation], ...] = (
     AdmissionViolation,
     StoreCrashed,
     StoreInvariantsFailed,
+    FaultSeamViolation,
 )
 
 _FENCED = frozenset({"heartbeat", "reconfirm", "transition_owned"})

@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import attrs
 from hypothesis import strategies as st
@@ -78,6 +78,7 @@ from ._faults import (
     fault_plan,
     fault_retry_policy,
     faulted_call,
+    fired_faults,
     plan_faults,
 )
 from ._invariants import (
@@ -101,6 +102,8 @@ from ._malformed import (
 from ._observe import ClockSet, Failure, Faulted, LogEntry, Performed, Reopened, say
 from ._steering import Steering
 from ._steps import Call, Crashed, Raised, Step, call, perform
+
+T = TypeVar("T")
 
 StoreFactory = Callable[[ManualClock, Path], Any]
 
@@ -362,6 +365,18 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
                 )
         except AssertionError as error:
             self.failed = True
+            if observer is not None:
+                observer.failed(self._failure(error))
+            raise
+
+    def _judged(self, check: Callable[[], T]) -> T:
+        """``check()``, a check outside the differential step: its failure is
+        reported like a step's (the program, both sides) and ends the program."""
+        try:
+            return check()
+        except AssertionError as error:
+            self.failed = True
+            observer = _observe.current()
             if observer is not None:
                 observer.failed(self._failure(error))
             raise
@@ -915,14 +930,7 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
         walk.after = out.next
         if out.next is None:
             self.walk = None
-            try:
-                check_page_walk(walk.pages, walk.matching)
-            except AssertionError as error:
-                self.failed = True
-                observer = _observe.current()
-                if observer is not None:
-                    observer.failed(self._failure(error))
-                raise
+            self._judged(lambda: check_page_walk(walk.pages, walk.matching))
 
     @precondition(lambda self: self.capabilities.finding_work)
     @rule(
@@ -1191,7 +1199,7 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
             store_out = perform(self.store, built)
         finally:
             self.store._install_faults(None)
-        fired = list(plan.fired)
+        fired = self._judged(lambda: fired_faults(plan, fault))
         lasting = any(not f.transient for f in fired) or (
             sum(f.transient for f in fired) >= FAULT_BUDGET
         )
