@@ -248,7 +248,7 @@ def _prepare(real: str, *, create: bool = True) -> None:
         for suffix in ("", *_SIDE_FILES):
             _tighten(real, suffix)
         return
-    _step("inspect", lambda: _inspect(real))
+    _step("inspect", lambda: _inspect(real, migrate=create))
 
 
 def _check_kind(info: os.stat_result) -> None:
@@ -389,7 +389,7 @@ def _identity(real: str) -> tuple[int, ...]:
     return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
-def _inspect(real: str) -> None:
+def _inspect(real: str, *, migrate: bool = True) -> None:
     """Read the schema of an existing non-empty file without writing anything.
 
     With a ``-wal`` or a rollback journal beside it, the read-only connection
@@ -397,8 +397,21 @@ def _inspect(real: str) -> None:
     neither, nobody is writing the file, and ``immutable=1`` reads it without
     creating a ``-wal``/``-shm`` (which a read-only look at a WAL file would
     otherwise leave beside a foreign file); if the file changed meanwhile (an
-    opener started), the look is repeated.
+    opener started), the look is repeated. With ``migrate`` false a database
+    that needs migrating is refused by this look, so the file is left as it
+    is (a rollback-mode file is not switched to WAL first).
     """
+
+    def judge(connection: sqlite3.Connection) -> PersistenceFailedError | None:
+        refusal = _judge_schema(connection)
+        if refusal is None and not migrate:
+            # Refused here, before the read-write connection switches a
+            # rollback-mode file to WAL (a write to its header).
+            needed = _migrations.pending(connection)
+            if needed:
+                return needs_migration(needed, read_only=False)
+        return refusal
+
     sides = any(os.path.exists(real + suffix) for suffix in ("-wal", "-journal"))
     before = _identity(real)
     connection = sqlite3.connect(
@@ -411,7 +424,7 @@ def _inspect(real: str) -> None:
     refusal: PersistenceFailedError | None = None
     problem: sqlite3.Error | None = None
     try:
-        refusal = _in_one_snapshot(connection, _judge_schema)
+        refusal = _in_one_snapshot(connection, judge)
     except sqlite3.Error as error:
         problem = error
     finally:
