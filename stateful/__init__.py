@@ -177,6 +177,18 @@ from ._linearize import HistoryVerdict as HistoryVerdict
 from ._linearize import PartitionVerdict as PartitionVerdict
 from ._linearize import check_history as check_history
 
+# What runstore.open does to the files it opens (issue 14).
+from ._opening import OPENING_CHECKS as OPENING_CHECKS
+from ._opening import FileModeViolation as FileModeViolation
+from ._opening import OpenFailed as OpenFailed
+from ._opening import OpeningCheck as OpeningCheck
+from ._opening import OpeningViolation as OpeningViolation
+from ._opening import OpenLeftTrace as OpenLeftTrace
+from ._opening import OpenRefusalMismatch as OpenRefusalMismatch
+from ._opening import ReadOnlyViewMismatch as ReadOnlyViewMismatch
+from ._opening import ReadOnlyWriteAccepted as ReadOnlyWriteAccepted
+from ._opening import opening_check_for as opening_check_for
+
 __all__ += [
     "ATTEMPT_INVARIANTS",
     "AttemptChangedWithoutWrite",
@@ -209,4 +221,18 @@ __all__ += [
     "operation",
     "write_history",
     "write_violation",
+]
+
+# What runstore.open does to the files it opens (issue 14).
+__all__ += [
+    "OPENING_CHECKS",
+    "FileModeViolation",
+    "OpenFailed",
+    "OpenLeftTrace",
+    "OpenRefusalMismatch",
+    "OpeningCheck",
+    "OpeningViolation",
+    "ReadOnlyViewMismatch",
+    "ReadOnlyWriteAccepted",
+    "opening_check_for",
 ]

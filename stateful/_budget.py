@@ -52,6 +52,9 @@ DEFAULT_BUDGETS: dict[str, Budget] = {
     "strategy": Budget(examples=400, steps=60),
     "store": Budget(examples=200, steps=80),
     "attempts": Budget(examples=120, steps=80),
+    # Each step is a scenario of its own (a few opens); a held lock costs
+    # 0.3 s of real time.
+    "opening": Budget(examples=12, steps=12),
 }
 
 
@@ -59,11 +62,14 @@ def machine_kind(machine: type[RuleBasedStateMachine]) -> str:
     """``"strategy"``, ``"attempts"`` or ``"store"``: which budget a machine gets."""
     from ._attempt_machine import RunAttemptComparison
     from ._consensus_machine import ConsensusComparison
+    from ._opening import OpeningCheck
 
     if issubclass(machine, ConsensusComparison):
         return "strategy"
     if issubclass(machine, RunAttemptComparison):
         return "attempts"
+    if issubclass(machine, OpeningCheck):
+        return "opening"
     return "store"
 
 

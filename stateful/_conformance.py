@@ -16,6 +16,7 @@ from ._budget import WALL_SECONDS, chosen_settings, shrinking_within
 from ._capabilities import FULL_STORE, Capabilities
 from ._consensus_machine import ConsensusFactory, consensus_comparison_for
 from ._machine import StoreFactory, comparison_for
+from ._opening import opening_check_for, sqlite_store_consensus
 from ._summary import summarize
 from ._targets import raw_writer_for, sqlite_store_factory
 
@@ -58,6 +59,7 @@ def conformance_machines(
                     raw_writer=raw_writer_for(factory),
                 )
             )
+            machines.append(opening_check_for(consensus_factory, name=f"sqlite+{name}+opening"))
     if store_factory is not None:
         name = getattr(store_factory, "__qualname__", "store")
         machines.append(
@@ -79,6 +81,10 @@ def conformance_machines(
                     raw_writer=raw_writer_for(store_factory),
                 )
             )
+            opened_with = sqlite_store_consensus(store_factory)
+            if opened_with is not None:
+                # runstore.open built the store: its opening contract too.
+                machines.append(opening_check_for(opened_with, name=f"{name}+opening"))
     return machines
 
 
@@ -99,8 +105,10 @@ def run_conformance(
     ``ModelRunStore``. When the store under test is the SQLite adapter (a
     ``runstore.sqlite.SqliteRunStore``, as every strategy is put inside), the
     run-store machine runs a second time with ``AttemptStore`` rules
-    interleaved, against ``ModelAttemptStore``. ``capabilities`` says what the
-    store can do (see ``Capabilities``).
+    interleaved, against ``ModelAttemptStore``, and then the opening check
+    (``OpeningCheck``) runs ``runstore.open`` on files of its own with that
+    strategy: modes, read-only stores, refusals, racing openers.
+    ``capabilities`` says what the store can do (see ``Capabilities``).
 
     ``settings`` replaces the default budget; so does ``HYPOTHESIS_PROFILE``
     when it is set (``ci``, ``dev`` or ``deep``, see ``load_profile``). The

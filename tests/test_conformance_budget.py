@@ -35,7 +35,7 @@ def test_default_budget_is_deterministic_and_sized_per_machine(no_profile: None)
     deadline, no database and the too-slow health check off."""
     machines = conformance_machines(consensus_factory=SqlConsensus)
     kinds = [machine_kind(machine) for machine in machines]
-    assert kinds == ["strategy", "store", "attempts"]
+    assert kinds == ["strategy", "store", "attempts", "opening"]
     for machine, kind in zip(machines, kinds, strict=True):
         chosen, default = chosen_settings(machine, None)
         assert default

@@ -93,9 +93,10 @@ def test_conformance_needs_something_to_test():
 
 def test_a_strategy_runs_alone_and_inside_the_adapter():
     """A consensus factory alone yields the strategy machine and the adapter
-    machine (then the adapter machine with attempts, see test_attempt_machine.py)."""
+    machine (then the adapter machine with attempts, see test_attempt_machine.py,
+    and the opening check, see test_opening_check.py)."""
     machines = conformance_machines(consensus_factory=SqlConsensus)
-    assert len(machines) == 3
+    assert len(machines) == 4
     assert issubclass(machines[0], ConsensusComparison)
     assert issubclass(machines[1], RunStoreComparison)
     assert machines[1].capabilities.fault_injection
