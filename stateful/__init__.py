@@ -52,6 +52,7 @@ from ._invariants import INVARIANTS as INVARIANTS
 from ._invariants import AdmissionViolation as AdmissionViolation
 from ._invariants import ClaimFieldsViolation as ClaimFieldsViolation
 from ._invariants import CommittedStateLost as CommittedStateLost
+from ._invariants import CorruptRowAccepted as CorruptRowAccepted
 from ._invariants import FactReplayMismatch as FactReplayMismatch
 from ._invariants import FailedOperationVisible as FailedOperationVisible
 from ._invariants import FaultSeamViolation as FaultSeamViolation
@@ -96,6 +97,7 @@ __all__ = [
     "Capabilities",
     "ClaimFieldsViolation",
     "CommittedStateLost",
+    "CorruptRowAccepted",
     "ConformanceError",
     "ConsensusComparison",
     "DifferentialMismatch",

@@ -167,6 +167,12 @@ class TombstoneLost(InvariantViolation):
     being created again; or compaction dropped a live entry."""
 
 
+class CorruptRowAccepted(InvariantViolation):
+    """A row edited behind the store's back into one its schema forbids (or
+    whose owner columns disagree with the lease) was handed out by a read,
+    or passed the store's own ``check_invariants()``."""
+
+
 class FaultSeamViolation(InvariantViolation):
     """The store's fault seam accounted for an armed fault other than once:
     each is fired, missed (its attempt ended without reaching it) or left
@@ -213,6 +219,7 @@ INVARIANTS: tuple[type[InvariantViolation], ...] = (
     StoreCrashed,
     StoreInvariantsFailed,
     FaultSeamViolation,
+    CorruptRowAccepted,
 )
 
 _FENCED = frozenset({"heartbeat", "reconfirm", "transition_owned"})

@@ -71,6 +71,7 @@ from ._domain import (
     World,
     fresh,
 )
+from ._edits import COLUMN_EDITS, copyable, judge_column_edit
 from ._faults import (
     FAULT_BUDGET,
     FAULT_OPERATIONS,
@@ -1171,10 +1172,20 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
                 self.aliases[lease.run_id] = (lease.owner, lease.granted_at_ms, other.granted_at_ms)
 
     @precondition(lambda self: self.raw_writer is not None and self.capabilities.whole_state)
-    @rule(run=RUN, text=st.sampled_from(CORRUPT_TEXTS))
+    @rule(run=RUN, text=st.sampled_from(CORRUPT_TEXTS + tuple(COLUMN_EDITS)))
     def corrupt_row(self, run: str, text: str) -> None:
         """Edit a row's state behind the store's back (mirrored in the model);
-        reads of that run must then fail with ``decode_failed``."""
+        reads of that run must then fail with ``decode_failed``. Or (a column
+        edit, on a copy of a SQLite adapter's file; see ``_edits``) break
+        another column of the row: reads must refuse it and the store's own
+        check must flag it."""
+        if text in COLUMN_EDITS:
+            if copyable(self.store, self.path):
+                factory = type(self).store_factory
+                assert factory is not None
+                now = self.clock.now_ms()
+                self._judged(lambda: judge_column_edit(factory, self.path, now, run, text))
+            return
         writer = type(self).raw_writer
         assert writer is not None
         self.corrupted = True

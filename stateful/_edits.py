@@ -1,0 +1,126 @@
+"""Raw edits of one column of a run's row, judged on a copy of the database.
+
+The raw-corruption rule plants state text that admission refuses; the rows'
+other columns are guarded by the schema's CHECK constraints, so only an edit
+made with those checks off (a tool, a restore from an older release, a
+hand-made repair) can break them. A store still re-validates what it reads:
+such a row must be refused with ``decode_failed``, never handed out, and the
+store's own ``check_invariants()`` must flag it, as it must flag a row whose
+owner columns disagree with the strategy's lease.
+
+The reference cannot follow a row its own types cannot hold, so the edit is
+made on a copy of the store's database file (``VACUUM INTO``), opened with
+the same factory: the store under test and the reference carry on unchanged.
+Only the SQLite adapter on a file can be copied this way; for other stores
+the edits are skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from runstore._clock import ManualClock
+
+from ._invariants import CorruptRowAccepted
+from ._steps import Raised, call, perform
+
+#: Each edit: the column, the SQL value it is set to, which rows it applies
+#: to, and whether reads of the run must then fail with ``decode_failed``
+#: (else the row still decodes, and only ``check_invariants()`` can see it).
+COLUMN_EDITS: Final[dict[str, tuple[str, str, str, bool]]] = {
+    "created-negative": ("created_at_ms", "-1", "1 = 1", True),
+    "status-unknown": ("status", "'paused'", "1 = 1", True),
+    "claim-half": ("claim_pid", "NULL", "claim_host_id IS NOT NULL", True),
+    "heartbeat-moved": (
+        "heartbeat_at_ms",
+        "heartbeat_at_ms + 1",
+        "owner_host_id IS NOT NULL",
+        False,
+    ),
+}
+
+
+def copyable(store: Any, path: Path) -> bool:
+    """Whether ``store`` is the SQLite adapter on the file ``path``."""
+    from runstore.sqlite import SqliteRunStore
+
+    return isinstance(store, SqliteRunStore) and path.is_file()
+
+
+def judge_column_edit(
+    factory: Callable[[ManualClock, Path], Any],
+    path: Path,
+    now_ms: int,
+    run_id: str,
+    edit: str,
+) -> None:
+    """Copy the database at ``path``, apply ``edit`` to ``run_id``'s row in
+    the copy, and judge the store ``factory`` opens on it; the copy is
+    removed afterwards. Skipped when the row does not fit the edit; the
+    store's own check is judged only when the copy passed it before the edit
+    (it fails already when the program planted corrupt state)."""
+    column, value, where, undecodable = COLUMN_EDITS[edit]
+    copy = path.with_name(f"{path.stem}-edited{path.suffix}")
+    _remove(copy)
+    try:
+        with contextlib.closing(sqlite3.connect(path)) as source:
+            source.execute("VACUUM INTO ?", (str(copy),))
+        os.chmod(copy, 0o600)
+        edited = factory(ManualClock(now_ms), copy)
+        try:
+            check = getattr(edited, "check_invariants", None)
+            if callable(check):
+                try:
+                    check()
+                except AssertionError:
+                    check = None  # planted corruption already: the check cannot tell
+            with contextlib.closing(sqlite3.connect(copy, isolation_level=None)) as raw:
+                raw.execute("PRAGMA ignore_check_constraints = ON")
+                changed = raw.execute(
+                    f"UPDATE flows_runs SET {column} = {value} WHERE run_id = ? AND ({where})",
+                    (run_id,),
+                ).rowcount
+            if changed:
+                _judge(edited, now_ms, run_id, edit, undecodable, check)
+        finally:
+            edited.close()
+    finally:
+        _remove(copy)
+
+
+def _judge(
+    edited: Any,
+    now_ms: int,
+    run_id: str,
+    edit: str,
+    undecodable: bool,
+    check: object,
+) -> None:
+    shown = f"run {run_id!r} edited behind the store's back ({edit})"
+    if undecodable:
+        for op in (
+            call("get", ("run_id", run_id)),
+            call("list_runs", limit=1000),
+        ):
+            out = perform(edited, op)
+            if out != Raised("decode_failed", op.method):
+                raise CorruptRowAccepted(
+                    f"{shown}: {op.describe()} answered {out!r}, where the row must be"
+                    " refused with decode_failed"
+                )
+    if callable(check):
+        try:
+            check()
+        except AssertionError:
+            return
+        raise CorruptRowAccepted(f"{shown}: the store's own check_invariants() passed it")
+
+
+def _remove(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
