@@ -15,7 +15,8 @@ the shortest program, is wanted):
 - ``runstore/consensus/_local.py``: ``LocalConsensus`` (strategy machine,
   then inside the SQLite adapter on a file, then with attempts);
 - anything else: ``SqlConsensus`` the same way; for the adapter's shared
-  code (``runstore/_sql/``) then the adapter's machines over
+  code (``runstore/_sql/``) and the row reader LocalConsensus opens with
+  (``runstore/consensus/_rows.py``) then the adapter's machines over
   ``LocalConsensus`` too (a strategy without batch methods); for the code
   both SQL stores run (``SHARED_SQL``: ``runstore/_sql/``, ``SqlConsensus``
   and its row helpers), then the PostgreSQL machines on both paths.
@@ -68,9 +69,10 @@ def machines_for(module: str) -> list[type]:
         return _postgres_machines(fast=False) + _postgres_machines(fast=True)
     strategy = LocalConsensus if module.endswith("consensus/_local.py") else SqlConsensus
     machines = conformance_machines(consensus_factory=strategy)
-    if module.startswith("runstore/_sql/"):
+    if module.startswith(("runstore/_sql/", "runstore/consensus/_rows.py")):
         # The adapter takes other branches for a strategy without the batch
-        # methods SqlConsensus has: the adapter's machines over LocalConsensus.
+        # methods SqlConsensus has, and LocalConsensus rebuilds its leases
+        # from the rows: the adapter's machines over LocalConsensus.
         machines += conformance_machines(consensus_factory=LocalConsensus)[1:]
     if module.startswith(SHARED_SQL):
         # Code both SQL stores run: PostgreSQL takes branches of its own in
