@@ -21,6 +21,8 @@ fence invariants as pure functions, each failure its own ``AssertionError``
 subclass. Without ``settings`` it runs its own budget (derandomized, a few
 minutes); profiles ``ci``, ``dev`` and ``deep`` are chosen by
 ``HYPOTHESIS_PROFILE`` (``load_profile``) and replace it when set.
+``ServerClockCheck`` (``server_clock_check_for``) judges a PostgreSQL store's
+check of its clock against the server's (``Capabilities(server_clock=True)``).
 ``Reach``, ``recording_reach`` and ``reach_tables`` record and print which
 situations each operation was driven into (``runstore fuzz --coverage``).
 ``runstore fuzz`` and ``runstore replay`` (also ``python -m
@@ -191,6 +193,15 @@ from ._opening import ReadOnlyViewMismatch as ReadOnlyViewMismatch
 from ._opening import ReadOnlyWriteAccepted as ReadOnlyWriteAccepted
 from ._opening import opening_check_for as opening_check_for
 
+# A PostgreSQL store's clock measured against the server's (issue 14).
+from ._server_clock import SERVER_CLOCK_CHECKS as SERVER_CLOCK_CHECKS
+from ._server_clock import ClockOffsetMisreported as ClockOffsetMisreported
+from ._server_clock import NonLeaseOperationRefused as NonLeaseOperationRefused
+from ._server_clock import ServerClockCheck as ServerClockCheck
+from ._server_clock import ServerClockViolation as ServerClockViolation
+from ._server_clock import SkewRefusalMisjudged as SkewRefusalMisjudged
+from ._server_clock import server_clock_check_for as server_clock_check_for
+
 __all__ += [
     "ATTEMPT_INVARIANTS",
     "AttemptChangedWithoutWrite",
@@ -237,4 +248,15 @@ __all__ += [
     "ReadOnlyViewMismatch",
     "ReadOnlyWriteAccepted",
     "opening_check_for",
+]
+
+# A PostgreSQL store's clock against the server's (issue 14).
+__all__ += [
+    "SERVER_CLOCK_CHECKS",
+    "ClockOffsetMisreported",
+    "NonLeaseOperationRefused",
+    "ServerClockCheck",
+    "ServerClockViolation",
+    "SkewRefusalMisjudged",
+    "server_clock_check_for",
 ]

@@ -55,14 +55,19 @@ DEFAULT_BUDGETS: dict[str, Budget] = {
     # Each step is a scenario of its own (a few opens); a held lock costs
     # 0.3 s of real time.
     "opening": Budget(examples=12, steps=12),
+    # Short programs: every move of the clock is judged at once, and a
+    # measurement schedule is a few steps deep.
+    "server-clock": Budget(examples=40, steps=12),
 }
 
 
 def machine_kind(machine: type[RuleBasedStateMachine]) -> str:
-    """``"strategy"``, ``"attempts"`` or ``"store"``: which budget a machine gets."""
+    """``"strategy"``, ``"attempts"``, ``"server-clock"`` or ``"store"``: which
+    budget a machine gets."""
     from ._attempt_machine import RunAttemptComparison
     from ._consensus_machine import ConsensusComparison
     from ._opening import OpeningCheck
+    from ._server_clock import ServerClockCheck
 
     if issubclass(machine, ConsensusComparison):
         return "strategy"
@@ -70,6 +75,8 @@ def machine_kind(machine: type[RuleBasedStateMachine]) -> str:
         return "attempts"
     if issubclass(machine, OpeningCheck):
         return "opening"
+    if issubclass(machine, ServerClockCheck):
+        return "server-clock"
     return "store"
 
 

@@ -28,6 +28,12 @@ class Capabilities:
     - ``finding_work``: the store offers ``list_runs``, ``claim_next``,
       ``heartbeat_many``, ``purge_settled`` and ``compact_changes``; switches
       on their rules. Declare ``False`` for a store written before them.
+    - ``server_clock``: the store is a PostgreSQL store built by
+      ``runstore.stateful._postgres.postgres_store_factory``, on the suite's
+      server, whose clock the suite reads: switches on the server-clock
+      machine (``ServerClockCheck``), which opens the store with
+      ``check_clock=True`` on a clock anchored to the server's and checks the
+      refusal of lease operations past half the skew allowance.
     """
 
     reopen: bool = True
@@ -35,6 +41,7 @@ class Capabilities:
     lease_introspection: bool = True
     fault_injection: bool = False
     finding_work: bool = True
+    server_clock: bool = False
 
 
 #: The default: a full store like ``runstore.open(...)``.

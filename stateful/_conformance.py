@@ -85,6 +85,13 @@ def conformance_machines(
             if opened_with is not None:
                 # runstore.open built the store: its opening contract too.
                 machines.append(opening_check_for(opened_with, name=f"{name}+opening"))
+        if capabilities.server_clock:
+            from ._postgres import server_now_ms
+            from ._server_clock import server_clock_check_for
+
+            machines.append(
+                server_clock_check_for(store_factory, server_now_ms, name=f"{name}+server-clock")
+            )
     return machines
 
 

@@ -470,10 +470,11 @@ def postgres_store_factory(
     example is over); a later call for the same path ends every connection to
     that database (a crash, as the server sees it) and reopens it.
     ``fast_path`` is passed to ``runstore.postgres.open`` (False: the
-    general path even with ``SqlConsensus``)."""
+    general path even with ``SqlConsensus``), and so is the factory's own
+    ``check_clock`` keyword (the server-clock machine passes True)."""
     databases: dict[Path, str] = {}
 
-    def factory(clock: Any, path: Path) -> Any:
+    def factory(clock: Any, path: Path, *, check_clock: bool | None = None) -> Any:
         import runstore.postgres
 
         found = server()
@@ -485,10 +486,21 @@ def postgres_store_factory(
         else:
             found.terminate_connections(url)
         consensus = None if consensus_factory is None else consensus_factory()
-        return runstore.postgres.open(url, clock=clock, consensus=consensus, fast_path=fast_path)
+        return runstore.postgres.open(
+            url, clock=clock, consensus=consensus, fast_path=fast_path, check_clock=check_clock
+        )
 
     factory.__qualname__ = "postgres_store_factory"
     return factory
+
+
+#: The server's clock in whole milliseconds (floored), the suite's own query.
+SERVER_NOW = "SELECT floor(extract(epoch FROM pg_catalog.clock_timestamp()) * 1000)::bigint"
+
+
+def server_now_ms() -> int:
+    """The clock of the server ``postgres_store_factory``'s databases live on."""
+    return int(server().admin(SERVER_NOW)[0][0])
 
 
 #: The ``postgres-sql`` target's factory (``SqlConsensus``), by name for

@@ -1,6 +1,7 @@
 """``run_conformance`` on PostgreSQL stores: the run-store machine and the
 attempt machine against the reference, with crashes (every connection to the
-database ended, then the store reopened) and the fault seam.
+database ended, then the store reopened) and the fault seam, and the
+server-clock machine (the store's clock checked against the server's).
 
 Each example gets a fresh database. The PostgreSQL examples are fewer than the
 loaded profile's (at most ``EXAMPLES``): every one of them pays for a database
@@ -24,13 +25,14 @@ EXAMPLES = 40
 @pytest.mark.parametrize("fast_path", [True, False], ids=["one-round-trip", "general"])
 def test_postgres_store_conforms(fast_path: bool) -> None:
     """PostgresRunStore over SqlConsensus matches ModelRunStore step by step,
-    and with AttemptStore rules interleaved matches ModelAttemptStore, on
-    both paths: one server-side function per operation (the default), and
-    the general path's statement per step."""
+    and with AttemptStore rules interleaved matches ModelAttemptStore, and
+    refuses lease operations exactly while its clock is too far from the
+    server's, on both paths: one server-side function per operation (the
+    default), and the general path's statement per step."""
     _postgres.require_server()
     current = settings()
     run_conformance(
         store_factory=postgres_store_factory(fast_path=fast_path),
-        capabilities=Capabilities(reopen=True, fault_injection=True),
+        capabilities=Capabilities(reopen=True, fault_injection=True, server_clock=True),
         settings=settings(current, max_examples=min(current.max_examples, EXAMPLES)),
     )
