@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from runstore._clock import ManualClock
+from runstore._values import RunRow
 
 from ._invariants import CorruptRowAccepted
 from ._steps import Raised, call, perform
@@ -45,6 +46,17 @@ COLUMN_EDITS: Final[dict[str, tuple[str, str, str, bool]]] = {
 }
 
 
+def column_edit_for(row: RunRow, turn: int) -> str:
+    """The edit to make on ``row`` at the machine's ``turn``-th edit: one
+    that changes the row (a heartbeat for an owned run, the claimant for a
+    claimed one), else the creation time and the status in turn."""
+    if row.owner is not None:
+        return "heartbeat-moved"
+    if row.claim is not None:
+        return "claim-half"
+    return ("created-negative", "status-unknown")[turn % 2]
+
+
 def copyable(store: Any, path: Path) -> bool:
     """Whether ``store`` is the SQLite adapter on the file ``path``."""
     from runstore.sqlite import SqliteRunStore
@@ -62,8 +74,7 @@ def judge_column_edit(
     """Copy the database at ``path``, apply ``edit`` to ``run_id``'s row in
     the copy, and judge the store ``factory`` opens on it; the copy is
     removed afterwards. Skipped when the row does not fit the edit; the
-    store's own check is judged only when the copy passed it before the edit
-    (it fails already when the program planted corrupt state)."""
+    store's own check is judged only when the copy passed it before the edit."""
     column, value, where, undecodable = COLUMN_EDITS[edit]
     copy = path.with_name(f"{path.stem}-edited{path.suffix}")
     _remove(copy)
@@ -71,6 +82,10 @@ def judge_column_edit(
         with contextlib.closing(sqlite3.connect(path)) as source:
             source.execute("VACUUM INTO ?", (str(copy),))
         os.chmod(copy, 0o600)
+        with contextlib.closing(sqlite3.connect(copy, isolation_level=None)) as raw:
+            # State the program corrupted on purpose would fail the store's own
+            # check before the edit: the copy gets valid state everywhere.
+            raw.execute("UPDATE flows_run_state SET state_json = '{}'")
         edited = factory(ManualClock(now_ms), copy)
         try:
             check = getattr(edited, "check_invariants", None)
@@ -78,7 +93,7 @@ def judge_column_edit(
                 try:
                     check()
                 except AssertionError:
-                    check = None  # planted corruption already: the check cannot tell
+                    check = None  # not clean before the edit: the check cannot tell
             with contextlib.closing(sqlite3.connect(copy, isolation_level=None)) as raw:
                 raw.execute("PRAGMA ignore_check_constraints = ON")
                 changed = raw.execute(

@@ -71,7 +71,7 @@ from ._domain import (
     World,
     fresh,
 )
-from ._edits import COLUMN_EDITS, copyable, judge_column_edit
+from ._edits import column_edit_for, copyable, judge_column_edit
 from ._faults import (
     FAULT_BUDGET,
     FAULT_OPERATIONS,
@@ -194,6 +194,7 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
         #: A check failed in this program; corrupt rows were planted.
         self.failed = False
         self.corrupted = False
+        self.column_edits = 0
         self.model_state = self._model_view()
         self.store_state = self._store_view()
         self.world.observe(self.model_state)
@@ -1172,20 +1173,23 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
                 self.aliases[lease.run_id] = (lease.owner, lease.granted_at_ms, other.granted_at_ms)
 
     @precondition(lambda self: self.raw_writer is not None and self.capabilities.whole_state)
-    @rule(run=RUN, text=st.sampled_from(CORRUPT_TEXTS + tuple(COLUMN_EDITS)))
+    @rule(run=RUN, text=st.sampled_from(CORRUPT_TEXTS))
     def corrupt_row(self, run: str, text: str) -> None:
         """Edit a row's state behind the store's back (mirrored in the model);
-        reads of that run must then fail with ``decode_failed``. Or (a column
-        edit, on a copy of a SQLite adapter's file; see ``_edits``) break
-        another column of the row: reads must refuse it and the store's own
-        check must flag it."""
-        if text in COLUMN_EDITS:
-            if copyable(self.store, self.path):
-                factory = type(self).store_factory
-                assert factory is not None
-                now = self.clock.now_ms()
-                self._judged(lambda: judge_column_edit(factory, self.path, now, run, text))
-            return
+        reads of that run must then fail with ``decode_failed``. First, on a
+        copy of a SQLite adapter's file (see ``_edits``), break another
+        column of the row, one that fits it (``column_edit_for``): reads of
+        the copy must refuse it and the store's own check must flag it.
+        (Chosen, not drawn: a draw would change every program the budget
+        runs, and with it what they reach.)"""
+        row = next((r for r in self.model_state.rows if r.run_id == run), None)
+        if row is not None and copyable(self.store, self.path):
+            edit = column_edit_for(row, self.column_edits)
+            self.column_edits += 1
+            factory = type(self).store_factory
+            assert factory is not None
+            now = self.clock.now_ms()
+            self._judged(lambda: judge_column_edit(factory, self.path, now, run, edit))
         writer = type(self).raw_writer
         assert writer is not None
         self.corrupted = True
