@@ -212,6 +212,17 @@ def view(store: Any) -> dict[str, object]:
     }
 
 
+def _reader_view(reader: Any) -> dict[str, object]:
+    """``view(reader)`` of a read-only store; a read that raises fails the
+    check (a read-only store's reads must work)."""
+    try:
+        return view(reader)
+    except Exception as error:
+        raise ReadOnlyViewMismatch(
+            f"a read on a read-only store raised {type(error).__name__}: {error}"
+        ) from error
+
+
 def _differences(expected: dict[str, object], actual: dict[str, object]) -> str:
     return ", ".join(key for key in expected if expected[key] != actual.get(key))
 
@@ -464,7 +475,7 @@ class OpeningCheck(RuleBasedStateMachine):
                 ) from error
             else:
                 raise ReadOnlyWriteAccepted(f"{operation} on a read-only store answered {answer!r}")
-        after = self._expected() if self.writer is not None else view(self.readers[0])
+        after = self._expected() if self.writer is not None else _reader_view(self.readers[0])
         if after != before:
             raise ReadOnlyWriteAccepted(
                 f"{operation} on a read-only store changed {_differences(before, after)}"
@@ -478,10 +489,10 @@ class OpeningCheck(RuleBasedStateMachine):
         before = _look(self.live.parent)
         reader = self._open_or_fail(self.live, "read_only=True", read_only=True)
         try:
-            seen = view(reader)
+            seen = _reader_view(reader)
             with contextlib.suppress(RunStoreError):
                 _write_calls(self.clock.now_ms())[operation](reader)
-            seen_again = view(reader)
+            seen_again = _reader_view(reader)
         finally:
             reader.close()
         changed = _changed(before, _look(self.live.parent))
@@ -516,7 +527,7 @@ class OpeningCheck(RuleBasedStateMachine):
             return
         expected = self._expected()
         for reader in self.readers:
-            found = view(reader)
+            found = _reader_view(reader)
             if found != expected:
                 note(f"read-write store: {expected!r}\nread-only store: {found!r}")
                 raise ReadOnlyViewMismatch(
