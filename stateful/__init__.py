@@ -72,6 +72,7 @@ from ._invariants import StateNotPreserved as StateNotPreserved
 from ._invariants import StealWithoutStaleness as StealWithoutStaleness
 from ._invariants import StoreCrashed as StoreCrashed
 from ._invariants import StoreInvariantsFailed as StoreInvariantsFailed
+from ._invariants import StrategyShapeViolation as StrategyShapeViolation
 from ._invariants import TerminalChangedViolation as TerminalChangedViolation
 from ._invariants import TombstoneLost as TombstoneLost
 from ._invariants import UnclaimableTaken as UnclaimableTaken
@@ -130,6 +131,7 @@ __all__ = [
     "StealWithoutStaleness",
     "StoreCrashed",
     "StoreInvariantsFailed",
+    "StrategyShapeViolation",
     "StrategyAuthority",
     "TerminalChangedViolation",
     "TombstoneLost",

@@ -26,7 +26,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 
 from runstore._clock import ManualClock
 from runstore._values import Lease, RunRow, StoreState
-from runstore.consensus._types import ConsensusError, Granted
+from runstore.consensus._types import Consensus, ConsensusError, Granted
 from runstore.model import ModelConsensus, model_transaction
 
 from . import _observe
@@ -48,7 +48,12 @@ from ._domain import (
     TOKENS,
     World,
 )
-from ._invariants import InvariantViolation, ReferenceInvariantViolation, check_leases
+from ._invariants import (
+    InvariantViolation,
+    ReferenceInvariantViolation,
+    StrategyShapeViolation,
+    check_leases,
+)
 from ._observe import ClockSet, Failure, LogEntry, Transacted, say
 from ._steps import Call, call
 
@@ -147,6 +152,17 @@ class ConsensusComparison(RuleBasedStateMachine):
         self.log: list[LogEntry] = []
         self.model = ModelConsensus()
         self.strategy = factory()
+        # What a store checks by shape, and what a caller checks with
+        # isinstance(): every method of runstore.consensus.Consensus.
+        try:
+            shaped = isinstance(self.strategy, Consensus)
+        except TypeError as error:  # the protocol is not checkable at run time
+            message = f"isinstance(strategy, Consensus) raised: {error}"
+            raise StrategyShapeViolation(message) from None
+        if not shaped:
+            raise StrategyShapeViolation(
+                f"{type(self.strategy).__name__} does not satisfy runstore.consensus.Consensus"
+            )
         self.host = runstore.open(":memory:", clock=ManualClock(0), consensus=self.strategy)
         for run_id in CONSENSUS_RUNS:
             self.host.create(run_id, "{}")

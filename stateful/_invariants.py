@@ -173,6 +173,11 @@ class CorruptRowAccepted(InvariantViolation):
     or passed the store's own ``check_invariants()``."""
 
 
+class StrategyShapeViolation(InvariantViolation):
+    """The strategy under test is not a ``runstore.consensus.Consensus``
+    (``isinstance``, as a caller would check it), or that check fails."""
+
+
 class FaultSeamViolation(InvariantViolation):
     """The store's fault seam accounted for an armed fault other than once:
     each is fired, missed (its attempt ended without reaching it) or left
@@ -220,6 +225,7 @@ INVARIANTS: tuple[type[InvariantViolation], ...] = (
     StoreInvariantsFailed,
     FaultSeamViolation,
     CorruptRowAccepted,
+    StrategyShapeViolation,
 )
 
 _FENCED = frozenset({"heartbeat", "reconfirm", "transition_owned"})
