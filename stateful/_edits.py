@@ -68,11 +68,11 @@ def judge_column_edit(
     factory: Callable[[ManualClock, Path], Any],
     path: Path,
     now_ms: int,
-    run_id: str,
+    row: RunRow,
     edit: str,
 ) -> None:
-    """Copy the database at ``path``, apply ``edit`` to ``run_id``'s row in
-    the copy, and judge the store ``factory`` opens on it; the copy is
+    """Copy the database at ``path``, apply ``edit`` to ``row`` (as the
+    reference holds it) in the copy, and judge the store ``factory`` opens on it; the copy is
     removed afterwards. Skipped when the row does not fit the edit; the
     store's own check is judged only when the copy passed it before the edit."""
     column, value, where, undecodable = COLUMN_EDITS[edit]
@@ -98,10 +98,10 @@ def judge_column_edit(
                 raw.execute("PRAGMA ignore_check_constraints = ON")
                 changed = raw.execute(
                     f"UPDATE flows_runs SET {column} = {value} WHERE run_id = ? AND ({where})",
-                    (run_id,),
+                    (row.run_id,),
                 ).rowcount
             if changed:
-                _judge(edited, now_ms, run_id, edit, undecodable, check)
+                _judge(edited, now_ms, row, edit, undecodable, check)
         finally:
             edited.close()
     finally:
@@ -111,11 +111,12 @@ def judge_column_edit(
 def _judge(
     edited: Any,
     now_ms: int,
-    run_id: str,
+    row: RunRow,
     edit: str,
     undecodable: bool,
     check: object,
 ) -> None:
+    run_id = row.run_id
     shown = f"run {run_id!r} edited behind the store's back ({edit})"
     if undecodable:
         for op in (
@@ -128,6 +129,15 @@ def _judge(
                     f"{shown}: {op.describe()} answered {out!r}, where the row must be"
                     " refused with decode_failed"
                 )
+    if edit == "status-unknown" and row.cancel_requested_at_ms is not None:
+        # The request finds nothing to change and names the run's state from
+        # its row: a status it does not know must be refused, not classified.
+        op = call("request_cancel", ("run_id", run_id), ("now_ms", now_ms))
+        out = perform(edited, op)
+        if not isinstance(out, Raised):
+            raise CorruptRowAccepted(
+                f"{shown}: {op.describe()} answered {out!r} from a row of an unknown status"
+            )
     if callable(check):
         try:
             check()

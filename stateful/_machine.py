@@ -1189,7 +1189,7 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
             factory = type(self).store_factory
             assert factory is not None
             now = self.clock.now_ms()
-            self._judged(lambda: judge_column_edit(factory, self.path, now, run, edit))
+            self._judged(lambda: judge_column_edit(factory, self.path, now, row, edit))
         writer = type(self).raw_writer
         assert writer is not None
         self.corrupted = True
