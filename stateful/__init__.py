@@ -22,7 +22,9 @@ subclass. Without ``settings`` it runs its own budget (derandomized, a few
 minutes); profiles ``ci``, ``dev`` and ``deep`` are chosen by
 ``HYPOTHESIS_PROFILE`` (``load_profile``) and replace it when set.
 ``ServerClockCheck`` (``server_clock_check_for``) judges a PostgreSQL store's
-check of its clock against the server's (``Capabilities(server_clock=True)``).
+check of its clock against the server's (``Capabilities(server_clock=True)``);
+``SessionLossCheck`` and ``SchemaOptionCheck`` its handling of a session the
+server ended and its schema option (``Capabilities(postgres_server=True)``).
 ``Reach``, ``recording_reach`` and ``reach_tables`` record and print which
 situations each operation was driven into (``runstore fuzz --coverage``).
 ``runstore fuzz`` and ``runstore replay`` (also ``python -m
@@ -195,6 +197,20 @@ from ._opening import ReadOnlyViewMismatch as ReadOnlyViewMismatch
 from ._opening import ReadOnlyWriteAccepted as ReadOnlyWriteAccepted
 from ._opening import opening_check_for as opening_check_for
 
+# A PostgreSQL store's session lost to the server, and its schema option (issue 14).
+from ._pg_session import PG_SESSION_CHECKS as PG_SESSION_CHECKS
+from ._pg_session import PgSessionViolation as PgSessionViolation
+from ._pg_session import SchemaMisselected as SchemaMisselected
+from ._pg_session import SchemaOptionCheck as SchemaOptionCheck
+from ._pg_session import SchemaRefusalMismatch as SchemaRefusalMismatch
+from ._pg_session import SchemaStoreBroken as SchemaStoreBroken
+from ._pg_session import SessionLossCheck as SessionLossCheck
+from ._pg_session import SessionLossMishandled as SessionLossMishandled
+from ._pg_session import SessionOutcomeMismatch as SessionOutcomeMismatch
+from ._pg_session import SessionStateMismatch as SessionStateMismatch
+from ._pg_session import schema_option_check_for as schema_option_check_for
+from ._pg_session import session_loss_check_for as session_loss_check_for
+
 # A PostgreSQL store's clock measured against the server's (issue 14).
 from ._server_clock import SERVER_CLOCK_CHECKS as SERVER_CLOCK_CHECKS
 from ._server_clock import ClockOffsetMisreported as ClockOffsetMisreported
@@ -261,4 +277,20 @@ __all__ += [
     "ServerClockViolation",
     "SkewRefusalMisjudged",
     "server_clock_check_for",
+]
+
+# A PostgreSQL store's session and schema option (issue 14).
+__all__ += [
+    "PG_SESSION_CHECKS",
+    "PgSessionViolation",
+    "SchemaMisselected",
+    "SchemaOptionCheck",
+    "SchemaRefusalMismatch",
+    "SchemaStoreBroken",
+    "SessionLossCheck",
+    "SessionLossMishandled",
+    "SessionOutcomeMismatch",
+    "SessionStateMismatch",
+    "schema_option_check_for",
+    "session_loss_check_for",
 ]

@@ -58,15 +58,21 @@ DEFAULT_BUDGETS: dict[str, Budget] = {
     # Short programs: every move of the clock is judged at once, and a
     # measurement schedule is a few steps deep.
     "server-clock": Budget(examples=40, steps=12),
+    # Each example is a fresh database; ending a session waits for the
+    # server (tens of ms), and every schema open migrates a new schema.
+    "pg-session": Budget(examples=8, steps=12),
+    "pg-schema": Budget(examples=5, steps=8),
 }
 
 
 def machine_kind(machine: type[RuleBasedStateMachine]) -> str:
-    """``"strategy"``, ``"attempts"``, ``"server-clock"`` or ``"store"``: which
-    budget a machine gets."""
+    """``"strategy"``, ``"attempts"``, ``"opening"``, ``"server-clock"``,
+    ``"pg-session"``, ``"pg-schema"`` or ``"store"``: which budget a machine
+    gets."""
     from ._attempt_machine import RunAttemptComparison
     from ._consensus_machine import ConsensusComparison
     from ._opening import OpeningCheck
+    from ._pg_session import SchemaOptionCheck, SessionLossCheck
     from ._server_clock import ServerClockCheck
 
     if issubclass(machine, ConsensusComparison):
@@ -77,6 +83,10 @@ def machine_kind(machine: type[RuleBasedStateMachine]) -> str:
         return "opening"
     if issubclass(machine, ServerClockCheck):
         return "server-clock"
+    if issubclass(machine, SessionLossCheck):
+        return "pg-session"
+    if issubclass(machine, SchemaOptionCheck):
+        return "pg-schema"
     return "store"
 
 

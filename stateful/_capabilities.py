@@ -34,6 +34,12 @@ class Capabilities:
       machine (``ServerClockCheck``), which opens the store with
       ``check_clock=True`` on a clock anchored to the server's and checks the
       refusal of lease operations past half the skew allowance.
+    - ``postgres_server``: the store is built by ``postgres_store_factory`` on
+      the suite's server (as for ``server_clock``): switches on the session
+      machine (``SessionLossCheck``: the server ends the store's idle
+      sessions between operations) and the schema machine
+      (``SchemaOptionCheck``: ``schema=``, the URL's ``schema`` and
+      ``options=-csearch_path=`` on a fresh database of that server).
     """
 
     reopen: bool = True
@@ -42,6 +48,7 @@ class Capabilities:
     fault_injection: bool = False
     finding_work: bool = True
     server_clock: bool = False
+    postgres_server: bool = False
 
 
 #: The default: a full store like ``runstore.open(...)``.

@@ -92,6 +92,11 @@ def conformance_machines(
             machines.append(
                 server_clock_check_for(store_factory, server_now_ms, name=f"{name}+server-clock")
             )
+        if capabilities.postgres_server:
+            from ._pg_session import schema_option_check_for, session_loss_check_for
+
+            machines.append(session_loss_check_for(store_factory, name=f"{name}+session"))
+            machines.append(schema_option_check_for(name=f"{name}+schema"))
     return machines
 
 

@@ -1,7 +1,9 @@
 """``run_conformance`` on PostgreSQL stores: the run-store machine and the
 attempt machine against the reference, with crashes (every connection to the
 database ended, then the store reopened) and the fault seam, and the
-server-clock machine (the store's clock checked against the server's).
+server-clock machine (the store's clock checked against the server's), the
+session machine (the server ends the store's idle sessions) and the schema
+machine (the schema option).
 
 Each example gets a fresh database. The PostgreSQL examples are fewer than the
 loaded profile's (at most ``EXAMPLES``): every one of them pays for a database
@@ -33,6 +35,8 @@ def test_postgres_store_conforms(fast_path: bool) -> None:
     current = settings()
     run_conformance(
         store_factory=postgres_store_factory(fast_path=fast_path),
-        capabilities=Capabilities(reopen=True, fault_injection=True, server_clock=True),
+        capabilities=Capabilities(
+            reopen=True, fault_injection=True, server_clock=True, postgres_server=True
+        ),
         settings=settings(current, max_examples=min(current.max_examples, EXAMPLES)),
     )
