@@ -648,7 +648,9 @@ class RunAttemptComparison(RunStoreComparison):
         checkpoint: JsonValue | Absent,
     ) -> None:
         """A heartbeat at the writer's reading, behind or ahead of it, or at
-        the stored stamp (or one before it), with or without a checkpoint."""
+        the stored stamp (or one before it), with or without a checkpoint;
+        when it moved the stamp forward, the beat it replaced then arrives
+        late, by the same writer."""
         ident = self._address(run, step, number, pick)
         run, step, number = ident.run_id, ident.step_key_digest, ident.attempt
         who = self._writer(writer, run)
@@ -659,6 +661,11 @@ class RunAttemptComparison(RunStoreComparison):
         else:
             now = self._reading(who, {"behind": -5000, "ahead": 5000}.get(at, 0))
         self._heartbeat(config, AttemptId(run, step, number), who, now, checkpoint)
+        moved = self._stored(run, step, number)
+        if beat is not None and moved is not None and (moved.heartbeat_at_ms or 0) > beat:
+            # The beat this one replaced arrives late: it must not move the
+            # stamp back (a rare interleaving for the draws alone to reach).
+            self._heartbeat(config, AttemptId(run, step, number), who, beat)
 
     @rule(
         config=CONFIG,
