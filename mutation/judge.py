@@ -50,7 +50,9 @@ def _postgres_machines(*, fast: bool) -> list[type]:
 
     machines = conformance_machines(
         store_factory=postgres_store_factory(fast_path=fast),
-        capabilities=Capabilities(reopen=True, fault_injection=True, server_clock=True),
+        capabilities=Capabilities(
+            reopen=True, fault_injection=True, server_clock=True, postgres_server=True
+        ),
     )
     ON_POSTGRES.update(machines)
     return machines
