@@ -38,7 +38,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, TypeVar
 
 import attrs
 from hypothesis import strategies as st
@@ -84,6 +84,8 @@ from ._machine import (
 )
 from ._observe import AttemptPerformed, Failure, say
 from ._steps import Call, Crashed, Raised, Step, call
+
+T = TypeVar("T")
 
 
 class AttemptStateMismatch(DifferentialMismatch):
@@ -1039,6 +1041,26 @@ def attempt_comparison_for(
     return type(f"RunAttemptComparison_{safe}", (RunAttemptComparison,), namespace)
 
 
+def probe_store(store_factory: StoreFactory, look: Callable[[Any], T], failed: T) -> T:
+    """``look(store)`` for one store ``store_factory`` builds in a scratch
+    directory, then closed; ``failed`` when the factory fails (the run-store
+    machine reports that failure)."""
+    folder = Path(tempfile.mkdtemp(prefix="runstore-probe-"))
+    try:
+        try:
+            store = store_factory(ManualClock(START_MS), folder / "store.db")
+        except Exception:
+            return failed
+        try:
+            return look(store)
+        finally:
+            close = getattr(store, "close", None)
+            if callable(close):
+                close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def builds_sqlite_stores(store_factory: StoreFactory) -> bool:
     """Whether ``store_factory`` builds SQL adapter stores, SQLite or
     PostgreSQL (the stores an ``AttemptStore`` can be built over): one store
@@ -1046,17 +1068,4 @@ def builds_sqlite_stores(store_factory: StoreFactory) -> bool:
     fails here answers ``False``; the run-store machine reports its failure."""
     from runstore._sql._store import SqlRunStore
 
-    folder = Path(tempfile.mkdtemp(prefix="runstore-probe-"))
-    try:
-        try:
-            store = store_factory(ManualClock(START_MS), folder / "store.db")
-        except Exception:
-            return False
-        try:
-            return isinstance(store, SqlRunStore)
-        finally:
-            close = getattr(store, "close", None)
-            if callable(close):
-                close()
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    return probe_store(store_factory, lambda store: isinstance(store, SqlRunStore), False)

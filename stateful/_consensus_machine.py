@@ -30,6 +30,7 @@ from runstore.consensus._types import Consensus, ConsensusError, Granted
 from runstore.model import ModelConsensus, model_transaction
 
 from . import _observe
+from ._budget import programs_independent_of_callers_code
 from ._capabilities import FULL_STORE, Capabilities
 from ._compare import LeaseMismatch, OutcomeMismatch, RollbackLeak
 from ._domain import (
@@ -138,6 +139,7 @@ class ConsensusComparison(RuleBasedStateMachine):
     target: ClassVar[str] = "strategy"
 
     def __init__(self) -> None:
+        programs_independent_of_callers_code()
         super().__init__()
         observer = _observe.current()
         if observer is not None:

@@ -37,6 +37,7 @@ from runstore._values import Lease, OwnerId, RunPage, RunRow, StoreState, Transi
 from runstore.model import ModelRunStore
 
 from . import _observe, _reach
+from ._budget import programs_independent_of_callers_code
 from ._capabilities import FULL_STORE, Capabilities
 from ._compare import (
     OutcomeMismatch,
@@ -173,6 +174,7 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
     grants = Bundle("grants")
 
     def __init__(self) -> None:
+        programs_independent_of_callers_code()
         super().__init__()
         observer = _observe.current()
         if observer is not None:

@@ -60,6 +60,7 @@ from runstore._clock import ManualClock
 from runstore._errors import RunStoreError
 from runstore._values import LivenessEvidence, OwnerId, RunSnapshot
 
+from ._budget import programs_independent_of_callers_code
 from ._domain import START_MS
 from ._invariants import InvariantViolation
 from ._targets import ConsensusFactory
@@ -289,6 +290,7 @@ class OpeningCheck(RuleBasedStateMachine):
     consensus_factory: ClassVar[ConsensusFactory]
 
     def __init__(self) -> None:
+        programs_independent_of_callers_code()
         super().__init__()
         self.folder = Path(tempfile.mkdtemp(prefix="runstore-opening-"))
         self.live = self.folder / "live" / "runs.db"
@@ -536,19 +538,24 @@ class OpeningCheck(RuleBasedStateMachine):
 
     # --- new and empty files -----------------------------------------------------------
 
+    def _open_private(self, path: Path, what: str, private: str) -> None:
+        """Open ``path`` (``what``), write to it, check every file of it is
+        0600 (``private`` names the case) and that it was migrated."""
+        store = self._open_or_fail(path, what)
+        try:
+            store.create("r", "{}")
+            self._private(path, private)
+        finally:
+            store.close()
+        self._migrated(path, what)
+
     @rule(mask=st.sampled_from((0o000, 0o002, 0o022)))
     def open_new(self, mask: int) -> None:
         """A path that does not exist becomes a migrated 0600 database, its
         -wal and -shm 0600 too."""
         path = self._fresh()
         with _umask(mask):
-            store = self._open_or_fail(path, "a new file")
-            try:
-                store.create("r", "{}")
-                self._private(path, f"a new database under umask {oct(mask)}")
-            finally:
-                store.close()
-        self._migrated(path, "a new file")
+            self._open_private(path, "a new file", f"a new database under umask {oct(mask)}")
 
     @rule(mode=st.sampled_from((0o644, 0o661, 0o666, 0o640)), stale_sides=st.booleans())
     def open_empty(self, mode: int, stale_sides: bool) -> None:
@@ -559,13 +566,7 @@ class OpeningCheck(RuleBasedStateMachine):
             Path(f"{path}{suffix}").touch()
             os.chmod(f"{path}{suffix}", mode)
         with _umask(0o000):
-            store = self._open_or_fail(path, "an empty file")
-            try:
-                store.create("r", "{}")
-                self._private(path, f"an empty file of mode {oct(mode)}")
-            finally:
-                store.close()
-        self._migrated(path, "an empty file")
+            self._open_private(path, "an empty file", f"an empty file of mode {oct(mode)}")
 
     # --- refusals ---------------------------------------------------------------------
 
@@ -772,22 +773,17 @@ def sqlite_store_consensus(store_factory: Any) -> ConsensusFactory | None:
     from runstore.consensus import SqlConsensus
     from runstore.sqlite import SqliteRunStore
 
-    folder = Path(tempfile.mkdtemp(prefix="runstore-probe-"))
+    from ._attempt_machine import probe_store
+
+    kind = probe_store(
+        store_factory,
+        lambda store: type(store.consensus) if isinstance(store, SqliteRunStore) else None,
+        None,
+    )
+    if kind is None:
+        return None
     try:
-        try:
-            store = store_factory(ManualClock(START_MS), folder / "store.db")
-        except Exception:
-            return None
-        try:
-            if not isinstance(store, SqliteRunStore):
-                return None
-            kind = type(store.consensus)
-        finally:
-            store.close()
-        try:
-            kind()
-        except Exception:
-            return SqlConsensus
-        return kind
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        kind()
+    except Exception:
+        return SqlConsensus
+    return kind

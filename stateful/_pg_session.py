@@ -38,7 +38,6 @@ through stores on that schema, never another schema's
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 import time
 import urllib.parse
@@ -53,7 +52,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from runstore import ManualClock, OwnerId, RunStoreError
 from runstore.model import ModelRunStore
 
+from ._budget import programs_independent_of_callers_code
 from ._compare import describe_difference, without_leases
+from ._server_clock import close_in_folder
 from ._steps import Call, Raised, call, perform
 
 
@@ -151,6 +152,7 @@ class SessionLossCheck(RuleBasedStateMachine):
     store_factory: ClassVar[Callable[..., Any]]
 
     def __init__(self) -> None:
+        programs_independent_of_callers_code()
         super().__init__()
         from . import _postgres
 
@@ -169,11 +171,7 @@ class SessionLossCheck(RuleBasedStateMachine):
         return str(self.store._url)
 
     def teardown(self) -> None:
-        try:
-            if self.store is not None:
-                self.store.close()
-        finally:
-            shutil.rmtree(self.folder, ignore_errors=True)
+        close_in_folder(self.store, self.folder)
 
     def _do(self, op: Call) -> Any:
         expected = perform(self.model, op)
@@ -346,6 +344,7 @@ class SchemaOptionCheck(RuleBasedStateMachine):
     """The schema-option machine, on a fresh database of the suite's server."""
 
     def __init__(self) -> None:
+        programs_independent_of_callers_code()
         super().__init__()
         from . import _postgres
 

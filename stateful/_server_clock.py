@@ -48,6 +48,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from runstore import ManualClock, OwnerId, RunStoreError
 
+from ._budget import programs_independent_of_callers_code
 from ._malformed import SKEW_ALLOWANCE_MS
 
 #: The largest offset from the server's clock lease operations accept.
@@ -111,6 +112,16 @@ SERVER_CLOCK_CHECKS: tuple[type[ServerClockViolation], ...] = (
 )
 
 
+def close_in_folder(store: Any, folder: Path) -> None:
+    """Close ``store`` (when there is one), then remove the scratch ``folder``
+    an example kept beside it."""
+    try:
+        if store is not None:
+            store.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 class AnchoredClock(ManualClock):
     """A ``ManualClock`` that a rule may also turn back (the store must then
     measure again). Nothing else moves it."""
@@ -145,6 +156,7 @@ class ServerClockCheck(RuleBasedStateMachine):
     server_now_ms: ClassVar[Callable[[], int]]
 
     def __init__(self) -> None:
+        programs_independent_of_callers_code()
         super().__init__()
         self.store: Any = None
         self.folder = Path(tempfile.mkdtemp(prefix="runstore-server-clock-"))
@@ -211,11 +223,7 @@ class ServerClockCheck(RuleBasedStateMachine):
         self._create()
 
     def teardown(self) -> None:
-        try:
-            if self.store is not None:
-                self.store.close()
-        finally:
-            shutil.rmtree(self.folder, ignore_errors=True)
+        close_in_folder(self.store, self.folder)
 
     @rule(
         offset=st.sampled_from(OFFSETS), operation=st.sampled_from(LEASE_OPERATIONS), run=st.data()

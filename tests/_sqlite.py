@@ -77,3 +77,21 @@ def statements(store: SqliteRunStore, fn: Callable[[], Any]) -> tuple[Any, list[
             continue
         issued.append(text)
     return result, issued
+
+
+def run_in_memory_store_machine() -> None:
+    """The run-store machine over the in-memory SQLite adapter (fault seam on,
+    no reopening) under its default budget, without shrinking: for tests that
+    plant a bug and expect the suite to report it."""
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from runstore.stateful import Capabilities, comparison_for
+    from runstore.stateful._budget import default_settings
+
+    def in_memory(clock: Any, _path: Any) -> Any:
+        return runstore.open(":memory:", clock=clock)
+
+    machine = comparison_for(
+        in_memory, Capabilities(reopen=False, fault_injection=True), name="sqlite"
+    )
+    run_state_machine_as_test(machine, settings=default_settings(machine, shrink=False))

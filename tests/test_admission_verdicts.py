@@ -10,24 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis.stateful import run_state_machine_as_test
 
-import runstore
 from runstore import _boundary
-from runstore.stateful import AdmissionViolation, Capabilities, StoreCrashed, comparison_for
-from runstore.stateful._budget import default_settings
+from runstore.stateful import AdmissionViolation, StoreCrashed
 from runstore.stateful._malformed import EDGE_CASES, MALFORMED_CASES, refused
 from runstore.stateful._steps import Raised
 
-
-def _store(clock: Any, _path: Any) -> Any:
-    return runstore.open(":memory:", clock=clock)
-
-
-def _run_store_machine() -> None:
-    in_memory = Capabilities(reopen=False, fault_injection=True)
-    machine = comparison_for(_store, in_memory, name="sqlite")
-    run_state_machine_as_test(machine, settings=default_settings(machine, shrink=False))
+from ._sqlite import run_in_memory_store_machine
 
 
 def test_a_shape_walk_that_forgets_depth_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -40,14 +29,14 @@ def test_a_shape_walk_that_forgets_depth_is_caught(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(_boundary, "json_shape_complaint", no_depth)
     with pytest.raises(AdmissionViolation, match="refused by admission"):
-        _run_store_machine()
+        run_in_memory_store_machine()
 
 
 def test_a_skew_bound_one_too_tight_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """A reading exactly at the allowance is refused on both sides."""
     monkeypatch.setattr(_boundary, "HEARTBEAT_SKEW_ALLOWANCE_MS", 9_999)
     with pytest.raises(AdmissionViolation, match="admitted"):
-        _run_store_machine()
+        run_in_memory_store_machine()
 
 
 def test_a_crash_in_shared_admission_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -61,7 +50,7 @@ def test_a_crash_in_shared_admission_is_caught(monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.setattr(_boundary, "decode_cursor", crashing)
     with pytest.raises(StoreCrashed, match="TypeError"):
-        _run_store_machine()
+        run_in_memory_store_machine()
 
 
 def test_the_table_names_distinct_cases() -> None:

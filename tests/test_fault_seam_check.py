@@ -8,24 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis.stateful import run_state_machine_as_test
 
-import runstore
 from runstore._sql import _faults
 from runstore.sqlite import Fault, FaultPlan
-from runstore.stateful import Capabilities, FaultSeamViolation, comparison_for
-from runstore.stateful._budget import default_settings
+from runstore.stateful import FaultSeamViolation
 from runstore.stateful._faults import FAULTS, fault_plan, fired_faults
 
-
-def _store(clock: Any, _path: Any) -> Any:
-    return runstore.open(":memory:", clock=clock)
-
-
-def _run_store_machine() -> None:
-    in_memory = Capabilities(reopen=False, fault_injection=True)
-    machine = comparison_for(_store, in_memory, name="sqlite")
-    run_state_machine_as_test(machine, settings=default_settings(machine, shrink=False))
+from ._sqlite import run_in_memory_store_machine
 
 
 @pytest.mark.parametrize("name", FAULTS)
@@ -67,4 +56,4 @@ def test_a_seam_that_forgets_a_fault_fired_is_caught(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(_faults.ArmedFault, "_fire", fire_and_forget)
     with pytest.raises(FaultSeamViolation, match="missed"):
-        _run_store_machine()
+        run_in_memory_store_machine()

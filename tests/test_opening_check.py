@@ -158,7 +158,7 @@ def _foreign_header_called_schema(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 PLANTED = {
-    "read_only_opens_read_write": (_read_only_opens_read_write, "OpenRefusalMismatch"),
+    "read_only_opens_read_write": (_read_only_opens_read_write, "OpenLeftTrace"),
     "read_only_forgets_its_mode": (_read_only_forgets_its_mode, "ReadOnlyWriteAccepted"),
     "created_with_the_umask": (_created_with_the_umask, "FileModeViolation"),
     "migrate_false_migrates": (_migrate_false_migrates, "OpenRefusalMismatch"),

@@ -6,7 +6,7 @@ from runstore.attempts import AttemptStore
 from ._attempts import IN_PROGRESS, SQL, capabilities, marks, without
 
 KIND = "attempts"
-EXPECTED_CHECK = "SettledAttemptChanged"
+EXPECTED_CHECK = "OutcomeMismatch"
 __all__ = ["capabilities"]
 
 

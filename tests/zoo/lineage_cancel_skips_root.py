@@ -10,7 +10,7 @@ from runstore.sqlite._store import _classify_cancellation_miss
 from ._stores import IN_MEMORY, open_as
 
 KIND = "store"
-EXPECTED_CHECK = "StateMismatch"
+EXPECTED_CHECK = "OutcomeMismatch"
 capabilities = IN_MEMORY
 
 # The bug: membership is "rows naming the lineage" only; the root is left out.
