@@ -174,9 +174,9 @@ def programs_independent_of_callers_code() -> None:
     suite, of a test run's other test modules) into the choices it
     generates. A derandomized run then changes its programs whenever any of
     those modules changes or another one is imported, so a verdict would
-    depend on code that has nothing to do with the store under test (adding
-    one module of two small classes lost 27 reach cells and let two zoo bugs
-    escape). The current example's provider is told to draw no such
+    depend on code that has nothing to do with the store under test
+    (importing one more module of the suite lost 27 reach cells and let
+    planted bugs escape). The current example's provider is told to draw no such
     constants; outside a Hypothesis example, or with a provider that has no
     such hook, nothing changes."""
     try:

@@ -72,9 +72,10 @@ def judge_column_edit(
     edit: str,
 ) -> None:
     """Copy the database at ``path``, apply ``edit`` to ``row`` (as the
-    reference holds it) in the copy, and judge the store ``factory`` opens on it; the copy is
-    removed afterwards. Skipped when the row does not fit the edit; the
-    store's own check is judged only when the copy passed it before the edit."""
+    reference holds it) in the copy, and judge the store ``factory`` opens
+    on it; the copy is removed afterwards. Skipped when the row does not fit
+    the edit; the store's own check is judged only when the copy passed it
+    before the edit."""
     column, value, where, undecodable = COLUMN_EDITS[edit]
     copy = path.with_name(f"{path.stem}-edited{path.suffix}")
     _remove(copy)

@@ -1184,7 +1184,7 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
         the copy must refuse it and the store's own check must flag it.
         (Chosen, not drawn: a draw would change every program the budget
         runs, and with it what they reach.)"""
-        row = next((r for r in self.model_state.rows if r.run_id == run), None)
+        row = self.world.row(run)
         if row is not None and copyable(self.store, self.path):
             edit = column_edit_for(row, self.column_edits)
             self.column_edits += 1
