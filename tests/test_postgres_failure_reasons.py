@@ -176,11 +176,19 @@ def test_no_free_connection_slot_on_reconnect_says_so(url: str, limited: str) ->
         _owned(store)
         store._retry_policy = RetryPolicy(max_attempts=3)
         with psycopg.connect(limited) as other:
-            _postgres.require_server().admin(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE usename = %s AND pid <> %s",
-                (limited.split("//")[1].split("@")[0], other.info.backend_pid),
+            server = _postgres.require_server()
+            role = limited.split("//")[1].split("@")[0]
+            others = (
+                "FROM pg_stat_activity WHERE usename = %s AND pid <> %s",
+                (role, other.info.backend_pid),
             )
+            server.admin(f"SELECT pg_terminate_backend(pid) {others[0]}", others[1])
+            # A terminated backend keeps its slot until it has left the
+            # process table: wait (bounded) before taking the freed slot.
+            deadline = time.monotonic() + 10
+            while server.admin(f"SELECT count(*) {others[0]}", others[1])[0][0]:
+                assert time.monotonic() < deadline, "the store's backend never ended"
+                time.sleep(0.01)
             with psycopg.connect(limited), pytest.raises(RunStoreError) as caught:
                 store.heartbeat("r", OWNER, 5)
         error = caught.value
