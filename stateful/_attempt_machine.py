@@ -74,6 +74,7 @@ from ._attempt_invariants import (
 from ._capabilities import FULL_STORE, Capabilities
 from ._compare import DifferentialMismatch
 from ._domain import PROCESS_COUNT, RUN_IDS, START_MS
+from ._edits import copyable
 from ._faults import FAULT_BUDGET, FAULTS, fault_plan, fired_faults, plan_faults
 from ._invariants import AdmissionViolation, ReferenceInvariantViolation, StoreCrashed
 from ._machine import (
@@ -83,6 +84,7 @@ from ._machine import (
     check_reference,
 )
 from ._observe import AttemptPerformed, Failure, say
+from ._oversize import judge_oversized_checkpoint
 from ._steps import Call, Crashed, Raised, Step, call
 
 T = TypeVar("T")
@@ -335,6 +337,8 @@ class RunAttemptComparison(RunStoreComparison):
 
     #: Builds the attempt store under test: ``factory(store, **options)``.
     attempt_store_factory: ClassVar[Callable[..., Any]] = AttemptStore
+    #: Whether a program of this machine has judged an oversized stored checkpoint.
+    oversize_judged: ClassVar[bool] = False
 
     def __init__(self) -> None:
         # ``_open_store`` (called by the base) builds the store-side attempt stores.
@@ -372,6 +376,32 @@ class RunAttemptComparison(RunStoreComparison):
             if callable(check):
                 checks.append(functools.partial(check, max_checkpoint_bytes=LARGEST_CAP))
         return checks
+
+    def _store_checks_itself(self) -> None:
+        """The stores' own checks, then a stored checkpoint past every
+        store's cap on a copy of the file (``_oversize``): reading it must
+        fail with ``decode_failed``. It writes 16 MiB, so once it has passed
+        the machine stops judging it; until then (a failure must repeat when
+        Hypothesis replays or shrinks it) every program that wrote an
+        attempt judges it."""
+        super()._store_checks_itself()
+        machine = type(self)
+        factory = machine.store_factory
+        if machine.oversize_judged or factory is None or not copyable(self.store, self.path):
+            return
+        now = self.clock.now_ms()
+        try:
+            for attempt in self.store_attempts:
+                if judge_oversized_checkpoint(
+                    factory, machine.attempt_store_factory, self.path, now, attempt.id
+                ):
+                    machine.oversize_judged = True
+                    return
+        except AssertionError as error:
+            observer = _observe.current()
+            if observer is not None:
+                observer.failed(self._failure(error))
+            raise
 
     # -- the differential step -----------------------------------------------------
 
