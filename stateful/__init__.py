@@ -199,7 +199,10 @@ from ._opening import opening_check_for as opening_check_for
 
 # A PostgreSQL store's session lost to the server, and its schema option (issue 14).
 from ._pg_session import PG_SESSION_CHECKS as PG_SESSION_CHECKS
+from ._pg_session import DeadlockNotReplayed as DeadlockNotReplayed
+from ._pg_session import InterruptMisreported as InterruptMisreported
 from ._pg_session import PgSessionViolation as PgSessionViolation
+from ._pg_session import ReadLossMishandled as ReadLossMishandled
 from ._pg_session import SchemaMisselected as SchemaMisselected
 from ._pg_session import SchemaOptionCheck as SchemaOptionCheck
 from ._pg_session import SchemaRefusalMismatch as SchemaRefusalMismatch
@@ -208,6 +211,7 @@ from ._pg_session import SessionLossCheck as SessionLossCheck
 from ._pg_session import SessionLossMishandled as SessionLossMishandled
 from ._pg_session import SessionOutcomeMismatch as SessionOutcomeMismatch
 from ._pg_session import SessionStateMismatch as SessionStateMismatch
+from ._pg_session import StatementTimeoutMisreported as StatementTimeoutMisreported
 from ._pg_session import schema_option_check_for as schema_option_check_for
 from ._pg_session import session_loss_check_for as session_loss_check_for
 
@@ -282,7 +286,10 @@ __all__ += [
 # A PostgreSQL store's session and schema option (issue 14).
 __all__ += [
     "PG_SESSION_CHECKS",
+    "DeadlockNotReplayed",
+    "InterruptMisreported",
     "PgSessionViolation",
+    "ReadLossMishandled",
     "SchemaMisselected",
     "SchemaOptionCheck",
     "SchemaRefusalMismatch",
@@ -291,6 +298,7 @@ __all__ += [
     "SessionLossMishandled",
     "SessionOutcomeMismatch",
     "SessionStateMismatch",
+    "StatementTimeoutMisreported",
     "schema_option_check_for",
     "session_loss_check_for",
 ]

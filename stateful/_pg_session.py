@@ -19,6 +19,29 @@ operation after a loss, ``SessionOutcomeMismatch`` otherwise) and after
 every step the stores' states must agree, leases left out
 (``SessionStateMismatch``).
 
+**Another session.** Now and then a session of another client on the same
+schema (its lock waits and open transaction bounded) holds what the store
+needs:
+
+- It locks the later of two runs while the store's ``heartbeat_many`` locks
+  the earlier and waits, then asks for the earlier: a deadlock. The machine
+  sets the database's ``deadlock_timeout`` to ``STORE_DEADLOCK_TIMEOUT`` (and
+  ends the store's session once, so its next one has it) and the other
+  session's to 2 s, so the store, which waited first, is the one the server
+  aborts. The store must replay the write and answer as the reference does
+  (``DeadlockNotReplayed``).
+- It holds a run's row while a second store, opened on the same schema with
+  ``options=-cstatement_timeout=300`` in its URL, heartbeats the run: that
+  must fail with ``persistence_failed``, reason ``statement-timeout``, and a
+  message naming ``statement_timeout`` (``StatementTimeoutMisreported``).
+- It holds a run's row while the store heartbeats the run on a thread of its
+  own; ``store.interrupt()`` from the machine's thread must end the wait
+  within 3 s with reason ``interrupted`` (``InterruptMisreported``).
+- It holds ``flows_runs`` in ACCESS EXCLUSIVE mode while the store's ``get``
+  waits, and the server ends the waiting session: the read must be replayed
+  on a new connection and answer as the reference does
+  (``ReadLossMishandled``).
+
 **The schema option.** ``runstore.postgres.open`` takes the schema from its
 ``schema=`` keyword or from a ``schema`` URL parameter (created when
 missing), or else from the search path's current schema, which the URL's
@@ -38,7 +61,10 @@ through stores on that schema, never another schema's
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import tempfile
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -79,6 +105,30 @@ class SessionStateMismatch(PgSessionViolation):
     reference's."""
 
 
+class DeadlockNotReplayed(PgSessionViolation):
+    """A write that the server aborted to break a deadlock with another
+    session answered other than the reference: it must be replayed, and no
+    deadlock or serialization error (nor anything else) reaches the caller."""
+
+
+class StatementTimeoutMisreported(PgSessionViolation):
+    """A write blocked past the server's ``statement_timeout`` did not fail
+    with ``persistence_failed``, reason ``statement-timeout``, and a message
+    naming ``statement_timeout``."""
+
+
+class InterruptMisreported(PgSessionViolation):
+    """A write blocked on a lock and cancelled by ``store.interrupt()`` from
+    another thread did not fail with ``persistence_failed``, reason
+    ``interrupted``, or did not return at all."""
+
+
+class ReadLossMishandled(PgSessionViolation):
+    """A read whose session the server ended while the read waited for a lock
+    answered other than the reference (it must be replayed on a new
+    connection)."""
+
+
 class SchemaRefusalMismatch(PgSessionViolation):
     """An open was refused that the schema option allows, or accepted that it
     refuses, or refused other than with ``invalid_run`` on ``schema``."""
@@ -98,6 +148,10 @@ PG_SESSION_CHECKS: tuple[type[PgSessionViolation], ...] = (
     SessionLossMishandled,
     SessionOutcomeMismatch,
     SessionStateMismatch,
+    DeadlockNotReplayed,
+    StatementTimeoutMisreported,
+    InterruptMisreported,
+    ReadLossMishandled,
     SchemaRefusalMismatch,
     SchemaMisselected,
     SchemaStoreBroken,
@@ -133,7 +187,14 @@ def end_sessions(server: Any, database: str) -> int:
     pids = [int(row[0]) for row in server.admin(_BACKENDS, (database,))]
     for pid in pids:
         server.admin("SELECT pg_catalog.pg_terminate_backend(%s)", (pid,))
-    ended = len(pids)
+    wait_gone(server, database, pids)
+    time.sleep(CLOSE_GRACE_S)
+    return len(pids)
+
+
+def wait_gone(server: Any, database: str, pids: list[int]) -> None:
+    """Wait (bounded by ``GONE_WITHIN_S``) until terminated backends have left
+    ``pg_stat_activity``."""
     deadline = time.monotonic() + GONE_WITHIN_S
     while pids:
         left = {int(row[0]) for row in server.admin(_BACKENDS, (database,))}
@@ -142,8 +203,125 @@ def end_sessions(server: Any, database: str) -> int:
             raise TimeoutError(f"backends {pids} outlived pg_terminate_backend")
         if pids:
             time.sleep(0.005)
-    time.sleep(CLOSE_GRACE_S)
-    return ended
+
+
+# -- another session holds what the store needs ------------------------------------
+
+#: Pairs of runs a deadlock is staged on (``heartbeat_many`` locks them in order).
+PAIRS: Final = (("r0", "r1"), ("r0", "r2"), ("r1", "r2"))
+#: The store's ``deadlock_timeout`` (set on its database): its wait is the one
+#: checked first, so the store is the session the server aborts.
+STORE_DEADLOCK_TIMEOUT: Final = "100ms"
+#: The ``statement_timeout`` of the second store (its URL's ``options``).
+STATEMENT_TIMEOUT_MS: Final = 300
+#: Bounds of the other session: a lock wait, and a transaction left open.
+OTHER_LOCK_TIMEOUT: Final = "5s"
+OTHER_IDLE_TIMEOUT: Final = "8s"
+OTHER_DEADLOCK_TIMEOUT: Final = "2s"
+#: How long a staged wait or an operation on its thread may take.
+WAIT_S: Final = 10.0
+#: How long an interrupted operation may take to return.
+INTERRUPT_RETURNS_WITHIN_S: Final = 3.0
+#: How many times a deadlock is staged before the step gives up (the other
+#: session is the victim only when the store's wait began too long before).
+DEADLOCK_TRIES: Final = 3
+
+_LOCK_ROW: Final = "SELECT 1 FROM flows_runs WHERE run_id = %s FOR UPDATE"
+_LOCK_TABLE: Final = "LOCK TABLE flows_runs IN ACCESS EXCLUSIVE MODE"
+_WAITING_ON: Final = (
+    "SELECT pid FROM pg_catalog.pg_stat_activity "
+    "WHERE datname = %s AND %s = ANY(pg_catalog.pg_blocking_pids(pid))"
+)
+
+
+def _identifier(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class OnThread:
+    """One call on a thread of its own (the store blocked on a lock)."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self._fn = fn
+        self._box: list[Any] = []
+        self._thread = threading.Thread(target=self._run, name="pg-session-op", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._box.append(("value", self._fn()))
+        except BaseException as error:  # handed to the machine's thread
+            self._box.append(("error", error))
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def wait(self, seconds: float) -> bool:
+        """Whether the call returned within ``seconds``."""
+        self._thread.join(seconds)
+        return self.done()
+
+    def result(self) -> Any:
+        """What the call returned (re-raising what it raised); bounded."""
+        if not self.wait(WAIT_S):
+            raise TimeoutError(f"the store's operation did not return within {WAIT_S} s")
+        kind, value = self._box[0]
+        if kind == "error":
+            raise value
+        return value
+
+
+class OtherSession:
+    """A session of another client on the store's database and schema (a
+    report, an operator's script): locks rows or tables in a transaction of
+    its own, every wait bounded."""
+
+    def __init__(self, server: Any, database: str, schema: str) -> None:
+        import psycopg
+
+        from ._postgres import with_database
+
+        self.database = database
+        self.connection = psycopg.connect(with_database(server.url, database), autocommit=True)
+        execute = self.connection.execute
+        execute(f"SET search_path TO {_identifier(schema)}")
+        execute(f"SET lock_timeout = '{OTHER_LOCK_TIMEOUT}'")
+        execute(f"SET idle_in_transaction_session_timeout = '{OTHER_IDLE_TIMEOUT}'")
+        with contextlib.suppress(psycopg.Error):
+            # Longer than the store's, so the store is a deadlock's victim
+            # (a superuser's setting; refused, it stays the server's).
+            execute(f"SET deadlock_timeout = '{OTHER_DEADLOCK_TIMEOUT}'")
+        self.pid = int(self.connection.info.backend_pid)
+        execute("BEGIN")
+
+    def lock_row(self, run: str) -> None:
+        self.connection.execute(_LOCK_ROW, (run,))
+
+    def lock_table(self) -> None:
+        self.connection.execute(_LOCK_TABLE)
+
+    def waiting(self, server: Any, op: OnThread) -> list[int]:
+        """The backends waiting for this session's locks, once there is one
+        (none if ``op`` returned first); bounded by ``WAIT_S``."""
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            pids = [int(row[0]) for row in server.admin(_WAITING_ON, (self.database, self.pid))]
+            if pids or op.done():
+                return pids
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the store did not wait for the other session in {WAIT_S} s")
+            time.sleep(0.002)
+
+    def close(self) -> None:
+        """End the transaction (releasing its locks) and the session."""
+        import psycopg
+
+        try:
+            self.connection.execute("ROLLBACK")
+        except psycopg.Error:
+            pass  # the server ended it already (the idle-in-transaction bound)
+        finally:
+            self.connection.close()
 
 
 class SessionLossCheck(RuleBasedStateMachine):
@@ -165,13 +343,36 @@ class SessionLossCheck(RuleBasedStateMachine):
         self.database = _database(self._url())
         #: Whether the server ended the store's sessions since its last operation.
         self.lost = False
+        #: A second store on the same schema whose URL sets ``statement_timeout``.
+        self.timed: Any = None
+        self._lower_deadlock_timeout()
+
+    def _lower_deadlock_timeout(self) -> None:
+        """Sessions on the store's database look for a deadlock after
+        ``STORE_DEADLOCK_TIMEOUT``; the store's session is ended once so that
+        its next one has it (a server that refuses keeps its own setting)."""
+        import psycopg
+
+        try:
+            self.server.admin(
+                f"ALTER DATABASE {_identifier(self.database)} "
+                f"SET deadlock_timeout = '{STORE_DEADLOCK_TIMEOUT}'"
+            )
+        except psycopg.Error as error:
+            note(f"deadlock_timeout left as it is ({type(error).__name__})")
+            return
+        self._end()
 
     def _url(self) -> str:
         # The store's URL (password removed), as the factory opened it.
         return str(self.store._url)
 
     def teardown(self) -> None:
-        close_in_folder(self.store, self.folder)
+        try:
+            if self.timed is not None:
+                self.timed.close()
+        finally:
+            close_in_folder(self.store, self.folder)
 
     def _do(self, op: Call) -> Any:
         expected = perform(self.model, op)
@@ -278,6 +479,179 @@ class SessionLossCheck(RuleBasedStateMachine):
             self.get(run)
         else:
             self._heartbeat(run, owner)
+
+    # -- another session holds what the store needs ---------------------------------
+
+    def _other(self) -> OtherSession:
+        return OtherSession(self.server, self.database, str(self.store.schema))
+
+    def _ensure(self, run: str) -> None:
+        if isinstance(perform(self.model, call("get", ("run_id", run))), Raised):
+            self.create(run)
+
+    def _timed_store(self) -> Any:
+        if self.timed is None:
+            import runstore.postgres
+
+            from ._postgres import with_database
+
+            url = with_parameter(
+                with_database(self.server.url, self.database),
+                "options",
+                f"-cstatement_timeout={STATEMENT_TIMEOUT_MS}",
+            )
+            self.timed = runstore.postgres.open(
+                url,
+                clock=self.clock,
+                consensus=self.store.consensus,
+                schema=self.store.schema,
+                fast_path=self.store.fast_path,
+            )
+        return self.timed
+
+    @rule(pair=st.sampled_from(PAIRS), owner=st.sampled_from(OWNERS))
+    def deadlock(self, pair: tuple[str, str], owner: OwnerId) -> None:
+        """Another session locks the later run of ``pair``; the store's
+        ``heartbeat_many`` locks the earlier one and waits for the later; the
+        other session then asks for the earlier one. The server breaks the
+        deadlock by aborting the store's statement (the store's wait began
+        first and its ``deadlock_timeout`` is the shorter). The store must
+        replay it and answer as the reference does."""
+        import psycopg
+
+        first, second = pair
+        for run in pair:
+            self._ensure(run)
+        for _ in range(DEADLOCK_TRIES):
+            op = call(
+                "heartbeat_many",
+                ("owner", owner),
+                ("run_ids", pair),
+                ("now_ms", self.clock.now_ms()),
+            )
+            expected = perform(self.model, op)
+            victim = "store"
+            other = self._other()
+            try:
+                other.lock_row(second)
+                pending = OnThread(functools.partial(perform, self.store, op))
+                if not other.waiting(self.server, pending):
+                    victim = "nobody (the store did not wait)"
+                else:
+                    try:
+                        other.lock_row(first)
+                    except psycopg.errors.DeadlockDetected:
+                        victim = "the other session"
+            finally:
+                other.close()
+            actual = pending.result()
+            self.lost = False
+            note(f"{op.describe()} -> {actual!r} (a deadlock; its victim: {victim})")
+            if actual != expected:
+                raise DeadlockNotReplayed(
+                    f"{op.describe()}, aborted by the server to break a deadlock with "
+                    f"another session: reference {expected!r} / store {actual!r}"
+                )
+            if victim != "the other session":
+                return
+        raise RuntimeError(
+            f"the store was not the deadlock's victim in {DEADLOCK_TRIES} tries: its "
+            "wait was checked before the other session waited"
+        )
+
+    @rule(run=st.sampled_from(RUNS), owner=st.sampled_from(OWNERS))
+    def statement_timeout(self, run: str, owner: OwnerId) -> None:
+        """Another session holds the run's row; a store whose URL sets
+        ``statement_timeout`` heartbeats the run and waits for the row until
+        the server cancels the statement. It must fail saying so."""
+        self._ensure(run)
+        store = self._timed_store()
+        now = self.clock.now_ms()
+        other = self._other()
+        try:
+            other.lock_row(run)
+            pending = OnThread(lambda: store.heartbeat(run, owner, now))
+            returned = pending.wait(WAIT_S)
+        finally:
+            other.close()
+        what = f"heartbeat({run!r}) waiting for a row past statement_timeout"
+        if not returned:
+            raise StatementTimeoutMisreported(f"{what} did not return within {WAIT_S} s")
+        self._reported(what, pending, "statement-timeout", StatementTimeoutMisreported)
+
+    @rule(run=st.sampled_from(RUNS), owner=st.sampled_from(OWNERS))
+    def interrupt(self, run: str, owner: OwnerId) -> None:
+        """Another session holds the run's row; the store's heartbeat waits
+        for it, and ``store.interrupt()`` from this thread must end the wait:
+        ``persistence_failed``, reason ``interrupted``."""
+        self._ensure(run)
+        now = self.clock.now_ms()
+        other = self._other()
+        try:
+            other.lock_row(run)
+            pending = OnThread(lambda: self.store.heartbeat(run, owner, now))
+            waited = bool(other.waiting(self.server, pending))
+            self.store.interrupt()
+            returned = pending.wait(INTERRUPT_RETURNS_WITHIN_S)
+        finally:
+            other.close()
+        what = f"heartbeat({run!r}) interrupted while it waited for a row"
+        if not returned:
+            pending.wait(WAIT_S)
+            raise InterruptMisreported(
+                f"{what} did not return within {INTERRUPT_RETURNS_WITHIN_S} s"
+            )
+        if not waited:
+            raise InterruptMisreported(f"{what}: it never waited for the row another session held")
+        self._reported(what, pending, "interrupted", InterruptMisreported)
+
+    def _reported(
+        self, what: str, pending: OnThread, reason: str, check: type[PgSessionViolation]
+    ) -> None:
+        try:
+            answer = pending.result()
+        except RunStoreError as error:
+            note(f"{what}: {error.code} {error.cause.get('reason')!r}: {error}")
+            said = "statement_timeout" if reason == "statement-timeout" else "interrupt()"
+            if (
+                error.code != "persistence_failed"
+                or error.cause.get("reason") != reason
+                or said not in str(error)
+            ):
+                raise check(
+                    f"{what}: {error.code}, reason {error.cause.get('reason')!r} ({error}); "
+                    f"expected persistence_failed, reason {reason!r}, a message naming {said}"
+                ) from error
+            return
+        raise check(f"{what} answered {answer!r}; expected persistence_failed ({reason})")
+
+    @rule(run=st.sampled_from(RUNS))
+    def read_cut_off(self, run: str) -> None:
+        """Another session holds ``flows_runs`` in ACCESS EXCLUSIVE mode, so
+        the store's ``get`` waits; the server then ends the store's session
+        (``pg_terminate_backend`` of the waiting backend). The read must be
+        replayed on a new connection once the table is free, and answer as
+        the reference does."""
+        op = call("get", ("run_id", run))
+        expected = perform(self.model, op)
+        other = self._other()
+        try:
+            other.lock_table()
+            pending = OnThread(lambda: perform(self.store, op))
+            waiting = other.waiting(self.server, pending)
+            for pid in waiting:
+                self.server.admin("SELECT pg_catalog.pg_terminate_backend(%s)", (pid,))
+            wait_gone(self.server, self.database, waiting)
+        finally:
+            other.close()
+        actual = pending.result()
+        self.lost = False
+        ended = "its session ended while it waited" if waiting else "it never waited"
+        note(f"{op.describe()} -> {actual!r} ({ended})")
+        if actual != expected:
+            raise ReadLossMishandled(
+                f"{op.describe()}, {ended}: reference {expected!r} / store {actual!r}"
+            )
 
     @invariant()
     def states_agree(self) -> None:

@@ -4,7 +4,11 @@ and pass the store as shipped.
 
 Each bug is planted with ``monkeypatch`` for the one test (the library code
 is not changed): the probe of an idle connection never probing (the fast
-path then sends its statement on the dead connection), the schema name's
+path then sends its statement on the dead connection), a replay's budget
+check that cannot add (a deadlock then ends the write) or a deadlock taken
+for a lasting failure, a statement timeout reported as an interrupt, an
+``interrupt()`` that cancels nothing, a read's replay check that cannot add
+(a read whose session ended while it waited then fails), the schema name's
 length check off by one, the URL's ``schema`` parameter ignored, the same
 name given as keyword and URL parameter refused. The machine must fail with
 the check that names the bug.
@@ -21,11 +25,15 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from runstore.stateful import (
     Capabilities,
+    DeadlockNotReplayed,
+    InterruptMisreported,
+    ReadLossMishandled,
     SchemaMisselected,
     SchemaOptionCheck,
     SchemaRefusalMismatch,
     SessionLossCheck,
     SessionLossMishandled,
+    StatementTimeoutMisreported,
     conformance_machines,
 )
 from runstore.stateful._budget import default_settings
@@ -34,7 +42,9 @@ from runstore.stateful._postgres import postgres_store_factory
 from . import _postgres
 
 postgres = pytest.importorskip("runstore.postgres")
-from runstore.postgres import _open, _tx  # noqa: E402
+from runstore.postgres import _errors, _open, _tx  # noqa: E402
+
+PATHS = pytest.mark.parametrize("fast_path", [True, False], ids=["one-round-trip", "general"])
 
 
 def machine_of(kind: type[Any], *, fast_path: bool = True) -> type[Any]:
@@ -52,7 +62,7 @@ def run(machine: type[Any]) -> None:
     run_state_machine_as_test(machine, settings=default_settings(machine, shrink=False))
 
 
-@pytest.mark.parametrize("fast_path", [True, False], ids=["one-round-trip", "general"])
+@PATHS
 def test_the_shipped_store_passes(fast_path: bool) -> None:
     run(machine_of(SessionLossCheck, fast_path=fast_path))
     run(machine_of(SchemaOptionCheck, fast_path=fast_path))
@@ -69,6 +79,87 @@ def test_an_idle_probe_that_never_probes_is_caught(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(_tx, "_probe", lambda connection: None)
     with pytest.raises(SessionLossMishandled):
         run(machine_of(SessionLossCheck, fast_path=True))
+
+
+def mutate_method(
+    monkeypatch: pytest.MonkeyPatch, owner: type[Any], name: str, old: str, new: str
+) -> None:
+    """Replace ``owner.name`` by its own source with ``old`` changed to ``new``."""
+    source = textwrap.dedent(inspect.getsource(getattr(owner, name)))
+    changed = source.replace(old, new)
+    assert changed != source
+    namespace = dict(vars(inspect.getmodule(owner)))
+    exec(compile(changed, inspect.getfile(owner), "exec"), namespace)
+    monkeypatch.setattr(owner, name, namespace[name])
+
+
+@PATHS
+def test_a_replay_budget_that_cannot_add_is_caught(
+    monkeypatch: pytest.MonkeyPatch, fast_path: bool
+) -> None:
+    """The mutant ``elapsed_ms & delay * 1000``: floats do not take ``&``, so
+    any replayed failure raises TypeError."""
+    mutate_method(
+        monkeypatch,
+        _tx.TransactionManager,
+        "_verdict",
+        "elapsed_ms + delay * 1000 > policy.budget_ms",
+        "elapsed_ms & delay * 1000 > policy.budget_ms",
+    )
+    with pytest.raises(DeadlockNotReplayed):
+        run(machine_of(SessionLossCheck, fast_path=fast_path))
+
+
+@PATHS
+def test_a_deadlock_taken_for_a_lasting_failure_is_caught(
+    monkeypatch: pytest.MonkeyPatch, fast_path: bool
+) -> None:
+    transient = _tx.is_transient
+
+    def lasting_deadlock(error: BaseException, *, connection_lost: bool = False) -> bool:
+        if _errors.sqlstate(_errors.database_error(error)) == "40P01":
+            return False
+        return transient(error, connection_lost=connection_lost)
+
+    monkeypatch.setattr(_tx, "is_transient", lasting_deadlock)
+    with pytest.raises(DeadlockNotReplayed):
+        run(machine_of(SessionLossCheck, fast_path=fast_path))
+
+
+def test_a_statement_timeout_reported_as_an_interrupt_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    classify = _tx.classify
+
+    def always_interrupted(method: str, error: BaseException, **_: Any) -> Any:
+        return classify(method, error, interrupted=True)
+
+    monkeypatch.setattr(_tx, "classify", always_interrupted)
+    with pytest.raises(StatementTimeoutMisreported):
+        run(machine_of(SessionLossCheck))
+
+
+def test_an_interrupt_that_cancels_nothing_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_tx.TransactionManager, "interrupt", lambda self: None)
+    with pytest.raises(InterruptMisreported):
+        run(machine_of(SessionLossCheck))
+
+
+@PATHS
+def test_a_read_replay_check_that_cannot_add_is_caught(
+    monkeypatch: pytest.MonkeyPatch, fast_path: bool
+) -> None:
+    """The mutant ``elapsed_ms | delay * 1000`` in the read's replay: a read
+    whose session ended while it waited raises TypeError."""
+    mutate_method(
+        monkeypatch,
+        _tx.TransactionManager,
+        "read",
+        "elapsed_ms + delay * 1000 <= policy.budget_ms",
+        "elapsed_ms | delay * 1000 <= policy.budget_ms",
+    )
+    with pytest.raises(ReadLossMishandled):
+        run(machine_of(SessionLossCheck, fast_path=fast_path))
 
 
 def test_a_length_check_off_by_one_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
