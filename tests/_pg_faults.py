@@ -232,6 +232,9 @@ class Proxy:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
+        #: The pumps still running, and those of them parked by the pause.
+        self._pumping: set[int] = set()
+        self._parked: set[int] = set()
         self._threads: list[threading.Thread] = []
         self._spawn(self._accept_loop)
 
@@ -241,7 +244,17 @@ class Proxy:
         return f"postgresql://{ROLE}@127.0.0.1:{self.port}/{database}{tail}"
 
     def pause(self) -> None:
+        """Stop forwarding; returns once no pump can forward another byte
+        (each has seen the pause), so whatever is sent after it is held."""
         self.paused.set()
+        deadline = time.monotonic() + 5
+        while True:
+            with self._lock:
+                moving = self._pumping - self._parked
+            if not moving:
+                return
+            assert time.monotonic() < deadline, "a proxy pump never saw the pause"
+            time.sleep(0.005)
 
     def resume(self) -> None:
         self.paused.clear()
@@ -275,11 +288,18 @@ class Proxy:
             self._spawn(self._pump, server, client)
 
     def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        me = threading.get_ident()
+        with self._lock:
+            self._pumping.add(me)
         try:
             while not self._stop.is_set():
                 if self.paused.is_set():
+                    with self._lock:
+                        self._parked.add(me)
                     time.sleep(0.01)
                     continue
+                with self._lock:
+                    self._parked.discard(me)
                 ready, _, _ = select.select([source], [], [], 0.05)
                 if not ready:
                     continue
@@ -289,6 +309,10 @@ class Proxy:
                 sink.sendall(data)
         except (OSError, ValueError):
             pass
+        finally:
+            with self._lock:
+                self._pumping.discard(me)
+                self._parked.discard(me)
         for one in (source, sink):
             with contextlib.suppress(OSError):
                 one.shutdown(socket.SHUT_RDWR)
