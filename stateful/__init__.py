@@ -59,6 +59,7 @@ from ._invariants import CommittedStateLost as CommittedStateLost
 from ._invariants import CorruptRowAccepted as CorruptRowAccepted
 from ._invariants import FactReplayMismatch as FactReplayMismatch
 from ._invariants import FailedOperationVisible as FailedOperationVisible
+from ._invariants import FailureCauseMismatch as FailureCauseMismatch
 from ._invariants import FaultSeamViolation as FaultSeamViolation
 from ._invariants import FinishedTerminalViolation as FinishedTerminalViolation
 from ._invariants import HeartbeatRegressed as HeartbeatRegressed
@@ -109,6 +110,7 @@ __all__ = [
     "Disagreeing",
     "FactReplayMismatch",
     "FailedOperationVisible",
+    "FailureCauseMismatch",
     "FaultSeamViolation",
     "FinishedTerminalViolation",
     "HeartbeatRegressed",

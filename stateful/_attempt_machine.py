@@ -75,8 +75,20 @@ from ._capabilities import FULL_STORE, Capabilities
 from ._compare import DifferentialMismatch
 from ._domain import PROCESS_COUNT, RUN_IDS, START_MS
 from ._edits import copyable
-from ._faults import FAULT_BUDGET, FAULTS, fault_plan, fired_faults, plan_faults
-from ._invariants import AdmissionViolation, ReferenceInvariantViolation, StoreCrashed
+from ._faults import (
+    FAULT_BUDGET,
+    FAULTS,
+    expected_attempt_fault_cause,
+    fault_plan,
+    fired_faults,
+    plan_faults,
+)
+from ._invariants import (
+    AdmissionViolation,
+    ReferenceInvariantViolation,
+    StoreCrashed,
+    check_cause,
+)
 from ._machine import (
     PROCESSES,
     RunStoreComparison,
@@ -85,7 +97,7 @@ from ._machine import (
 )
 from ._observe import AttemptPerformed, Failure, say
 from ._oversize import judge_oversized_checkpoint
-from ._steps import Call, Crashed, Raised, Step, call
+from ._steps import Call, Crashed, Raised, Step, call, cause_of
 
 T = TypeVar("T")
 
@@ -216,8 +228,11 @@ def perform_attempt(stores: Mapping[str, Any], op: Call) -> Any:
     try:
         return method(*args, **kwargs)
     except AttemptStoreError as error:
-        field = error.cause.get("field")
-        return Raised(str(error.code), str(error.method), field if isinstance(field, str) else None)
+        cause = cause_of(error)
+        field = cause.get("field")
+        return Raised(
+            str(error.code), str(error.method), field if isinstance(field, str) else None, cause
+        )
     except RunStoreError as error:
         # Code and operation only: the message is not compared, nor kept.
         return Crashed("RunStoreError", f"{error.code} from {error.method}")
@@ -923,7 +938,8 @@ class RunAttemptComparison(RunStoreComparison):
     def faulted_attempt(self, write: str, fault: str, step: str) -> None:
         """An attempt write with a fault armed: a lasting failure raises
         ``persistence_failed`` and leaves both sides unchanged; transient ones
-        within the budget do not change the outcome."""
+        within the budget do not change the outcome. The error's cause keeps
+        the run store's codes (``expected_attempt_fault_cause``)."""
         run = self.world.run("running")
         who = self.world.actor("owner", run)
         ident = AttemptId(run, step, 1)
@@ -979,6 +995,10 @@ class RunAttemptComparison(RunStoreComparison):
             model_out = perform_attempt(self.model_attempt_stores, op)
         self.log.append(logged(op, model_out, plan_faults(fault)))
         self._settle(Step(op, model_out), Step(op, store_out))
+        if lasting:
+            shown = f"{op.describe()} under fault plan {fault!r} (fired {fired!r})"
+            expected = expected_attempt_fault_cause(fired)
+            self._judged(lambda: check_cause(store_out, expected, shown))
 
 
 def _fresh(

@@ -27,7 +27,7 @@ from typing import Any, Final
 from runstore._clock import ManualClock
 from runstore._values import RunRow
 
-from ._invariants import CorruptRowAccepted
+from ._invariants import CorruptRowAccepted, check_cause
 from ._steps import Raised, call, perform
 
 #: Each edit: the column, the SQL value it is set to, which rows it applies
@@ -43,6 +43,15 @@ COLUMN_EDITS: Final[dict[str, tuple[str, str, str, bool]]] = {
         "owner_host_id IS NOT NULL",
         False,
     ),
+}
+
+
+#: The stage a refusal of each undecodable edit names in its cause: the
+#: row's shape (types and ranges) or the invariants tying its columns together.
+DECODE_STAGES: Final = {
+    "created-negative": "row-schema",
+    "status-unknown": "row-schema",
+    "claim-half": "invariants",
 }
 
 
@@ -130,6 +139,7 @@ def _judge(
                     f"{shown}: {op.describe()} answered {out!r}, where the row must be"
                     " refused with decode_failed"
                 )
+            check_cause(out, decode_cause(edit, op.method, run_id), f"{shown}: {op.describe()}")
     if edit == "status-unknown" and row.cancel_requested_at_ms is not None:
         # The request finds nothing to change and names the run's state from
         # its row: a status it does not know must be refused, not classified.
@@ -145,6 +155,18 @@ def _judge(
         except AssertionError:
             return
         raise CorruptRowAccepted(f"{shown}: the store's own check_invariants() passed it")
+
+
+def decode_cause(edit: str, method: str, run_id: str) -> dict[str, Any]:
+    """What the cause of a read refusing a row broken by ``edit`` must say:
+    the run, the stage, and for a broken invariant whether the state is
+    valid JSON (the copy holds ``{}`` everywhere, so it is, for a read with
+    the state; ``list_runs`` reads without it, so the flag is None)."""
+    stage = DECODE_STAGES[edit]
+    expected: dict[str, Any] = {"run_id": run_id, "stage": stage}
+    if stage == "invariants":
+        expected["state_json_valid"] = True if method == "get" else None
+    return expected
 
 
 def _remove(path: Path) -> None:

@@ -9,14 +9,14 @@ machine replays transient failures at once, within a budget of
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Final
+from collections.abc import Callable, Sequence
+from typing import Any, Final
 
 from runstore._values import LivenessEvidence, OwnerId, RunSnapshot
 from runstore.sqlite import Fault, FaultPlan, RetryPolicy
 
 from ._domain import World
-from ._invariants import FaultSeamViolation
+from ._invariants import MISSING, FaultSeamViolation
 from ._steps import Call, call
 
 FAULT_BUDGET: Final = 3
@@ -62,6 +62,45 @@ def fired_faults(plan: FaultPlan, name: str) -> list[Fault]:
             f" missed {missed!r}, unused {unused!r}"
         )
     return fired
+
+
+def expected_fault_cause(fired: Sequence[Fault]) -> dict[str, Any]:
+    """What the cause of a write that the faults ``fired`` failed must say
+    (``MISSING``: the key must be absent), on both shipped backends.
+
+    The error behind it is the injected one (``InjectedFault``), whether a
+    statement, the strategy or the commit raised it; its database code is
+    ``busy`` for a transient fault and ``io`` for a lasting one; the
+    strategy reported it (``consensus_code``) when the fault fired after a
+    strategy call, and never when it fired at the commit (a statement fault
+    may have been in the strategy's own SQL, so it is not judged); the
+    attempts are counted when transient faults used up the budget; and no
+    constraint or table is named, since the fault touched none."""
+    last = fired[-1]
+    expected: dict[str, Any] = {
+        "category": "persistence_failed",
+        "error": "InjectedFault",
+        "database_code": "busy" if last.transient else "io",
+        "attempts": FAULT_BUDGET if sum(f.transient for f in fired) >= FAULT_BUDGET else MISSING,
+        "constraint": MISSING,
+        "constraint_name": MISSING,
+        "table_name": MISSING,
+    }
+    if last.point == "strategy":
+        expected["consensus_code"] = "persistence_failed"
+    elif last.point == "commit":
+        expected["consensus_code"] = MISSING
+    return expected
+
+
+def expected_attempt_fault_cause(fired: Sequence[Fault]) -> dict[str, Any]:
+    """``expected_fault_cause`` for an attempt store, whose cause keeps only
+    codes: the run store's error code and its database code."""
+    return {
+        "category": "persistence_failed",
+        "run_store_code": "persistence_failed",
+        "database_code": "busy" if fired[-1].transient else "io",
+    }
 
 
 def fault_retry_policy() -> RetryPolicy:

@@ -34,7 +34,7 @@ any test, and from the regression files the fuzzer writes.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
@@ -59,7 +59,7 @@ from runstore._values import (
     StoreState,
 )
 
-from ._steps import Step
+from ._steps import Raised, Step
 
 
 class InvariantViolation(AssertionError):
@@ -184,6 +184,14 @@ class FaultSeamViolation(InvariantViolation):
     unused, exactly one of the three."""
 
 
+class FailureCauseMismatch(InvariantViolation):
+    """A failure the suite caused on purpose was reported with a ``cause``
+    that does not say what failed: a write failed by injected faults (the
+    error class, the database code, whether the strategy reported it, the
+    attempts spent, no constraint or table), or a row broken behind the
+    store's back (the run id, the decode stage, the state validity flag)."""
+
+
 class ReferenceInvariantViolation(AssertionError):
     """An invariant failed on the reference model's own state or step: a
     defect of the conformance suite (its model or its invariants), never a
@@ -226,7 +234,37 @@ INVARIANTS: tuple[type[InvariantViolation], ...] = (
     FaultSeamViolation,
     CorruptRowAccepted,
     StrategyShapeViolation,
+    FailureCauseMismatch,
 )
+
+
+class _Missing:
+    """The value of a cause key that must not be there."""
+
+    def __repr__(self) -> str:
+        return "(absent)"
+
+
+MISSING: Final = _Missing()
+
+
+def check_cause(outcome: object, expected: Mapping[str, Any], shown: str) -> None:
+    """``outcome`` (a ``Raised``) carries a cause that says what ``expected``
+    says, key by key (``MISSING``: not there), else ``FailureCauseMismatch``
+    with both sides. Anything but a ``Raised`` is left to the differential
+    step."""
+    if not isinstance(outcome, Raised):
+        return
+    cause = outcome.cause
+    wrong = [key for key, value in expected.items() if cause.get(key, MISSING) != value]
+    if wrong:
+        raise FailureCauseMismatch(
+            f"{shown}: the {outcome.code} cause does not say what failed"
+            f" (wrong: {', '.join(wrong)})\n"
+            f"  expected: {dict(expected)!r}\n"
+            f"  store:    {dict(cause)!r}"
+        )
+
 
 _FENCED = frozenset({"heartbeat", "reconfirm", "transition_owned"})
 _ACCEPTED = (Updated, Transitioned)

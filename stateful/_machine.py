@@ -77,6 +77,7 @@ from ._faults import (
     FAULT_BUDGET,
     FAULT_OPERATIONS,
     FAULTS,
+    expected_fault_cause,
     fault_plan,
     fault_retry_policy,
     faulted_call,
@@ -89,6 +90,7 @@ from ._invariants import (
     ReferenceInvariantViolation,
     StoreCrashed,
     StoreInvariantsFailed,
+    check_cause,
     check_page_walk,
     check_state,
     check_transition,
@@ -1208,7 +1210,8 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
         """A write with a fault armed: a lasting failure (at a statement, in
         the strategy, at commit) must raise ``persistence_failed`` and leave no
         trace; transient ones within the retry budget must not change the
-        outcome; as many as the budget must raise."""
+        outcome; as many as the budget must raise. A raised error's cause
+        must say what failed (``expected_fault_cause``)."""
         built = faulted_call(op, self.world, self.clock.now_ms())
         plan = fault_plan(fault)
         self.store._install_faults(plan)
@@ -1227,6 +1230,9 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
             model_out = perform(self.model, built)
         self.log.append(Faulted(plan_faults(fault), built, model_out))
         self._settle(Step(built, model_out), Step(built, store_out))
+        if lasting:
+            shown = f"{built.describe()} under fault plan {fault!r} (fired {fired!r})"
+            self._judged(lambda: check_cause(store_out, expected_fault_cause(fired), shown))
 
     @rule(case=st.sampled_from(MALFORMED_CASES + EDGE_CASES))
     def malformed(self, case: str) -> None:

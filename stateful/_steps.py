@@ -26,12 +26,15 @@ class Raised:
 
     ``field`` (the admission field, when the error names one) is carried for
     the reader but left out of comparisons: the contract pins codes and method
-    names, not the contents of ``cause``.
+    names. ``cause`` (a copy of the error's ``cause``) is left out of
+    comparisons and of the repr too; only the checks that know what failed
+    (an injected fault, a row broken on purpose) read it.
     """
 
     code: str
     method: str
     field: str | None = attrs.field(default=None, eq=False)
+    cause: Mapping[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
 
 
 @attrs.frozen
@@ -101,9 +104,14 @@ class Step:
 
 
 def _field_of(error: RunStoreError) -> str | None:
-    cause: Mapping[str, Any] = error.cause if isinstance(error.cause, Mapping) else {}
-    field = cause.get("field")
+    field = cause_of(error).get("field")
     return field if isinstance(field, str) else None
+
+
+def cause_of(error: Exception) -> dict[str, Any]:
+    """A copy of ``error.cause`` (empty when it is not a mapping)."""
+    cause = getattr(error, "cause", None)
+    return dict(cause) if isinstance(cause, Mapping) else {}
 
 
 def perform(target: object, op: Call) -> Any:
@@ -117,6 +125,6 @@ def perform(target: object, op: Call) -> Any:
     try:
         return method(*args, **kwargs)
     except RunStoreError as error:
-        return Raised(str(error.code), str(error.method), _field_of(error))
+        return Raised(str(error.code), str(error.method), _field_of(error), cause_of(error))
     except Exception as error:
         return Crashed(type(error).__name__, str(error)[:200])

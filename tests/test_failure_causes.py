@@ -1,0 +1,213 @@
+"""Where the suite caused a failure itself, it checks that the error's cause
+says what failed (``FailureCauseMismatch``): a write failed by injected
+faults (the fault rules, ``stateful/_faults.py``) and a row broken behind the
+store's back (the column edits, ``stateful/_edits.py``). Each test plants
+one bug in what a cause says, for the duration of the test, and the default
+budget must report it; the honest stores pass these checks in every
+conformance run (``tests/test_conformance.py``, the PostgreSQL runs in
+``tests/test_postgres_conformance.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from hypothesis.stateful import run_state_machine_as_test
+
+from runstore._boundary import is_identifier
+from runstore._errors import DecodeFailedError, RunStoreError
+from runstore._sql import _decode, _faults, _store
+from runstore.attempts import _store as attempt_store
+from runstore.consensus import ConsensusError, SqlConsensus
+from runstore.sqlite import Fault, _tx
+from runstore.stateful import (
+    Capabilities,
+    FailureCauseMismatch,
+    attempt_comparison_for,
+    conformance_machines,
+)
+from runstore.stateful._budget import default_settings
+from runstore.stateful._faults import expected_attempt_fault_cause, expected_fault_cause
+from runstore.stateful._invariants import MISSING, check_cause
+from runstore.stateful._steps import Raised
+from runstore.stateful._targets import BUILTIN_TARGETS
+
+from ._sqlite import run_in_memory_store_machine
+
+
+def _run(machine: Any) -> None:
+    run_state_machine_as_test(machine, settings=default_settings(machine, shrink=False))
+
+
+def _adapter_machine() -> Any:
+    """The run-store machine over SqlConsensus in the SQLite adapter on a
+    file, the one whose raw-corruption rule makes the column edits."""
+    return conformance_machines(consensus_factory=SqlConsensus)[1]
+
+
+# -- the expectations themselves ----------------------------------------------------
+
+
+def test_a_lasting_fault_expects_the_injected_error_and_the_io_code() -> None:
+    expected = expected_fault_cause([Fault("statement", 1)])
+    assert expected["error"] == "InjectedFault"
+    assert expected["database_code"] == "io"
+    assert expected["attempts"] is MISSING
+    assert "consensus_code" not in expected  # a statement may be the strategy's
+
+
+def test_a_strategy_fault_expects_the_strategy_to_have_reported_it() -> None:
+    assert expected_fault_cause([Fault("strategy", 0)])["consensus_code"] == "persistence_failed"
+    assert expected_fault_cause([Fault("commit")])["consensus_code"] is MISSING
+
+
+def test_transient_faults_past_the_budget_expect_the_attempts_counted() -> None:
+    expected = expected_fault_cause([Fault("commit", transient=True)] * 3)
+    assert expected["database_code"] == "busy"
+    assert expected["attempts"] == 3
+    assert expected_attempt_fault_cause([Fault("commit", transient=True)])["database_code"] == (
+        "busy"
+    )
+
+
+def test_a_mismatch_shows_both_sides() -> None:
+    cause = {"category": "persistence_failed", "error": "ConsensusError", "table_name": None}
+    outcome = Raised("persistence_failed", "heartbeat", cause=cause)
+    with pytest.raises(FailureCauseMismatch) as caught:
+        check_cause(outcome, expected_fault_cause([Fault("strategy", 0)]), "heartbeat(...)")
+    message = str(caught.value)
+    assert "wrong: error, database_code, table_name, consensus_code" in message
+    assert "expected: {" in message
+    assert "store:    {" in message
+    assert "'ConsensusError'" in message
+    assert "'InjectedFault'" in message
+
+
+def test_the_cause_is_kept_but_not_compared() -> None:
+    assert Raised("constraint", "create", cause={"constraint": "run_id"}) == Raised(
+        "constraint", "create"
+    )
+    assert "cause" not in repr(Raised("constraint", "create", cause={"x": 1}))
+
+
+# -- planted bugs the machines must report ---------------------------------------------
+
+
+def test_a_cause_naming_the_strategy_error_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SQLite classifier names the error it was handed, not the database
+    error behind it: a fault after a strategy call is reported as the
+    strategy's ``ConsensusError``, not as the injected driver error."""
+    classify = _tx.classify
+
+    def names_the_wrapper(method: str, error: BaseException) -> RunStoreError:
+        classified = classify(method, error)
+        classified.cause["error"] = type(error).__name__  # the bug
+        return classified
+
+    monkeypatch.setattr(_tx, "classify", names_the_wrapper)
+    with pytest.raises(FailureCauseMismatch, match=r"wrong: error\b"):
+        run_in_memory_store_machine()
+
+
+def test_a_lost_database_code_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SQLite classifier looks result codes up in a table that misses
+    the I/O and busy codes: every such failure says ``unknown``."""
+    monkeypatch.setattr(_tx, "_CODE_NAMES", {19: "constraint"})
+    with pytest.raises(FailureCauseMismatch, match="wrong: database_code"):
+        run_in_memory_store_machine()
+
+
+def test_a_seam_reporting_a_commit_fault_as_the_strategys_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The seam raises a commit fault the way a strategy reports a storage
+    failure (``ConsensusError`` caused by the injected error): the write
+    still fails whole, but its cause says the strategy failed."""
+
+    def commit_as_strategy(self: Any) -> None:
+        if not self.done and self.fault.point == "commit":
+            injected = self._fire()
+            raise ConsensusError("persistence_failed", "injected fault") from injected  # the bug
+
+    monkeypatch.setattr(_faults.ArmedFault, "before_commit", commit_as_strategy)
+    with pytest.raises(FailureCauseMismatch, match="wrong: consensus_code"):
+        run_in_memory_store_machine()
+
+
+def test_a_decode_cause_misjudging_the_state_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row refused for a broken claim says its (valid) state is not JSON."""
+    monkeypatch.setattr(_decode, "_state_valid", lambda state: False)
+    with pytest.raises(FailureCauseMismatch, match="state_json_valid"):
+        _run(_adapter_machine())
+
+
+def test_a_decode_cause_losing_the_run_id_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row refused for its shape names its run only when the last column
+    (the state, which a listing does not read) is text."""
+    decode_run = _decode.decode_run
+
+    def from_the_last_column(method: str, row: Sequence[Any], *, stateless: bool = False) -> Any:
+        try:
+            return decode_run(method, row, stateless=stateless)
+        except DecodeFailedError as error:
+            if error.cause.get("stage") == "row-schema":
+                error.cause["run_id"] = row[0] if is_identifier(row[-1]) else None  # the bug
+            raise
+
+    monkeypatch.setattr(_store, "decode_run", from_the_last_column)
+    with pytest.raises(FailureCauseMismatch, match="run_id"):
+        _run(_adapter_machine())
+
+
+def test_an_attempt_cause_without_the_database_code_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The attempt store translates a run-store failure but drops the
+    database code from its cause."""
+    translate = attempt_store._from_run_store
+
+    def forgetful(method: str, error: RunStoreError) -> Any:
+        translated = translate(method, error)
+        translated.cause.pop("database_code", None)  # the bug
+        return translated
+
+    monkeypatch.setattr(attempt_store, "_from_run_store", forgetful)
+    target = BUILTIN_TARGETS["sqlite-sql"]
+    assert target.store_factory is not None
+    machine = attempt_comparison_for(
+        target.store_factory, Capabilities(reopen=False, fault_injection=True), name="planted"
+    )
+    with pytest.raises(FailureCauseMismatch, match="database_code"):
+        _run(machine)
+
+
+def test_a_postgres_cause_naming_a_table_for_a_fault_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The PostgreSQL classifier copies the table name whenever it is not
+    text, so a failure outside any table names ``table_name: None``."""
+    from hypothesis import settings
+
+    from runstore.postgres import _tx as pg_tx
+    from runstore.stateful._postgres import postgres_store_factory
+
+    from . import _postgres
+
+    _postgres.require_server()
+    classify = pg_tx.classify
+
+    def names_no_table(method: str, error: BaseException, **options: Any) -> RunStoreError:
+        classified = classify(method, error, **options)
+        if "table_name" not in classified.cause:
+            classified.cause["table_name"] = None  # the bug
+        return classified
+
+    monkeypatch.setattr(pg_tx, "classify", names_no_table)
+    machine = conformance_machines(
+        store_factory=postgres_store_factory(fast_path=False),
+        capabilities=Capabilities(reopen=True, fault_injection=True),
+    )[0]
+    budget = default_settings(machine, shrink=False)
+    with pytest.raises(FailureCauseMismatch, match="table_name"):
+        run_state_machine_as_test(machine, settings=settings(budget, max_examples=40))
