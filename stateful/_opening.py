@@ -34,10 +34,13 @@ lease is timed by it) and every wait is bounded by ``WAIT_S``.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import sqlite3
 import stat
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -102,6 +105,19 @@ class ReadOnlyWriteAccepted(OpeningViolation):
     changed what the file holds."""
 
 
+class LockedReadFailed(OpeningViolation):
+    """A read-only store's read while another connection held the file
+    exclusively raised instead of waiting until it let go, or then read
+    something else than the file holds."""
+
+
+class PermissionRefusalMismatch(OpeningViolation):
+    """An open by a user who may not write the database's folder (or one of
+    its files) was refused with another error, code or cause than the one
+    that says which file it could not use, or a read-only open of a file it
+    may read was refused."""
+
+
 #: The opening check's failures, in the order of the docs' table.
 OPENING_CHECKS: tuple[type[OpeningViolation], ...] = (
     FileModeViolation,
@@ -110,12 +126,17 @@ OPENING_CHECKS: tuple[type[OpeningViolation], ...] = (
     OpenFailed,
     ReadOnlyViewMismatch,
     ReadOnlyWriteAccepted,
+    LockedReadFailed,
+    PermissionRefusalMismatch,
 )
 
 #: How long a lock holder keeps the file (six of open's 50 ms busy waits).
 HOLD_S: Final = 0.3
 #: The longest any open of this check may take before it counts as hung.
 WAIT_S: Final = 20.0
+#: How long an exclusive holder keeps the file from a read-only store (whose
+#: reads retry for up to 5 s).
+HOLD_READ_S: Final = 0.05
 
 _RUNS: Final = ("a", "b", "c")
 _OWNERS: Final = (OwnerId("h1", 1, "n0"), OwnerId("h2", 2, "n1"))
@@ -195,6 +216,26 @@ def _older(path: Path, count: int) -> None:
         _migrations.apply(connection, count)
     finally:
         connection.close()
+
+
+def _left_by_a_killed_writer(path: Path, count: int) -> None:
+    """``_older(path, count)`` as a writer killed with its last write still
+    in the ``-wal`` leaves it: the file, a ``-wal`` with frames and a ``-shm``
+    (copied while that writer is open, from a folder of its own)."""
+    source = Path(tempfile.mkdtemp(prefix="runstore-opening-killed-")) / "runs.db"
+    try:
+        _older(source, count)
+        connection = sqlite3.connect(source, isolation_level=None)
+        try:
+            connection.execute("PRAGMA wal_autocheckpoint = 0")
+            connection.execute("CREATE TABLE opening_note (x)")
+            connection.execute("DROP TABLE opening_note")
+            for suffix in ("", *_SIDES):
+                shutil.copyfile(f"{source}{suffix}", f"{path}{suffix}")
+        finally:
+            connection.close()
+    finally:
+        shutil.rmtree(source.parent, ignore_errors=True)
 
 
 def view(store: Any) -> dict[str, object]:
@@ -281,6 +322,105 @@ def _in_thread(fn: Callable[[], object], *, start: threading.Barrier | None = No
             return outcome[0]
 
     return Handle()
+
+
+# --- opening as a user who may not write ------------------------------------------
+
+#: A child that opens as an unprivileged user (when the check runs as root,
+#: which file modes do not stop): it opens and reads one database first, so
+#: every module an open imports is loaded while the interpreter's files are
+#: still readable, drops to the uid and gid given, tries each case and prints
+#: what happened as JSON (the loop is ``_attempt_open``'s).
+_AS_USER: Final = """
+import json, os, shutil, sys, tempfile
+sys.path[:0] = json.loads(sys.argv[1])
+import runstore
+warm = tempfile.mkdtemp()
+runstore.open(os.path.join(warm, "runs.db")).close()
+runstore.open(os.path.join(warm, "runs.db"), read_only=True).close()
+shutil.rmtree(warm)
+os.setgroups([])
+os.setgid(int(sys.argv[3]))
+os.setuid(int(sys.argv[2]))
+found = []
+for path, read_only in json.loads(sys.argv[4]):
+    try:
+        store = runstore.open(path, read_only=read_only)
+    except runstore.RunStoreError as error:
+        found.append({"error": type(error).__name__, "code": error.code, "cause": error.cause})
+    except Exception as error:
+        found.append({"raised": f"{type(error).__name__}: {error}"})
+    else:
+        with store:
+            found.append({"runs": [row.run_id for row in store.state().rows]})
+print(json.dumps(found, default=str))
+"""
+
+
+def _attempt_open(path: str, read_only: bool, options: dict[str, Any]) -> dict[str, object]:
+    """What one open did, as ``_AS_USER`` reports it."""
+    try:
+        store = _open(path, read_only=read_only, **options)
+    except RunStoreError as error:
+        return {"error": type(error).__name__, "code": error.code, "cause": dict(error.cause)}
+    except Exception as error:
+        return {"raised": f"{type(error).__name__}: {error}"}
+    try:
+        return {"runs": [row.run_id for row in store.state().rows]}
+    finally:
+        store.close()
+
+
+def _unprivileged() -> tuple[int, int] | None:
+    """The uid and gid to open as: ``nobody`` when this process is root,
+    ``(-1, -1)`` (this process itself) otherwise, ``None`` when there is no
+    user to drop to (or no POSIX users at all)."""
+    if not hasattr(os, "geteuid"):
+        return None
+    if os.geteuid() != 0:
+        return -1, -1
+    import pwd
+
+    try:
+        entry = pwd.getpwnam("nobody")
+    except KeyError:
+        return None
+    return entry.pw_uid, entry.pw_gid
+
+
+def _reachable(folder: Path) -> bool:
+    """Whether every folder above ``folder`` lets other users through."""
+    return all(os.stat(above).st_mode & stat.S_IXOTH for above in folder.parents)
+
+
+def _matches(expected: dict[str, object], found: dict[str, object]) -> bool:
+    """``found`` is ``expected``, its cause holding at least the expected items."""
+    if set(found) != set(expected):
+        return False
+    for key, value in expected.items():
+        if key == "cause":
+            cause = found[key]
+            assert isinstance(value, dict)
+            if not isinstance(cause, dict) or any(cause.get(k) != v for k, v in value.items()):
+                return False
+        elif found[key] != value:
+            return False
+    return True
+
+
+_REFUSED: Final = {"error": "PersistenceFailedError", "code": "persistence_failed"}
+
+#: What each of ``OpeningCheck._users_cases`` must give, in its order.
+_USERS_EXPECTED: Final[tuple[dict[str, object], ...]] = (
+    {**_REFUSED, "cause": {"stage": "permissions", "errno": 13}},
+    {"runs": []},
+    {**_REFUSED, "cause": {"stage": "permissions", "sqlite_error": "SQLITE_READONLY"}},
+    {**_REFUSED, "cause": {"stage": "side-files", "sqlite_error": "SQLITE_READONLY_DIRECTORY"}},
+    {**_REFUSED, "cause": {"stage": "side-files", "sqlite_error": "SQLITE_CANTOPEN"}},
+)
+
+#: The findings of ``open_as_a_user_who_may_not_write``, per machine class.
+_USERS_FINDINGS: dict[type, list[list[tuple[str, dict[str, object]]] | None]] = {}
 
 
 class OpeningCheck(RuleBasedStateMachine):
@@ -397,7 +537,15 @@ class OpeningCheck(RuleBasedStateMachine):
 
     @initialize()
     def open_live(self) -> None:
-        """The live database: a new file opened under a permissive umask."""
+        """The live database: a new file opened under a permissive umask.
+
+        Every example also begins with the two scenarios no rule draws
+        (they draw nothing, so they leave the programs as they are): a
+        read-only store waiting out an exclusive holder, and opens by a user
+        who may not write (``_wait_out_an_exclusive_holder``,
+        ``_open_as_a_user_who_may_not_write``)."""
+        self._wait_out_an_exclusive_holder()
+        self._open_as_a_user_who_may_not_write()
         with _umask(0o000):
             self.writer = self._open_or_fail(self.live, "a new file")
             self.writer.create("a", '{"n": 0}')
@@ -745,6 +893,187 @@ class OpeningCheck(RuleBasedStateMachine):
         self._migrated(path, f"a {kind} file opened after a held lock")
         if kind == "new":
             self._private(path, "an empty file another connection created 0644")
+
+    def _wait_out_an_exclusive_holder(self) -> None:
+        """A read-only store of a file nobody holds waits while another
+        connection holds the file exclusively (``locking_mode=EXCLUSIVE``
+        and one write: a ``-wal`` and no ``-shm`` beside the file while it
+        lasts) for ``HOLD_READ_S``, then reads what the file holds (the
+        store's read retry, which nothing else here reaches)."""
+        path = self._fresh()
+        writer = self._open_or_fail(path, "a new file")
+        try:
+            writer.create("a", "{}")
+            expected = view(writer)
+        finally:
+            writer.close()
+        reader = self._open_or_fail(path, "read_only=True", read_only=True)
+        try:
+            holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=0)
+            try:
+                holder.execute("PRAGMA locking_mode = EXCLUSIVE")
+                holder.execute("BEGIN IMMEDIATE")
+                holder.execute("CREATE TABLE opening_holder (x)")
+                holder.execute("DROP TABLE opening_holder")
+                holder.execute("COMMIT")
+            except sqlite3.OperationalError as error:
+                # The reader holds a lock of its own (it is not the
+                # lock-free reader of a quiet file): another check's concern.
+                holder.close()
+                note(f"the exclusive holder could not take the file ({error}): skipped")
+                return
+            except BaseException:
+                holder.close()
+                raise
+            # Let go from another thread while the reader waits (a holder
+            # that is descheduled; no lease is timed by this).
+            release = threading.Timer(HOLD_READ_S, holder.close)
+            release.start()
+            try:
+                found = view(reader)
+            except Exception as error:
+                raise LockedReadFailed(
+                    f"a read-only store's read while another connection held the file "
+                    f"exclusively for {HOLD_READ_S} s raised {type(error).__name__}: {error}"
+                ) from error
+            finally:
+                release.join(WAIT_S)
+        finally:
+            reader.close()
+        if found != expected:
+            note(f"file holds: {expected!r}\nread-only read: {found!r}")
+            raise LockedReadFailed(
+                "a read-only store that waited out an exclusive holder read other "
+                f"{_differences(expected, found)}"
+            )
+
+    # --- a user who may not write -----------------------------------------------------
+
+    def _users_cases(self, area: Path, give: Callable[[str], None]) -> list[tuple[str, str, bool]]:
+        """Files in folders under ``area`` (each folder 0555) that the
+        unprivileged user may not write (``give`` makes a file that user's,
+        0600); each case's description, path and ``read_only``, in the order
+        of ``_USERS_EXPECTED``."""
+        cases: list[tuple[str, str, bool]] = []
+
+        def folder(name: str) -> Path:
+            made = area / name
+            made.mkdir()
+            return made / "runs.db"
+
+        readable = folder("readable")
+        shutil.copyfile(self._template(), readable)
+        os.chmod(readable, 0o444)
+        cases.append(("a database it may only read", str(readable), False))
+        cases.append(("the same, read_only=True", str(readable), True))
+
+        older = folder("older")
+        _left_by_a_killed_writer(older, 3)
+        give(str(older))
+        give(f"{older}-shm")
+        # Not empty: SQLite makes an empty -wal its owner's to write (0600).
+        os.chmod(f"{older}-wal", 0o444)
+        cases.append(("an older database whose -wal it may not write", str(older), False))
+
+        empty = folder("empty")
+        for suffix in ("", *_SIDES):
+            Path(f"{empty}{suffix}").touch()
+            give(f"{empty}{suffix}")
+        cases.append(
+            ("an empty file with the empty -wal and -shm a killed opener left", str(empty), False)
+        )
+
+        hidden = folder("hidden")
+        _older(hidden, len(_migration_ids()))
+        for suffix in _SIDES:
+            Path(f"{hidden}{suffix}").touch()
+        os.chmod(hidden, 0o444)
+        os.chmod(f"{hidden}-wal", 0o444)
+        os.chmod(f"{hidden}-shm", 0o000)
+        cases.append(("a database whose -shm it may not read, read_only=True", str(hidden), True))
+        for made in area.iterdir():
+            os.chmod(made, 0o555)
+        return cases
+
+    def _users_findings(self) -> list[tuple[str, dict[str, object]]] | None:
+        """Each case of ``_users_cases`` and what opening it as the
+        unprivileged user did; ``None`` when there is no such user, or the
+        scratch folder cannot be reached by one."""
+        user = _unprivileged()
+        if user is None:
+            return None
+        uid, gid = user
+        area = Path(tempfile.mkdtemp(prefix="runstore-opening-user-"))
+        try:
+            os.chmod(area, 0o755)
+            if uid >= 0 and not _reachable(area):
+                return None
+
+            def give(name: str) -> None:
+                os.chmod(name, _PRIVATE)
+                if uid >= 0:
+                    os.chown(name, uid, gid)
+
+            cases = self._users_cases(area, give)
+            found = self._as_user(uid, gid, [(path, read_only) for _, path, read_only in cases])
+        finally:
+            for made in (area, *area.iterdir()):
+                os.chmod(made, 0o755)
+            shutil.rmtree(area, ignore_errors=True)
+        return [(what, got) for (what, _, _), got in zip(cases, found, strict=True)]
+
+    def _open_as_a_user_who_may_not_write(self) -> None:
+        """As a user who may not write the database's folder, open refuses a
+        file it may only read ("permissions", before SQLite), an older
+        database whose ``-wal`` it may not write (SQLite's plain
+        SQLITE_READONLY: "permissions"), an empty file whose journal it
+        cannot create (SQLITE_READONLY_DIRECTORY: "side-files"), and a
+        read-only open of a database whose ``-shm`` it may not read
+        (SQLITE_CANTOPEN: "side-files"); ``read_only=True`` opens the file
+        it may read.
+
+        As root these opens run in a child process that drops to ``nobody``
+        (with runstore's default strategy: the one under test cannot be
+        handed to it, and every refusal comes before a strategy runs), and
+        cost a new interpreter; their files are the check's own, whatever
+        the example, so they run once per machine class and every example
+        judges the same findings (a replayed example sees what the first
+        one saw)."""
+        cache = _USERS_FINDINGS.setdefault(type(self), [])
+        if not cache:
+            cache.append(self._users_findings())
+        findings = cache[0]
+        if findings is None:
+            note("no unprivileged user to open as, or none can reach the scratch folder")
+            return
+        for (what, got), wanted in zip(findings, _USERS_EXPECTED, strict=True):
+            if not _matches(wanted, got):
+                raise PermissionRefusalMismatch(
+                    f"as a user who may not write its folder, {what}: expected {wanted}, got {got}"
+                )
+
+    def _as_user(
+        self, uid: int, gid: int, cases: list[tuple[str, bool]]
+    ) -> list[dict[str, object]]:
+        """What opening each case did, as the unprivileged user (this
+        process itself when ``uid`` is negative)."""
+        if uid < 0:
+            options = self._options()
+            return [_attempt_open(path, read_only, options) for path, read_only in cases]
+        arguments = [str(uid), str(gid), json.dumps(cases)]
+        done = subprocess.run(
+            [sys.executable, "-c", _AS_USER, json.dumps(sys.path), *arguments],
+            capture_output=True,
+            text=True,
+            timeout=WAIT_S,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise PermissionRefusalMismatch(
+                f"the opener run as uid {uid} failed: {done.stderr[-2000:]}"
+            )
+        found: list[dict[str, object]] = json.loads(done.stdout)
+        return found
 
     def teardown(self) -> None:
         with contextlib.suppress(Exception):

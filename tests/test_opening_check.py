@@ -25,7 +25,13 @@ from runstore.consensus import LocalConsensus, SqlConsensus
 from runstore.model import ModelRunStore
 from runstore.sqlite import _migrations, _readonly
 from runstore.sqlite import _open as sqlite_open
-from runstore.stateful import OPENING_CHECKS, OpeningCheck, conformance_machines, opening_check_for
+from runstore.stateful import (
+    OPENING_CHECKS,
+    OpeningCheck,
+    _opening,
+    conformance_machines,
+    opening_check_for,
+)
 from runstore.stateful._budget import default_settings, machine_kind
 
 
@@ -77,7 +83,7 @@ def test_a_sqlite_store_gets_the_opening_check_last() -> None:
 
 
 def test_the_opening_checks_are_named_assertion_errors() -> None:
-    assert len(set(OPENING_CHECKS)) == len(OPENING_CHECKS) == 6
+    assert len(set(OPENING_CHECKS)) == len(OPENING_CHECKS) == 8
     assert all(issubclass(check, AssertionError) for check in OPENING_CHECKS)
 
 
@@ -157,6 +163,41 @@ def _foreign_header_called_schema(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
+def _reader_gives_up_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read-only store's read gives up at the first transient failure
+    (another connection holding the file exclusively) instead of waiting."""
+    original = sqlite_open._open_read_only
+
+    def impatient(text: str, clock: Any, consensus: Any) -> Any:
+        store = original(text, clock, consensus)
+        store._tm.retry = RetryPolicy(max_attempts=1)
+        return store
+
+    monkeypatch.setattr(sqlite_open, "_open_read_only", impatient)
+
+
+def _in_the_unprivileged_opener(monkeypatch: pytest.MonkeyPatch, name: str, value: int) -> None:
+    """Set ``_open.NAME`` here and in the child the check opens as ``nobody``
+    with (when the tests run as root), which imports runstore afresh."""
+    monkeypatch.setattr(sqlite_open, name, value)
+    patch = f"import runstore.sqlite._open as planted\nplanted.{name} = {value}\n"
+    child = _opening._AS_USER.replace("import runstore\n", f"import runstore\n{patch}", 1)
+    assert child != _opening._AS_USER
+    monkeypatch.setattr(_opening, "_AS_USER", child)
+
+
+def _read_only_called_recovery(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain SQLITE_READONLY (a -wal this user may not write) is read as
+    SQLITE_READONLY_RECOVERY, so it is blamed on a killed writer's -wal."""
+    _in_the_unprivileged_opener(monkeypatch, "_READONLY_RECOVERY", sqlite_open._READONLY)
+
+
+def _folder_called_permissions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLITE_READONLY_DIRECTORY (a journal the folder cannot take) is not
+    recognized, so it is reported as a file this user may not write."""
+    _in_the_unprivileged_opener(monkeypatch, "_READONLY_DIRECTORY", -1)
+
+
 PLANTED = {
     "read_only_opens_read_write": (_read_only_opens_read_write, "OpenLeftTrace"),
     "read_only_forgets_its_mode": (_read_only_forgets_its_mode, "ReadOnlyWriteAccepted"),
@@ -166,6 +207,9 @@ PLANTED = {
     "reader_never_follows": (_reader_never_follows, "ReadOnlyViewMismatch"),
     "no_retry_while_locked": (_no_retry_while_locked, "OpenFailed"),
     "foreign_header_called_schema": (_foreign_header_called_schema, "OpenRefusalMismatch"),
+    "reader_gives_up_at_once": (_reader_gives_up_at_once, "LockedReadFailed"),
+    "read_only_called_recovery": (_read_only_called_recovery, "PermissionRefusalMismatch"),
+    "folder_called_permissions": (_folder_called_permissions, "PermissionRefusalMismatch"),
 }
 
 
@@ -178,3 +222,55 @@ def test_a_planted_bug_is_caught_by_its_check(name: str, monkeypatch: pytest.Mon
     with pytest.raises(AssertionError) as caught:
         _run_default_budget()
     assert type(caught.value).__name__ == expected, caught.value
+
+
+_UNPRIVILEGED_CHECK = """
+import json, os, shutil, sys, tempfile
+import runstore
+from runstore.consensus import SqlConsensus
+from runstore.stateful import _opening
+warm = tempfile.mkdtemp()
+runstore.open(os.path.join(warm, "runs.db")).close()
+runstore.open(os.path.join(warm, "runs.db"), read_only=True).close()
+shutil.rmtree(warm)
+os.setgroups([])
+os.setgid(int(sys.argv[2]))
+os.setuid(int(sys.argv[1]))
+machine = _opening.opening_check_for(SqlConsensus, name="unprivileged")()
+try:
+    found = machine._users_findings()
+finally:
+    machine.teardown()
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(120)
+def test_an_unprivileged_check_opens_in_process_with_the_same_findings() -> None:
+    """Run by a user who is not root, the check makes the same files with
+    modes alone (its own files, 0444: SQLite would make an empty -wal its
+    owner's again) and opens them in-process; each open gives what the
+    child of a root check reports. Run as ``nobody`` here when the tests
+    run as root."""
+    import json
+    import pwd
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0:
+        pytest.skip("the check itself runs unprivileged here: the planted tests cover it")
+    entry = pwd.getpwnam("nobody")
+    done = subprocess.run(
+        [sys.executable, "-c", _UNPRIVILEGED_CHECK, str(entry.pw_uid), str(entry.pw_gid)],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found is not None
+    assert len(found) == len(_opening._USERS_EXPECTED)
+    for (what, got), wanted in zip(found, _opening._USERS_EXPECTED, strict=True):
+        assert _opening._matches(wanted, got), (what, wanted, got)
