@@ -25,6 +25,7 @@ from runstore.consensus import LocalConsensus, SqlConsensus
 from runstore.model import ModelRunStore
 from runstore.sqlite import _migrations, _readonly
 from runstore.sqlite import _open as sqlite_open
+from runstore.sqlite import _tx as sqlite_tx
 from runstore.stateful import (
     OPENING_CHECKS,
     OpeningCheck,
@@ -176,6 +177,17 @@ def _reader_gives_up_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sqlite_open, "_open_read_only", impatient)
 
 
+def _changed_file_not_transient(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read-only store's read that finds the file changing under it fails
+    at once instead of being repeated (``FileChanged`` no longer transient)."""
+    transient = sqlite_tx.is_transient
+    monkeypatch.setattr(
+        sqlite_tx,
+        "is_transient",
+        lambda error: False if isinstance(error, sqlite_tx.FileChanged) else transient(error),
+    )
+
+
 def _in_the_unprivileged_opener(monkeypatch: pytest.MonkeyPatch, name: str, value: int) -> None:
     """Set ``_open.NAME`` here and in the child the check opens as ``nobody``
     with (when the tests run as root), which imports runstore afresh."""
@@ -208,6 +220,8 @@ PLANTED = {
     "no_retry_while_locked": (_no_retry_while_locked, "OpenFailed"),
     "foreign_header_called_schema": (_foreign_header_called_schema, "OpenRefusalMismatch"),
     "reader_gives_up_at_once": (_reader_gives_up_at_once, "LockedReadFailed"),
+    # The immutable read of a file held exclusively sees the file change.
+    "changed_file_not_transient": (_changed_file_not_transient, "LockedReadFailed"),
     "read_only_called_recovery": (_read_only_called_recovery, "PermissionRefusalMismatch"),
     "folder_called_permissions": (_folder_called_permissions, "PermissionRefusalMismatch"),
 }

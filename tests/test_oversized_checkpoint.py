@@ -50,7 +50,9 @@ def test_the_shipped_attempt_store_refuses_it(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.db"]
 
 
-def test_a_decode_without_the_cap_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_decode_without_the_cap_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     record = _one_attempt(tmp_path / "runs.db")
     monkeypatch.setattr(attempt_store_module, "stored_json_complaint", _without_cap)
     with pytest.raises(CorruptRowAccepted, match="must be refused with decode_failed"):
