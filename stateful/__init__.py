@@ -190,11 +190,13 @@ from ._linearize import check_history as check_history
 # What runstore.open does to the files it opens (issue 14).
 from ._opening import OPENING_CHECKS as OPENING_CHECKS
 from ._opening import FileModeViolation as FileModeViolation
+from ._opening import LockedReadFailed as LockedReadFailed
 from ._opening import OpenFailed as OpenFailed
 from ._opening import OpeningCheck as OpeningCheck
 from ._opening import OpeningViolation as OpeningViolation
 from ._opening import OpenLeftTrace as OpenLeftTrace
 from ._opening import OpenRefusalMismatch as OpenRefusalMismatch
+from ._opening import PermissionRefusalMismatch as PermissionRefusalMismatch
 from ._opening import ReadOnlyViewMismatch as ReadOnlyViewMismatch
 from ._opening import ReadOnlyWriteAccepted as ReadOnlyWriteAccepted
 from ._opening import opening_check_for as opening_check_for
@@ -264,11 +266,13 @@ __all__ += [
 __all__ += [
     "OPENING_CHECKS",
     "FileModeViolation",
+    "LockedReadFailed",
     "OpenFailed",
     "OpenLeftTrace",
     "OpenRefusalMismatch",
     "OpeningCheck",
     "OpeningViolation",
+    "PermissionRefusalMismatch",
     "ReadOnlyViewMismatch",
     "ReadOnlyWriteAccepted",
     "opening_check_for",
