@@ -79,19 +79,25 @@ def statements(store: SqliteRunStore, fn: Callable[[], Any]) -> tuple[Any, list[
     return result, issued
 
 
-def run_in_memory_store_machine() -> None:
+def in_memory_store_machine() -> Any:
     """The run-store machine over the in-memory SQLite adapter (fault seam on,
-    no reopening) under its default budget, without shrinking: for tests that
-    plant a bug and expect the suite to report it."""
-    from hypothesis.stateful import run_state_machine_as_test
-
+    no reopening)."""
     from runstore.stateful import Capabilities, comparison_for
-    from runstore.stateful._budget import default_settings
 
     def in_memory(clock: Any, _path: Any) -> Any:
         return runstore.open(":memory:", clock=clock)
 
-    machine = comparison_for(
+    return comparison_for(
         in_memory, Capabilities(reopen=False, fault_injection=True), name="sqlite"
     )
+
+
+def run_in_memory_store_machine() -> None:
+    """``in_memory_store_machine()`` under its default budget, without
+    shrinking: for tests that plant a bug and expect the suite to report it."""
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from runstore.stateful._budget import default_settings
+
+    machine = in_memory_store_machine()
     run_state_machine_as_test(machine, settings=default_settings(machine, shrink=False))

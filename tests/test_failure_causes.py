@@ -3,16 +3,18 @@ says what failed (``FailureCauseMismatch``): a write failed by injected
 faults (the fault rules, ``stateful/_faults.py``) and a row broken behind the
 store's back (the column edits, ``stateful/_edits.py``). Each test plants
 one bug in what a cause says, for the duration of the test, and the default
-budget must report it; the honest stores pass these checks in every
-conformance run (``tests/test_conformance.py``, the PostgreSQL runs in
+budget must report it (the bugs are gathered in ``PLANTED``, which
+``benchmarks/zoo_detection.py`` also times); the honest stores pass these
+checks in every conformance run (``tests/test_conformance.py``, the PostgreSQL runs in
 ``tests/test_postgres_conformance.py``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
+from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from runstore._boundary import is_identifier
@@ -33,17 +35,40 @@ from runstore.stateful._invariants import MISSING, check_cause
 from runstore.stateful._steps import Raised
 from runstore.stateful._targets import BUILTIN_TARGETS
 
-from ._sqlite import run_in_memory_store_machine
-
-
-def _run(machine: Any) -> None:
-    run_state_machine_as_test(machine, settings=default_settings(machine, shrink=False))
+from . import _postgres
+from ._sqlite import in_memory_store_machine
 
 
 def _adapter_machine() -> Any:
     """The run-store machine over SqlConsensus in the SQLite adapter on a
     file, the one whose raw-corruption rule makes the column edits."""
     return conformance_machines(consensus_factory=SqlConsensus)[1]
+
+
+def _in_memory_machine() -> Any:
+    """The run-store machine over the in-memory SQLite adapter, fault seam on."""
+    return in_memory_store_machine()
+
+
+def _attempt_machine() -> Any:
+    """The attempt machine over the in-memory SQLite adapter, fault seam on."""
+    target = BUILTIN_TARGETS["sqlite-sql"]
+    assert target.store_factory is not None
+    return attempt_comparison_for(
+        target.store_factory, Capabilities(reopen=False, fault_injection=True), name="planted"
+    )
+
+
+def _postgres_machine() -> Any:
+    """The run-store machine over PostgreSQL, on the general path (skipped
+    without a server)."""
+    from runstore.stateful._postgres import postgres_store_factory
+
+    _postgres.require_server()
+    return conformance_machines(
+        store_factory=postgres_store_factory(fast_path=False),
+        capabilities=Capabilities(reopen=True, fault_injection=True),
+    )[0]
 
 
 # -- the expectations themselves ----------------------------------------------------
@@ -92,9 +117,13 @@ def test_the_cause_is_kept_but_not_compared() -> None:
 
 
 # -- planted bugs the machines must report ---------------------------------------------
+#
+# Each plant changes what one cause says, with ``monkeypatch`` (undone when the
+# test ends); every one must fail with ``FailureCauseMismatch`` naming the
+# field it got wrong.
 
 
-def test_a_cause_naming_the_strategy_error_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+def _cause_naming_the_strategy_error(monkeypatch: pytest.MonkeyPatch) -> None:
     """The SQLite classifier names the error it was handed, not the database
     error behind it: a fault after a strategy call is reported as the
     strategy's ``ConsensusError``, not as the injected driver error."""
@@ -106,21 +135,15 @@ def test_a_cause_naming_the_strategy_error_is_caught(monkeypatch: pytest.MonkeyP
         return classified
 
     monkeypatch.setattr(_tx, "classify", names_the_wrapper)
-    with pytest.raises(FailureCauseMismatch, match=r"wrong: error\b"):
-        run_in_memory_store_machine()
 
 
-def test_a_lost_database_code_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+def _lost_database_code(monkeypatch: pytest.MonkeyPatch) -> None:
     """The SQLite classifier looks result codes up in a table that misses
     the I/O and busy codes: every such failure says ``unknown``."""
     monkeypatch.setattr(_tx, "_CODE_NAMES", {19: "constraint"})
-    with pytest.raises(FailureCauseMismatch, match="wrong: database_code"):
-        run_in_memory_store_machine()
 
 
-def test_a_seam_reporting_a_commit_fault_as_the_strategys_is_caught(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def _seam_reporting_a_commit_fault_as_the_strategys(monkeypatch: pytest.MonkeyPatch) -> None:
     """The seam raises a commit fault the way a strategy reports a storage
     failure (``ConsensusError`` caused by the injected error): the write
     still fails whole, but its cause says the strategy failed."""
@@ -131,18 +154,14 @@ def test_a_seam_reporting_a_commit_fault_as_the_strategys_is_caught(
             raise ConsensusError("persistence_failed", "injected fault") from injected  # the bug
 
     monkeypatch.setattr(_faults.ArmedFault, "before_commit", commit_as_strategy)
-    with pytest.raises(FailureCauseMismatch, match="wrong: consensus_code"):
-        run_in_memory_store_machine()
 
 
-def test_a_decode_cause_misjudging_the_state_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+def _decode_cause_misjudging_the_state(monkeypatch: pytest.MonkeyPatch) -> None:
     """A row refused for a broken claim says its (valid) state is not JSON."""
     monkeypatch.setattr(_decode, "_state_valid", lambda state: False)
-    with pytest.raises(FailureCauseMismatch, match="state_json_valid"):
-        _run(_adapter_machine())
 
 
-def test_a_decode_cause_losing_the_run_id_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+def _decode_cause_losing_the_run_id(monkeypatch: pytest.MonkeyPatch) -> None:
     """A row refused for its shape names its run only when the last column
     (the state, which a listing does not read) is text."""
     decode_run = _decode.decode_run
@@ -156,13 +175,9 @@ def test_a_decode_cause_losing_the_run_id_is_caught(monkeypatch: pytest.MonkeyPa
             raise
 
     monkeypatch.setattr(_store, "decode_run", from_the_last_column)
-    with pytest.raises(FailureCauseMismatch, match="run_id"):
-        _run(_adapter_machine())
 
 
-def test_an_attempt_cause_without_the_database_code_is_caught(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def _attempt_cause_without_the_database_code(monkeypatch: pytest.MonkeyPatch) -> None:
     """The attempt store translates a run-store failure but drops the
     database code from its cause."""
     translate = attempt_store._from_run_store
@@ -173,28 +188,13 @@ def test_an_attempt_cause_without_the_database_code_is_caught(
         return translated
 
     monkeypatch.setattr(attempt_store, "_from_run_store", forgetful)
-    target = BUILTIN_TARGETS["sqlite-sql"]
-    assert target.store_factory is not None
-    machine = attempt_comparison_for(
-        target.store_factory, Capabilities(reopen=False, fault_injection=True), name="planted"
-    )
-    with pytest.raises(FailureCauseMismatch, match="database_code"):
-        _run(machine)
 
 
-def test_a_postgres_cause_naming_a_table_for_a_fault_is_caught(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def _postgres_cause_naming_a_table_for_a_fault(monkeypatch: pytest.MonkeyPatch) -> None:
     """The PostgreSQL classifier copies the table name whenever it is not
     text, so a failure outside any table names ``table_name: None``."""
-    from hypothesis import settings
-
     from runstore.postgres import _tx as pg_tx
-    from runstore.stateful._postgres import postgres_store_factory
 
-    from . import _postgres
-
-    _postgres.require_server()
     classify = pg_tx.classify
 
     def names_no_table(method: str, error: BaseException, **options: Any) -> RunStoreError:
@@ -204,10 +204,77 @@ def test_a_postgres_cause_naming_a_table_for_a_fault_is_caught(
         return classified
 
     monkeypatch.setattr(pg_tx, "classify", names_no_table)
-    machine = conformance_machines(
-        store_factory=postgres_store_factory(fast_path=False),
-        capabilities=Capabilities(reopen=True, fault_injection=True),
-    )[0]
+
+
+#: name -> (plant, the check that must fire, what builds the machine it runs
+#: on, what the check's message must match, a smaller budget or None).
+PLANTED: dict[
+    str, tuple[Callable[[pytest.MonkeyPatch], None], str, Callable[[], Any], str, int | None]
+] = {
+    "cause_naming_the_strategy_error": (
+        _cause_naming_the_strategy_error,
+        "FailureCauseMismatch",
+        _in_memory_machine,
+        r"wrong: error\b",
+        None,
+    ),
+    "lost_database_code": (
+        _lost_database_code,
+        "FailureCauseMismatch",
+        _in_memory_machine,
+        "wrong: database_code",
+        None,
+    ),
+    "seam_reporting_a_commit_fault_as_the_strategys": (
+        _seam_reporting_a_commit_fault_as_the_strategys,
+        "FailureCauseMismatch",
+        _in_memory_machine,
+        "wrong: consensus_code",
+        None,
+    ),
+    "decode_cause_misjudging_the_state": (
+        _decode_cause_misjudging_the_state,
+        "FailureCauseMismatch",
+        _adapter_machine,
+        "state_json_valid",
+        None,
+    ),
+    "decode_cause_losing_the_run_id": (
+        _decode_cause_losing_the_run_id,
+        "FailureCauseMismatch",
+        _adapter_machine,
+        "run_id",
+        None,
+    ),
+    "attempt_cause_without_the_database_code": (
+        _attempt_cause_without_the_database_code,
+        "FailureCauseMismatch",
+        _attempt_machine,
+        "database_code",
+        None,
+    ),
+    # The test runs this one with 40 examples, not the default budget.
+    "postgres_cause_naming_a_table_for_a_fault": (
+        _postgres_cause_naming_a_table_for_a_fault,
+        "FailureCauseMismatch",
+        _postgres_machine,
+        "table_name",
+        40,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED))
+def test_a_planted_bug_is_caught_by_its_check(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each planted bug fails its machine, under the default budget without
+    shrinking, with ``FailureCauseMismatch`` naming the wrong field."""
+    plant, expected, machine_for, match, max_examples = PLANTED[name]
+    plant(monkeypatch)
+    machine = machine_for()
     budget = default_settings(machine, shrink=False)
-    with pytest.raises(FailureCauseMismatch, match="table_name"):
-        run_state_machine_as_test(machine, settings=settings(budget, max_examples=40))
+    if max_examples is not None:
+        budget = settings(budget, max_examples=max_examples)
+    with pytest.raises(AssertionError) as caught:
+        run_state_machine_as_test(machine, settings=budget)
+    assert type(caught.value).__name__ == expected, caught.value
+    caught.match(match)

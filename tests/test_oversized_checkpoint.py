@@ -1,10 +1,12 @@
 """The attempt machine's oversized-checkpoint check (``runstore.stateful._oversize``):
 a stored checkpoint past every store's cap, written behind the store's back,
 must be refused when read. The check passes on the shipped attempt store and
-catches one that decodes stored checkpoints without the cap."""
+catches one that decodes stored checkpoints without the cap (``PLANTED``,
+which ``benchmarks/zoo_detection.py`` also times)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,13 +61,35 @@ def test_a_decode_without_the_cap_is_caught(
         judge_oversized_checkpoint(_open, AttemptStore, tmp_path / "runs.db", 1_000, record.id)
 
 
-def test_the_attempt_machine_catches_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Under the attempt machine's default budget, on a file, without shrinking."""
+def _decode_without_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attempt store decodes stored checkpoints without the cap."""
     monkeypatch.setattr(attempt_store_module, "stored_json_complaint", _without_cap)
+
+
+def _attempt_machine_on_a_file() -> Any:
     target = BUILTIN_TARGETS["sqlite-file-sql"]
     assert target.store_factory is not None
-    machine = attempt_comparison_for(
+    return attempt_comparison_for(
         target.store_factory, target.capabilities, name="decode-without-cap"
     )
-    with pytest.raises(CorruptRowAccepted):
+
+
+#: name -> (plant, the check that must fire, what builds the machine it runs on).
+PLANTED: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], str, Callable[[], Any]]] = {
+    "decode_without_the_cap": (
+        _decode_without_the_cap,
+        "CorruptRowAccepted",
+        _attempt_machine_on_a_file,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED))
+def test_the_attempt_machine_catches_it(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under the attempt machine's default budget, on a file, without shrinking."""
+    plant, expected, machine_for = PLANTED[name]
+    plant(monkeypatch)
+    machine = machine_for()
+    with pytest.raises(AssertionError) as caught:
         run_state_machine_as_test(machine, settings=default_settings(machine, shrink=False))
+    assert type(caught.value).__name__ == expected, caught.value
