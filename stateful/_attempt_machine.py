@@ -514,6 +514,7 @@ class RunAttemptComparison(RunStoreComparison):
         self._remember_owners(runs_before.rows)
 
     def _report(self, error: AssertionError) -> None:
+        self.failed = True
         observer = _observe.current()
         if observer is not None:
             observer.failed(self._failure(error))

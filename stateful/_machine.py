@@ -106,6 +106,7 @@ from ._malformed import (
 from ._observe import ClockSet, Failure, Faulted, LogEntry, Performed, Reopened, say
 from ._steering import Steering
 from ._steps import Call, Crashed, Raised, Step, call, perform
+from ._tour import Tour
 
 T = TypeVar("T")
 
@@ -164,7 +165,7 @@ class PageWalk:
     matching: list[list[str]] = attrs.field(factory=list)
 
 
-class RunStoreComparison(Steering, RuleBasedStateMachine):
+class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
     """``ModelRunStore`` against ``store_factory``'s store, step by step."""
 
     store_factory: ClassVar[StoreFactory | None] = None
@@ -218,6 +219,7 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
                 try:
                     if not (self.failed or self.corrupted):
                         self._store_checks_itself()
+                        self._tour_last()
                 finally:
                     self.store.close()
         finally:
@@ -226,7 +228,9 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
     def _store_checks_itself(self) -> None:
         """At the end of a program that passed every check, the store's own
         ``check_invariants()`` (when it has one) must pass too (skipped once
-        corrupt rows were planted on purpose)."""
+        corrupt rows were planted on purpose), after the reach tour
+        (``_tour``) has been made."""
+        self._tour()
         for check in self._self_checks():
             self._self_check(check)
 
@@ -1194,6 +1198,12 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
             assert factory is not None
             now = self.clock.now_ms()
             self._judged(lambda: judge_column_edit(factory, self.path, now, row, edit))
+        self._raw_write(run, text)
+        self._do(call("get", ("run_id", run)))
+
+    def _raw_write(self, run: str, text: str) -> None:
+        """Write ``text`` as the run's state behind the store's back (and the
+        model's)."""
         writer = type(self).raw_writer
         assert writer is not None
         self.corrupted = True
@@ -1202,7 +1212,6 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
         store_out = writer(self.store, run, text)
         self.log.append(Performed(op, model_out))
         self._settle(Step(op, model_out), Step(op, store_out))
-        self._do(call("get", ("run_id", run)))
 
     @precondition(lambda self: self.capabilities.fault_injection)
     @rule(op=st.sampled_from(FAULT_OPERATIONS), fault=st.sampled_from(FAULTS))
@@ -1212,7 +1221,10 @@ class RunStoreComparison(Steering, RuleBasedStateMachine):
         trace; transient ones within the retry budget must not change the
         outcome; as many as the budget must raise. A raised error's cause
         must say what failed (``expected_fault_cause``)."""
-        built = faulted_call(op, self.world, self.clock.now_ms())
+        self._faulted(faulted_call(op, self.world, self.clock.now_ms()), fault)
+
+    def _faulted(self, built: Call, fault: str) -> None:
+        """``built`` with the fault plan ``fault`` armed, judged as ``faulted`` says."""
         plan = fault_plan(fault)
         self.store._install_faults(plan)
         try:

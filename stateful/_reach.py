@@ -24,7 +24,8 @@ Not every cell can happen: a running run always has an owner, a claim on a
 settled run is impossible, a steal granted over a fresh heartbeat is the bug
 the suite hunts. ``UNREACHABLE`` gives the reason for every such cell, as
 rules over cells; every other cell is *reachable*, and the default budget
-must reach it (``tests/test_conformance_reach.py``). ``runstore fuzz
+must reach it (``tests/test_conformance_reach.py``; the rarest cells are
+reached by the reach tour, ``_tour``). ``runstore fuzz
 --coverage`` prints the tables a campaign reached, and ``reach_tables()``
 (``runstore.stateful``) renders a ``Reach``.
 
