@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -73,6 +73,22 @@ def copyable(store: Any, path: Path) -> bool:
     return isinstance(store, SqliteRunStore) and path.is_file()
 
 
+@contextlib.contextmanager
+def database_copy(path: Path, name: str) -> Iterator[Path]:
+    """A private copy of the database at ``path`` (``VACUUM INTO``, mode
+    0600) beside it, named with ``name``; removed, with any side files, when
+    the block ends."""
+    copy = path.with_name(f"{path.stem}-{name}{path.suffix}")
+    _remove(copy)
+    try:
+        with contextlib.closing(sqlite3.connect(path)) as source:
+            source.execute("VACUUM INTO ?", (str(copy),))
+        os.chmod(copy, 0o600)
+        yield copy
+    finally:
+        _remove(copy)
+
+
 def judge_column_edit(
     factory: Callable[[ManualClock, Path], Any],
     path: Path,
@@ -86,12 +102,7 @@ def judge_column_edit(
     the edit; the store's own check is judged only when the copy passed it
     before the edit."""
     column, value, where, undecodable = COLUMN_EDITS[edit]
-    copy = path.with_name(f"{path.stem}-edited{path.suffix}")
-    _remove(copy)
-    try:
-        with contextlib.closing(sqlite3.connect(path)) as source:
-            source.execute("VACUUM INTO ?", (str(copy),))
-        os.chmod(copy, 0o600)
+    with database_copy(path, "edited") as copy:
         with contextlib.closing(sqlite3.connect(copy, isolation_level=None)) as raw:
             # State the program corrupted on purpose would fail the store's own
             # check before the edit: the copy gets valid state everywhere.
@@ -114,8 +125,6 @@ def judge_column_edit(
                 _judge(edited, now_ms, row, edit, undecodable, check)
         finally:
             edited.close()
-    finally:
-        _remove(copy)
 
 
 def _judge(

@@ -8,7 +8,7 @@ larger one. Reading it must fail with ``decode_failed``: handing out a value
 no store could have admitted would let a later write carry it further.
 
 Like the column edits (``_edits``), the edit is made on a copy of the SQLite
-adapter's file (``VACUUM INTO``), so the store under test and the reference
+adapter's file (``database_copy``), so the store under test and the reference
 carry on unchanged. The text is valid JSON, a string of 16 MiB plus one byte
 once encoded, so the schema's ``json_valid`` check lets it in.
 """
@@ -16,7 +16,6 @@ once encoded, so the schema's ``json_valid`` check lets it in.
 from __future__ import annotations
 
 import contextlib
-import os
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +25,7 @@ from runstore._clock import ManualClock
 from runstore.attempts import AttemptId, AttemptStoreError
 from runstore.attempts._boundary import MAXIMUM_CHECKPOINT_BYTES
 
+from ._edits import database_copy
 from ._invariants import CorruptRowAccepted
 
 #: One UTF-8 byte past the cap: a JSON string (two quotes) of one-byte characters.
@@ -44,12 +44,7 @@ def judge_oversized_checkpoint(
     ``attempt_factory`` builds over the store ``factory`` opens on the copy
     refuses to read it. The copy is removed afterwards. Returns whether it
     was judged (not when the attempt is not in the file)."""
-    copy = path.with_name(f"{path.stem}-oversized{path.suffix}")
-    _remove(copy)
-    try:
-        with contextlib.closing(sqlite3.connect(path)) as source:
-            source.execute("VACUUM INTO ?", (str(copy),))
-        os.chmod(copy, 0o600)
+    with database_copy(path, "oversized") as copy:
         with contextlib.closing(sqlite3.connect(copy, isolation_level=None)) as raw:
             changed = raw.execute(
                 "UPDATE flows_attempts SET checkpoint_json = ?"
@@ -64,8 +59,6 @@ def judge_oversized_checkpoint(
         finally:
             edited.close()
         return True
-    finally:
-        _remove(copy)
 
 
 def _judge(attempts: Any, attempt: AttemptId) -> None:
@@ -85,8 +78,3 @@ def _judge(attempts: Any, attempt: AttemptId) -> None:
     raise CorruptRowAccepted(
         f"{shown}: get() answered {size}, where it must be refused with decode_failed"
     )
-
-
-def _remove(path: Path) -> None:
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
