@@ -326,23 +326,34 @@ def _in_thread(fn: Callable[[], object], *, start: threading.Barrier | None = No
 
 # --- opening as a user who may not write ------------------------------------------
 
-#: A child that opens as an unprivileged user (when the check runs as root,
-#: which file modes do not stop): it opens and reads one database first, so
-#: every module an open imports is loaded while the interpreter's files are
-#: still readable, drops to the uid and gid given, tries each case and prints
-#: what happened as JSON (the loop is ``_attempt_open``'s).
-_AS_USER: Final = """
-import json, os, shutil, sys, tempfile
-sys.path[:0] = json.loads(sys.argv[1])
-import runstore
+#: The part of a child script that becomes an unprivileged user (``uid`` and
+#: ``gid``, set before it, with ``os``, ``shutil``, ``tempfile`` and
+#: ``runstore`` imported): it opens one database both ways first, so every
+#: module an open imports is loaded while the interpreter's files are still
+#: readable, then drops to that user.
+DROP_TO_USER: Final = """
 warm = tempfile.mkdtemp()
 runstore.open(os.path.join(warm, "runs.db")).close()
 runstore.open(os.path.join(warm, "runs.db"), read_only=True).close()
 shutil.rmtree(warm)
 os.setgroups([])
-os.setgid(int(sys.argv[3]))
-os.setuid(int(sys.argv[2]))
-found = []
+os.setgid(gid)
+os.setuid(uid)
+"""
+
+#: A child that opens as an unprivileged user (when the check runs as root,
+#: which file modes do not stop): it drops to the uid and gid given
+#: (``DROP_TO_USER``), tries each case and prints what happened as JSON (the
+#: loop is ``_attempt_open``'s).
+_AS_USER: Final = (
+    """
+import json, os, shutil, sys, tempfile
+sys.path[:0] = json.loads(sys.argv[1])
+import runstore
+uid, gid = int(sys.argv[2]), int(sys.argv[3])
+"""
+    + DROP_TO_USER
+    + """found = []
 for path, read_only in json.loads(sys.argv[4]):
     try:
         store = runstore.open(path, read_only=read_only)
@@ -355,6 +366,7 @@ for path, read_only in json.loads(sys.argv[4]):
             found.append({"runs": [row.run_id for row in store.state().rows]})
 print(json.dumps(found, default=str))
 """
+)
 
 
 def _attempt_open(path: str, read_only: bool, options: dict[str, Any]) -> dict[str, object]:

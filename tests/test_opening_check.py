@@ -238,25 +238,23 @@ def test_a_planted_bug_is_caught_by_its_check(name: str, monkeypatch: pytest.Mon
     assert type(caught.value).__name__ == expected, caught.value
 
 
-_UNPRIVILEGED_CHECK = """
+_UNPRIVILEGED_CHECK = (
+    """
 import json, os, shutil, sys, tempfile
 import runstore
 from runstore.consensus import SqlConsensus
 from runstore.stateful import _opening
-warm = tempfile.mkdtemp()
-runstore.open(os.path.join(warm, "runs.db")).close()
-runstore.open(os.path.join(warm, "runs.db"), read_only=True).close()
-shutil.rmtree(warm)
-os.setgroups([])
-os.setgid(int(sys.argv[2]))
-os.setuid(int(sys.argv[1]))
-machine = _opening.opening_check_for(SqlConsensus, name="unprivileged")()
+uid, gid = int(sys.argv[1]), int(sys.argv[2])
+"""
+    + _opening.DROP_TO_USER
+    + """machine = _opening.opening_check_for(SqlConsensus, name="unprivileged")()
 try:
     found = machine._users_findings()
 finally:
     machine.teardown()
 print(json.dumps(found))
 """
+)
 
 
 @pytest.mark.processes

@@ -176,6 +176,17 @@ def _on(kind: type[Any], *, fast_path: bool = True) -> Callable[[], type[Any]]:
     return lambda: machine_of(kind, fast_path=fast_path)
 
 
+def _on_both_paths(
+    name: str, plant: Callable[[pytest.MonkeyPatch], None], check: str
+) -> dict[str, tuple[Callable[[pytest.MonkeyPatch], None], str, Callable[[], Any]]]:
+    """Entries of ``PLANTED`` for a bug in code both paths run, on
+    ``SessionLossCheck``: ``NAME-one-round-trip`` and ``NAME-general``."""
+    return {
+        f"{name}-one-round-trip": (plant, check, _on(SessionLossCheck, fast_path=True)),
+        f"{name}-general": (plant, check, _on(SessionLossCheck, fast_path=False)),
+    }
+
+
 #: name -> (plant, the check that must fire (or any of several), what builds
 #: the machine it runs on). A bug planted in both paths' code has an entry per path.
 PLANTED: dict[
@@ -187,35 +198,18 @@ PLANTED: dict[
         "SessionLossMishandled",
         _on(SessionLossCheck),
     ),
-    "replay_budget_that_cannot_add-one-round-trip": (
-        _replay_budget_that_cannot_add,
-        "DeadlockNotReplayed",
-        _on(SessionLossCheck, fast_path=True),
+    **_on_both_paths(
+        "replay_budget_that_cannot_add", _replay_budget_that_cannot_add, "DeadlockNotReplayed"
     ),
-    "replay_budget_that_cannot_add-general": (
-        _replay_budget_that_cannot_add,
-        "DeadlockNotReplayed",
-        _on(SessionLossCheck, fast_path=False),
-    ),
-    "deadlock_taken_for_a_lasting_failure-one-round-trip": (
+    **_on_both_paths(
+        "deadlock_taken_for_a_lasting_failure",
         _deadlock_taken_for_a_lasting_failure,
         "DeadlockNotReplayed",
-        _on(SessionLossCheck, fast_path=True),
     ),
-    "deadlock_taken_for_a_lasting_failure-general": (
-        _deadlock_taken_for_a_lasting_failure,
-        "DeadlockNotReplayed",
-        _on(SessionLossCheck, fast_path=False),
-    ),
-    "read_replay_check_that_cannot_add-one-round-trip": (
+    **_on_both_paths(
+        "read_replay_check_that_cannot_add",
         _read_replay_check_that_cannot_add,
         "ReadLossMishandled",
-        _on(SessionLossCheck, fast_path=True),
-    ),
-    "read_replay_check_that_cannot_add-general": (
-        _read_replay_check_that_cannot_add,
-        "ReadLossMishandled",
-        _on(SessionLossCheck, fast_path=False),
     ),
     "statement_timeout_reported_as_an_interrupt": (
         _statement_timeout_reported_as_an_interrupt,
