@@ -117,3 +117,18 @@ def test_an_excluded_call_that_may_write_leaves_the_count_unchecked():
     assert verdict.revision is not None
     assert verdict.revision.result == "unchecked"
     assert "excluded operations may have written (rewrite_everything)" in verdict.summary()
+
+
+def test_a_page_of_unknown_outcome_leaves_the_count_checked():
+    """A ``list_runs`` whose process died mid-call is excluded (a read of
+    unknown outcome constrains nothing), but it wrote nothing either: the
+    count is still checked, and a wrong one still fails."""
+    _, _, history, final = owned_runs()
+    last = history[-1].returned_ns
+    page = operation("list_runs", invoked=last + 1, returned=None)
+    verdict = check_history([*history, page], final=final)
+    assert verdict.ok, verdict.summary()
+    assert verdict.revision is not None
+    assert verdict.revision.result == "ok"
+    beyond = attrs.evolve(final, revision=final.revision + 1)
+    assert check_history([*history, page], final=beyond).status == "violation"
