@@ -30,6 +30,9 @@ PostgreSQL's. What differs, and why:
 - Migration 2004 creates one function per write operation, which the store
   calls in one round trip when its strategy is ``SqlConsensus``
   (``runstore.postgres._fused_sql``); it records nothing on SQLite.
+- Migration 2006 writes those functions' expressions again, shorter and
+  admitting the same rows, since a function's expression is set up anew in
+  every transaction; it records nothing on SQLite.
 - Functions that read tables are created with ``SET search_path FROM
   CURRENT``: they always see the schema they were migrated into, whatever the
   search path of the session whose write fires them.
@@ -681,6 +684,84 @@ ONE_CHECK_PER_TABLE: Final = (
     + _FACT_ROW_CHECKS
 )
 
+
+# Migration 2006: the same row checks, cheaper to run. PostgreSQL evaluates a
+# plpgsql function's RETURN expression through a plan kept for the session,
+# but builds its evaluation state again in every transaction, and each of the
+# store's writes is a transaction of its own: the expression's size is paid
+# on every write. A CHECK fails only when its condition is false, never when
+# it is NULL, and an AND is false exactly when one of its terms is false, so
+# the terms need no COALESCE(..., true) around them, and a nullable column's
+# test needs no "IS NULL OR" (a NULL makes its term NULL, which fails
+# nothing). The tests of columns that must not be NULL, and the ownership,
+# claim and waiting rules, keep their IS NOT NULL. Only a function that calls
+# another of the schema's functions (the runs' JSON tests) keeps its search
+# path; the others use nothing but built-ins.
+
+
+def _lean(column: str, check: str) -> str:
+    """A column's test as a term of the AND chain (see above)."""
+    if check == _opt_int(column):
+        return f"{column} BETWEEN 0 AND {_MAX}"
+    if check == _opt_text(column):
+        return f"length({column}) > 0"
+    return check
+
+
+def _lean_check(
+    table: str, columns: list[tuple[str, str]], checks: list[str], *, calls_schema: bool = False
+) -> str:
+    arguments = ", ".join(f"{column} {kind}" for column, kind in columns)
+    body = "\n    AND ".join(f"({check})" for check in checks)
+    path = "\nSET search_path FROM CURRENT" if calls_schema else ""
+    return f"""
+CREATE OR REPLACE FUNCTION {table}_row_valid({arguments}) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE{path} AS $$
+BEGIN
+  RETURN {body};
+END
+$$;
+"""
+
+
+def _lean_simple(table: str, checked: list[tuple[str, str, str]], extra: list[str]) -> str:
+    return _lean_check(
+        table,
+        [(column, kind) for column, kind, _check in checked],
+        [_lean(column, check) for column, _kind, check in checked] + extra,
+    )
+
+
+_LEAN_CHECKS: Final = (
+    _lean_check(
+        "flows_runs",
+        [(column, kind) for column, kind, _check in _RUN_CHECKED]
+        + [
+            ("owner_host_id", "text"),
+            ("owner_pid", "bigint"),
+            ("owner_nonce", "text"),
+            ("claim_host_id", "text"),
+            ("claim_pid", "bigint"),
+            ("claim_nonce", "text"),
+        ],
+        [_lean(column, check) for column, _kind, check in _RUN_CHECKED]
+        + [_OWNERSHIP_CHECK, _CLAIM_CHECK, _WAITING_CHECK],
+        calls_schema=True,
+    )
+    + _lean_simple("flows_consensus_leases", _LEASE_CHECKED, [])
+    + _lean_simple("flows_run_changes", _CHANGE_CHECKED, [])
+    + _lean_simple("flows_run_source", _SOURCE_CHECKED, [])
+    + _lean_check(
+        "flows_ownership_facts",
+        [(column, kind) for column, kind, _check in _FACT_CHECKED] + [("fact_position", "bigint")],
+        [_lean(column, check) for column, _kind, check in _FACT_CHECKED]
+        + [
+            f"fact_position BETWEEN 1 AND {_MAX}",
+            "granted_at_ms IS NOT NULL OR transition = 'released'",
+        ],
+    )
+)
+
 _TEXTS: Final = {
     1001: _INITIAL,
     1002: _LINEAGE,
@@ -692,6 +773,7 @@ _TEXTS: Final = {
     2003: _FINDING_WORK,
     2004: FUSED_OPERATIONS + ONE_CHECK_PER_TABLE,
     2005: _BULK_REVISIONS,
+    2006: _LEAN_CHECKS,
 }
 
 #: The chain: SQLite's ids and names, in SQLite's order, with PostgreSQL text.

@@ -21,6 +21,8 @@ id     name                                what it does
                                            operations (``runstore.postgres``)
 2005   ``runstore_bulk_revisions``         cheaper revision triggers (two statements);
                                            PostgreSQL numbers batch writes at once
+2006   ``runstore_lean_checks``            nothing on SQLite; PostgreSQL's row checks
+                                           written as cheaper expressions
 =====  ==================================  =========================================
 
 The pending migrations run, in order, inside one ``BEGIN IMMEDIATE``
@@ -362,6 +364,7 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     # Recorded on SQLite too, so both backends keep one history.
     Migration(2004, "runstore_one_round_trip", ""),
     Migration(2005, "runstore_bulk_revisions", _BULK_REVISIONS),
+    Migration(2006, "runstore_lean_checks", ""),
 )
 
 _KNOWN: Final = {m.id: m.name for m in MIGRATIONS}
