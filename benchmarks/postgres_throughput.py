@@ -31,8 +31,12 @@ shared core, strategy calls through ``tx.connection``) or ``both``.
 ``synchronous_commit`` on (the default cluster has them off: the test
 cluster's settings, where round trips dominate).
 
+``--repeat K`` runs parts 1 and 2 K times and ends with each ratio's
+median and range over the runs (one run on a shared machine can be off by a
+factor of two).
+
 Run: ``python benchmarks/postgres_throughput.py [--calls N] [--seconds S]
-[--path fast|general|both] [--durable] [--only 1,2,3,4]``.
+[--path fast|general|both] [--durable] [--only 1,2,3,4] [--repeat K]``.
 """
 
 from __future__ import annotations
@@ -148,12 +152,15 @@ def open_store(url: str, clock: Any, path: str) -> Any:
 class Subject:
     """The store, with runs prepared so every call of an operation succeeds."""
 
+    made = 0  # subjects so far in this process: a repeated run's runs are new
+
     def __init__(self, url: str, operation: str, path: str) -> None:
         self.clock = ManualClock(0)
         self.store: Any = open_store(url, self.clock, path)
         self.operation = operation
         self.serial = 0
-        self.prefix = f"{path}-{operation}"
+        Subject.made += 1
+        self.prefix = f"{path}-{operation}-{Subject.made}"
 
     def _fresh(self, count: int) -> list[str]:
         ids = []
@@ -216,12 +223,14 @@ def _median_us(values: list[float]) -> float:
     return statistics.median(values) * 1e6
 
 
-def per_operation(url: str, path: str, calls: int) -> None:
+def per_operation(url: str, path: str, calls: int) -> dict[str, float]:
     """Each store call alternates with the baseline's transactions (as many as
-    the call replaces), so both see the same load; medians are compared."""
+    the call replaces), so both see the same load; medians are compared.
+    Returns each operation's ratio per transaction."""
     print(f"\n1. one client, {path} path ({calls} calls, each followed by the baseline)")
     print(f"{'operation':<20}{'store us':>10}{'raw us/tx':>11}{'store op/s':>12}{'ratio/tx':>10}")
     baseline = Baseline(url, "solo")
+    ratios: dict[str, float] = {}
     for operation, transactions in OPERATIONS.items():
         subject = Subject(url, operation, path)
         call = subject.prepare(calls + 5)
@@ -241,11 +250,12 @@ def per_operation(url: str, path: str, calls: int) -> None:
             raw_times.append((time.perf_counter() - began) / transactions)
         subject.close()
         store_us, raw_us = _median_us(store_times), _median_us(raw_times)
-        ratio = raw_us * transactions / store_us
+        ratio = ratios[operation] = raw_us * transactions / store_us
         print(
             f"{operation:<20}{store_us:>10.0f}{raw_us:>11.0f}{1e6 / store_us:>12.0f}{ratio:>10.2f}"
         )
     baseline.close()
+    return ratios
 
 
 # -- several client processes ---------------------------------------------------------
@@ -315,22 +325,35 @@ def _run_clients(
     return count / seconds, latencies, sum(r[2] for r in results)
 
 
-def scaling(url: str, path: str, seconds: float) -> None:
+def scaling(url: str, path: str, seconds: float) -> dict[str, float]:
     print(f"\n2. writers on distinct runs, {path} path ({seconds:g} s per point, interleaved)")
     header = ("clients", 8), ("store tx/s", 12), ("raw tx/s", 12), ("store n/1", 11)
     print("".join(f"{name:>{width}}" for name, width in (*header, ("raw n/1", 9), ("ratio", 8))))
     first: dict[str, float] = {}
+    ratios: dict[str, float] = {}
     for n in (1, 2, 4, 8):
         store, _, store_failures = _run_clients(url, "store", path, n, seconds)
         raw, _, _ = _run_clients(url, "raw", path, n, seconds)
         first.setdefault("store", store)
         first.setdefault("raw", raw)
         s_ratio, r_ratio = store / first["store"], raw / first["raw"]
+        ratios[f"{n} clients: n/1 against raw's"] = s_ratio / r_ratio
         print(
             f"{n:>8}{store:>12.0f}{raw:>12.0f}{s_ratio:>11.2f}{r_ratio:>9.2f}"
             f"{s_ratio / r_ratio:>8.2f}"
             + (f"  ({store_failures} failed)" if store_failures else "")
         )
+    return ratios
+
+
+def summary(path: str, runs: list[dict[str, float]]) -> None:
+    """Each ratio's median over the repeated runs, with its range: on a
+    shared machine one run's ratio can be off by a factor of two."""
+    print(f"\nratios over {len(runs)} runs, {path} path: median (min to max)")
+    for name in runs[0]:
+        values = [run[name] for run in runs]
+        low, mid, high = min(values), statistics.median(values), max(values)
+        print(f"{name:<34}{mid:>6.2f}  ({low:.2f} to {high:.2f})")
 
 
 def one_run(url: str, path: str, seconds: float) -> None:
@@ -391,6 +414,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--path", choices=["fast", "general", "both"], default="both")
     parser.add_argument("--durable", action="store_true")
     parser.add_argument("--only", default="1,2,3,4")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="run parts 1 and 2 this many times, then summarize"
+    )
     args = parser.parse_args(argv)
     parts = set(args.only.split(","))
     cluster = None
@@ -408,10 +434,14 @@ def main(argv: list[str] | None = None) -> None:
     paths = ["fast", "general"] if args.path == "both" else [args.path]
     try:
         for path in paths:
-            if "1" in parts:
-                per_operation(url, path, args.calls)
-            if "2" in parts:
-                scaling(url, path, args.seconds)
+            runs: list[dict[str, float]] = [{} for _ in range(args.repeat)]
+            for run in runs:
+                if "1" in parts:
+                    run.update(per_operation(url, path, args.calls))
+                if "2" in parts:
+                    run.update(scaling(url, path, args.seconds))
+            if args.repeat > 1 and runs[0]:
+                summary(path, runs)
             if "3" in parts:
                 one_run(url, path, args.seconds)
         if "4" in parts:
