@@ -30,9 +30,11 @@ PostgreSQL's. What differs, and why:
 - Migration 2004 creates one function per write operation, which the store
   calls in one round trip when its strategy is ``SqlConsensus``
   (``runstore.postgres._fused_sql``); it records nothing on SQLite.
-- Migration 2006 writes those functions' expressions again, shorter and
-  admitting the same rows, since a function's expression is set up anew in
-  every transaction; it records nothing on SQLite.
+- Migration 2004 also folds each hot table's CHECKs into one, calling a
+  plpgsql function of the same expressions; migration 2006 writes those
+  functions again, shorter and admitting the same rows, since a function's
+  expression is set up anew in every transaction. It records nothing on
+  SQLite either.
 - Functions that read tables are created with ``SET search_path FROM
   CURRENT``: they always see the schema they were migrated into, whatever the
   search path of the session whose write fires them.
@@ -604,21 +606,22 @@ _RUN_CHECKED: Final = [
     ),
     ("waiting_request", "text", f"waiting_request IS NULL OR {_json('waiting_request')}"),
 ]
+#: The owner and claim columns, tested only by the rules that tie them together.
+_RUN_IDENTITY_COLUMNS: Final = [
+    ("owner_host_id", "text"),
+    ("owner_pid", "bigint"),
+    ("owner_nonce", "text"),
+    ("claim_host_id", "text"),
+    ("claim_pid", "bigint"),
+    ("claim_nonce", "text"),
+]
+_RUN_RULES: Final = [_OWNERSHIP_CHECK, _CLAIM_CHECK, _WAITING_CHECK]
 _RUN_ROW_CHECKS: Final = _one_check(
     "flows_runs",
     [f"flows_runs_{column}_check" for column, _kind, _check in _RUN_CHECKED]
     + ["flows_runs_ownership", "flows_runs_claim", "flows_runs_waiting"],
-    [(column, kind) for column, kind, _check in _RUN_CHECKED]
-    + [
-        ("owner_host_id", "text"),
-        ("owner_pid", "bigint"),
-        ("owner_nonce", "text"),
-        ("claim_host_id", "text"),
-        ("claim_pid", "bigint"),
-        ("claim_nonce", "text"),
-    ],
-    [check for _column, _kind, check in _RUN_CHECKED]
-    + [_OWNERSHIP_CHECK, _CLAIM_CHECK, _WAITING_CHECK],
+    [(column, kind) for column, kind, _check in _RUN_CHECKED] + _RUN_IDENTITY_COLUMNS,
+    [check for _column, _kind, check in _RUN_CHECKED] + _RUN_RULES,
 )
 
 _LEASE_CHECKED: Final = [
@@ -659,16 +662,16 @@ def _simple(table: str, checked: list[tuple[str, str, str]], extra: list[str]) -
     )
 
 
+_FACT_RULES: Final = [
+    f"fact_position BETWEEN 1 AND {_MAX}",
+    "granted_at_ms IS NOT NULL OR transition = 'released'",
+]
 _FACT_ROW_CHECKS: Final = _one_check(
     "flows_ownership_facts",
     [f"flows_ownership_facts_{column}_check" for column, _kind, _check in _FACT_CHECKED]
     + ["flows_ownership_facts_position_check", "flows_ownership_facts_check"],
     [(column, kind) for column, kind, _check in _FACT_CHECKED] + [("fact_position", "bigint")],
-    [check for _column, _kind, check in _FACT_CHECKED]
-    + [
-        f"fact_position BETWEEN 1 AND {_MAX}",
-        "granted_at_ms IS NOT NULL OR transition = 'released'",
-    ],
+    [check for _column, _kind, check in _FACT_CHECKED] + _FACT_RULES,
 ).replace(
     "flows_ownership_facts_row_valid(run_id, transition, owner_host_id, owner_pid, "
     "owner_nonce, granted_at_ms, fact_position)",
@@ -735,17 +738,8 @@ def _lean_simple(table: str, checked: list[tuple[str, str, str]], extra: list[st
 _LEAN_CHECKS: Final = (
     _lean_check(
         "flows_runs",
-        [(column, kind) for column, kind, _check in _RUN_CHECKED]
-        + [
-            ("owner_host_id", "text"),
-            ("owner_pid", "bigint"),
-            ("owner_nonce", "text"),
-            ("claim_host_id", "text"),
-            ("claim_pid", "bigint"),
-            ("claim_nonce", "text"),
-        ],
-        [_lean(column, check) for column, _kind, check in _RUN_CHECKED]
-        + [_OWNERSHIP_CHECK, _CLAIM_CHECK, _WAITING_CHECK],
+        [(column, kind) for column, kind, _check in _RUN_CHECKED] + _RUN_IDENTITY_COLUMNS,
+        [_lean(column, check) for column, _kind, check in _RUN_CHECKED] + _RUN_RULES,
         calls_schema=True,
     )
     + _lean_simple("flows_consensus_leases", _LEASE_CHECKED, [])
@@ -754,11 +748,7 @@ _LEAN_CHECKS: Final = (
     + _lean_check(
         "flows_ownership_facts",
         [(column, kind) for column, kind, _check in _FACT_CHECKED] + [("fact_position", "bigint")],
-        [_lean(column, check) for column, _kind, check in _FACT_CHECKED]
-        + [
-            f"fact_position BETWEEN 1 AND {_MAX}",
-            "granted_at_ms IS NOT NULL OR transition = 'released'",
-        ],
+        [_lean(column, check) for column, _kind, check in _FACT_CHECKED] + _FACT_RULES,
     )
 )
 
