@@ -201,3 +201,29 @@ def test_a_function_that_forgets_an_expression_is_caught(pair: tuple[Any, Any]) 
     finally:
         new.execute("ROLLBACK")
     assert weakened != before
+
+
+def test_every_row_check_keeps_its_search_path(pair: tuple[Any, Any]) -> None:
+    """The row-check functions call built-ins (and the runs' JSON test): each
+    runs with the search path it was created with, so a writer's session
+    whose path puts its own length() or operators before pg_catalog cannot
+    change what a CHECK admits."""
+    _old, new = pair
+    rows = new.execute(
+        "SELECT p.proname, p.proconfig FROM pg_catalog.pg_proc AS p "
+        "JOIN pg_catalog.pg_namespace AS n ON n.oid = p.pronamespace "
+        "WHERE n.nspname = current_schema() AND p.proname LIKE '%\\_row\\_valid'"
+    ).fetchall()
+    assert sorted(name for name, _ in rows) == sorted(
+        f"{table}_row_valid"
+        for table in (
+            "flows_runs",
+            "flows_consensus_leases",
+            "flows_run_changes",
+            "flows_run_source",
+            "flows_ownership_facts",
+        )
+    )
+    for name, config in rows:
+        assert config is not None, name
+        assert any(item.startswith("search_path=") for item in config), name

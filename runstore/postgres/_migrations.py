@@ -697,9 +697,10 @@ ONE_CHECK_PER_TABLE: Final = (
 # the terms need no COALESCE(..., true) around them, and a nullable column's
 # test needs no "IS NULL OR" (a NULL makes its term NULL, which fails
 # nothing). The tests of columns that must not be NULL, and the ownership,
-# claim and waiting rules, keep their IS NOT NULL. Only a function that calls
-# another of the schema's functions (the runs' JSON tests) keeps its search
-# path; the others use nothing but built-ins.
+# claim and waiting rules, keep their IS NOT NULL. Every function keeps its
+# pinned search path, although most call only built-ins: a writer's session
+# must not be able to change what length() or BETWEEN means to a CHECK (its
+# own functions, earlier in its path than pg_catalog, would otherwise win).
 
 
 def _lean(column: str, check: str) -> str:
@@ -711,15 +712,12 @@ def _lean(column: str, check: str) -> str:
     return check
 
 
-def _lean_check(
-    table: str, columns: list[tuple[str, str]], checks: list[str], *, calls_schema: bool = False
-) -> str:
+def _lean_check(table: str, columns: list[tuple[str, str]], checks: list[str]) -> str:
     arguments = ", ".join(f"{column} {kind}" for column, kind in columns)
     body = "\n    AND ".join(f"({check})" for check in checks)
-    path = "\nSET search_path FROM CURRENT" if calls_schema else ""
     return f"""
 CREATE OR REPLACE FUNCTION {table}_row_valid({arguments}) RETURNS boolean
-LANGUAGE plpgsql IMMUTABLE{path} AS $$
+LANGUAGE plpgsql IMMUTABLE SET search_path FROM CURRENT AS $$
 BEGIN
   RETURN {body};
 END
@@ -740,7 +738,6 @@ _LEAN_CHECKS: Final = (
         "flows_runs",
         [(column, kind) for column, kind, _check in _RUN_CHECKED] + _RUN_IDENTITY_COLUMNS,
         [_lean(column, check) for column, _kind, check in _RUN_CHECKED] + _RUN_RULES,
-        calls_schema=True,
     )
     + _lean_simple("flows_consensus_leases", _LEASE_CHECKED, [])
     + _lean_simple("flows_run_changes", _CHANGE_CHECKED, [])
