@@ -563,25 +563,35 @@ $$;
 # refusal is still SQLSTATE 23514, under the table's one constraint name.
 
 
-def _one_check(
-    table: str, dropped: list[str], columns: list[tuple[str, str]], checks: list[str]
+def _row_function(
+    table: str, columns: list[tuple[str, str]], terms: list[str], *, verb: str = "CREATE"
 ) -> str:
-    name = f"{table}_row_valid"
+    """A table's row-check function: the AND of ``terms`` over the columns."""
     arguments = ", ".join(f"{column} {kind}" for column, kind in columns)
-    body = "\n    AND ".join(f"COALESCE(({check}), true)" for check in checks)
-    drops = ",\n  ".join(f"DROP CONSTRAINT {constraint}" for constraint in dropped)
-    call = ", ".join(column for column, _kind in columns)
+    body = "\n    AND ".join(terms)
     return f"""
-CREATE FUNCTION {name}({arguments}) RETURNS boolean
+{verb} FUNCTION {table}_row_valid({arguments}) RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE SET search_path FROM CURRENT AS $$
 BEGIN
   RETURN {body};
 END
 $$;
-ALTER TABLE {table}
-  {drops},
-  ADD CONSTRAINT {table}_valid CHECK ({name}({call}));
 """
+
+
+def _one_check(
+    table: str, dropped: list[str], columns: list[tuple[str, str]], checks: list[str]
+) -> str:
+    drops = ",\n  ".join(f"DROP CONSTRAINT {constraint}" for constraint in dropped)
+    call = ", ".join(column for column, _kind in columns)
+    terms = [f"COALESCE(({check}), true)" for check in checks]
+    return (
+        _row_function(table, columns, terms)
+        + f"""ALTER TABLE {table}
+  {drops},
+  ADD CONSTRAINT {table}_valid CHECK ({table}_row_valid({call}));
+"""
+    )
 
 
 _RUN_CHECKED: Final = [
@@ -713,16 +723,8 @@ def _lean(column: str, check: str) -> str:
 
 
 def _lean_check(table: str, columns: list[tuple[str, str]], checks: list[str]) -> str:
-    arguments = ", ".join(f"{column} {kind}" for column, kind in columns)
-    body = "\n    AND ".join(f"({check})" for check in checks)
-    return f"""
-CREATE OR REPLACE FUNCTION {table}_row_valid({arguments}) RETURNS boolean
-LANGUAGE plpgsql IMMUTABLE SET search_path FROM CURRENT AS $$
-BEGIN
-  RETURN {body};
-END
-$$;
-"""
+    terms = [f"({check})" for check in checks]
+    return _row_function(table, columns, terms, verb="CREATE OR REPLACE")
 
 
 def _lean_simple(table: str, checked: list[tuple[str, str, str]], extra: list[str]) -> str:
