@@ -17,7 +17,8 @@ other strategy keeps the general path, with strategy calls through
 ``tx.connection``.
 
 Fused: every write of one run, ``request_cancel_lineage``, ``heartbeat_many``
-and ``claim_next`` (two round trips: its row is decoded before the commit).
+and ``claim_next`` (one round trip when the server proves that its row will
+decode, else three: the row is then decoded before the commit).
 Reads are single statements already. ``purge_settled`` and
 ``compact_changes`` keep the general path: batch maintenance of up to
 ``limit`` runs in one transaction of about nine round trips, which measured
@@ -115,6 +116,10 @@ HEARTBEAT_MANY: Final = (
 )
 CLAIM_NEXT: Final = (
     "SELECT * FROM flows_op_claim_next($1::text, $2::text, $3::text, $4::bigint, $5::text, "
+    "$6::bigint, $7::bigint)"
+)
+CLAIM_NEXT_ONCE: Final = (
+    "SELECT * FROM flows_op_claim_next_once($1::text, $2::text, $3::text, $4::bigint, $5::text, "
     "$6::bigint, $7::bigint)"
 )
 REQUEST_CANCEL: Final = (
@@ -264,15 +269,19 @@ class Fused:
         """The claimed run's row as ``decode`` makes it, None when there was
         none, or True when the call must take the general path.
 
-        Two round trips, not one: the row is decoded before ``COMMIT`` is
-        sent, so a run whose stored state no longer decodes is not claimed
-        (the operation fails whole, as the general path's does)."""
+        A run whose stored row no longer decodes must not be claimed (the
+        operation fails whole, as the general path's does). One round trip
+        when the server proves the row will decode (migration 2007); else
+        the claim rolls back and is made again with the row decoded before
+        ``COMMIT`` is sent (two more)."""
 
         def check(rows: list[Any]) -> T | None:
             return decode(tuple(rows[0])) if rows else None
 
         params = (*wanted, *_who(who), now, cutoff)
-        done = self._tm.once("claim_next", CLAIM_NEXT, params, check=check)
+        done = self._tm.once(
+            "claim_next", CLAIM_NEXT_ONCE, params, check=check, unproven=CLAIM_NEXT
+        )
         if done is None:
             return True
         return done[0][0]  # type: ignore[no-any-return]

@@ -33,8 +33,14 @@ from __future__ import annotations
 
 from typing import Final
 
+from .._constants import MAX_SAFE_INTEGER
+
 #: The SQLSTATE of a guarded write that missed its row.
 WRITE_INVARIANT: Final = "RS001"
+#: The SQLSTATE of a one-round-trip ``claim_next`` whose row the server cannot
+#: prove will decode: the claim rolled back, and the client decodes first.
+DECODE_FIRST: Final = "RS002"
+_MAX: Final = str(MAX_SAFE_INTEGER)
 
 _HELPERS: Final = """
 -- The loss a compare-and-swap reports when the row no longer admits it.
@@ -649,6 +655,128 @@ END
 $$;
 """
 
+# Migration 2007: claim_next in one round trip where the server can prove
+# that the client will decode the claimed row. flows_op_claim_next's answer
+# is decoded before COMMIT (two round trips), so that a run whose row no
+# longer decodes is never claimed. flows_op_claim_next_once returns the same
+# row from a statement that commits by itself, but only when every column
+# passes a test that implies the client's decoding succeeds (the checks of
+# runstore._sql._decode, restated over the returned columns, stricter where
+# restating them exactly would cost more); otherwise it raises DECODE_FIRST,
+# the claim rolls back with the statement, and the client makes the
+# two-round-trip call instead. The database is UTF8 (open refuses any
+# other), so no text holds a NUL or a surrogate, and an identifier of at
+# most 1 024 bytes is at most 1 024 UTF-16 code units.
+#
+# flows_state_decodes is the state's test. The client parses state strictly
+# (no number that overflows a double) and then bounds its shape (values,
+# depth, no surrogate in a string). At most 100 000 bytes and 128
+# opening brackets leave the shape nothing to break but a surrogate, which
+# only a backslash-u escape can bring. A state with no such escape, no digit
+# before an e or E and no run of 200 digits holds no number beyond a double's
+# range, and PostgreSQL's json parser accepting it is enough. Any other
+# state (hex digests and escaped non-ASCII text are common) is parsed as
+# jsonb, which refuses a lone surrogate escape, and its numbers are compared
+# with 1e308 exactly.
+_CLAIM_NEXT_ONCE: Final = f"""
+CREATE FUNCTION flows_state_decodes(p_state text) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE SET search_path FROM CURRENT AS $$
+DECLARE
+  v_value jsonb;
+BEGIN
+  IF p_state IS NULL OR octet_length(p_state) NOT BETWEEN 1 AND 100000
+     OR octet_length(p_state) - octet_length(translate(p_state, '[{{', '')) > 128 THEN
+    RETURN false;
+  END IF;
+  IF strpos(p_state, chr(92) || 'u') = 0 AND p_state !~ '[0-9][eE]|[0-9]{{200}}' THEN
+    RETURN flows_json_valid(p_state);
+  END IF;
+  BEGIN
+    v_value := p_state::jsonb;
+  EXCEPTION WHEN data_exception OR program_limit_exceeded THEN
+    RETURN false;
+  END;
+  RETURN NOT jsonb_path_exists(
+    v_value, 'lax $.** ? (@.type() == "number" && @.abs() > 1e308)', '{{}}', true);
+END
+$$;
+
+CREATE FUNCTION flows_op_decode_first() RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION 'the claimed row must be decoded before it commits'
+    USING ERRCODE = '{DECODE_FIRST}';
+END
+$$;
+
+"""
+
+
+def _identifier(column: str) -> str:
+    return f"octet_length({column}) BETWEEN 1 AND 1024"
+
+
+def _optional(column: str, test: str) -> str:
+    return f"({column} IS NULL OR {test})"
+
+
+def _integer(column: str) -> str:
+    return f"{column} BETWEEN 0 AND {_MAX}"
+
+
+#: The claimed row's proof, over the run row ``r`` and its state row ``s``:
+#: each column as ``decode_run`` reads it.
+_PROVEN: Final = "\n          AND ".join(
+    [
+        _identifier("r.run_id"),
+        "r.status IN ('pending', 'running', 'suspended', 'completed', 'failed', 'cancelled')",
+        _integer("r.created_at_ms"),
+        *(
+            _optional(f"r.{column}", _integer(f"r.{column}"))
+            for column in (
+                "started_at_ms",
+                "finished_at_ms",
+                "owner_pid",
+                "heartbeat_at_ms",
+                "claim_pid",
+                "claimed_at_ms",
+                "cancel_requested_at_ms",
+                "round_ordinal",
+            )
+        ),
+        *(
+            _optional(f"r.{column}", _identifier(f"r.{column}"))
+            for column in (
+                "owner_host_id",
+                "owner_nonce",
+                "claim_host_id",
+                "claim_nonce",
+                "parent_run_id",
+                "lineage_id",
+            )
+        ),
+        "num_nulls(r.owner_host_id, r.owner_pid, r.owner_nonce, r.heartbeat_at_ms) IN (0, 4)",
+        "(r.status = 'running') = (r.owner_host_id IS NOT NULL)",
+        "num_nulls(r.claim_host_id, r.claim_pid, r.claim_nonce, r.claimed_at_ms) IN (0, 4)",
+        "flows_state_decodes(s.state_json)",
+    ]
+)
+
+
+def _claim_next_once() -> str:
+    """flows_op_claim_next's text with its answer's query proven (see above)."""
+    name = "CREATE FUNCTION flows_op_claim_next("
+    answer = "      WHERE r.run_id = v_pick.id;\n"
+    if _CLAIM_NEXT.count(name) != 1 or _CLAIM_NEXT.count(answer) != 1:
+        raise AssertionError("flows_op_claim_next's text changed")
+    proven = (
+        f"      WHERE r.run_id = v_pick.id\n"
+        f"        AND CASE WHEN {_PROVEN}\n"
+        "        THEN true ELSE flows_op_decode_first() END;\n"
+    )
+    once = _CLAIM_NEXT.replace(name, "CREATE FUNCTION flows_op_claim_next_once(")
+    return once.replace(answer, proven)
+
+
 #: Migration 2004's text on PostgreSQL.
 FUSED_OPERATIONS: Final = (
     _REVISION_STEP
@@ -665,3 +793,6 @@ FUSED_OPERATIONS: Final = (
     + _CLAIM_NEXT
     + _CANCELLATION
 )
+
+#: Migration 2007's text on PostgreSQL.
+CLAIM_NEXT_ONCE: Final = _CLAIM_NEXT_ONCE + _claim_next_once()

@@ -34,7 +34,8 @@ PostgreSQL's. What differs, and why:
   plpgsql function of the same expressions; migration 2006 writes those
   functions again, shorter and admitting the same rows, since a function's
   expression is set up anew in every transaction. It records nothing on
-  SQLite either.
+  SQLite either, nor does 2007, which adds ``claim_next``'s one-round-trip
+  function (``flows_op_claim_next_once``).
 - Functions that read tables are created with ``SET search_path FROM
   CURRENT``: they always see the schema they were migrated into, whatever the
   search path of the session whose write fires them.
@@ -55,7 +56,7 @@ from typing import Any, Final
 from .._constants import MAX_SAFE_INTEGER
 from ..sqlite._migrations import MIGRATIONS as _SQLITE_MIGRATIONS
 from ..sqlite._migrations import Migration, SchemaRefused
-from ._fused_sql import FUSED_OPERATIONS
+from ._fused_sql import CLAIM_NEXT_ONCE, FUSED_OPERATIONS
 
 _MAX = str(MAX_SAFE_INTEGER)
 _ID = 'TEXT COLLATE "C"'
@@ -763,6 +764,7 @@ _TEXTS: Final = {
     2004: FUSED_OPERATIONS + ONE_CHECK_PER_TABLE,
     2005: _BULK_REVISIONS,
     2006: _LEAN_CHECKS,
+    2007: CLAIM_NEXT_ONCE,
 }
 
 #: The chain: SQLite's ids and names, in SQLite's order, with PostgreSQL text.

@@ -54,6 +54,7 @@ from .._sql._tx import run_callbacks as _run_callbacks
 from ..consensus._types import ConsensusError
 from ._clock_check import LEASE_METHODS, ClockCheck
 from ._errors import ReconnectFailed, classify, connect_reason, is_transient, unknown_outcome
+from ._fused_sql import DECODE_FIRST
 
 T = TypeVar("T")
 
@@ -242,6 +243,7 @@ class TransactionManager:
         *,
         run_id: str | None = None,
         check: Callable[[list[Any]], T] | None = None,
+        unproven: str | None = None,
     ) -> tuple[list[Any], int] | None:
         """Run one statement as its own transaction (autocommit: one round
         trip); its rows and row count. None when the caller must take the
@@ -260,7 +262,13 @@ class TransactionManager:
         ``COMMIT`` is sent (a second round trip): an answer that must be
         decoded before it may commit (``claim_next``'s row); the answer is then
         ``([check(rows)], -1)``. What ``check`` raises rolls the statement back
-        and propagates."""
+        and propagates.
+
+        With ``check`` and ``unproven``, ``statement`` commits by itself (one
+        round trip) when the server can prove that ``check`` will accept its
+        rows, and otherwise fails with SQLSTATE ``DECODE_FIRST``, having
+        written nothing; ``unproven`` is then run as ``check`` demands (two
+        more round trips)."""
         if self.read_only:
             raise read_only_refusal(method)
         with self.lock:
@@ -282,11 +290,20 @@ class TransactionManager:
                     clock_check = self.clock_check
                     if clock_check is not None and method in LEASE_METHODS:
                         clock_check.verify(method, connection)
-                    if check is not None:
+                    if check is not None and unproven is None:
                         return self._checked(connection, statement, params, check, sent_box)
                     sent = True
-                    cursor = connection.execute(statement, params)
+                    try:
+                        cursor = connection.execute(statement, params)
+                    except psycopg.Error as refused:
+                        if check is None or unproven is None or refused.sqlstate != DECODE_FIRST:
+                            raise
+                        # Rolled back with the statement: nothing was written.
+                        sent = False
+                        return self._checked(connection, unproven, params, check, sent_box)
                     rows = cursor.fetchall() if cursor.description is not None else []
+                    if check is not None:
+                        return [check(rows)], -1
                     return rows, cursor.rowcount
                 except _CLASSIFIED as failure:
                     sent = sent or sent_box[0]

@@ -23,6 +23,8 @@ id     name                                what it does
                                            PostgreSQL numbers batch writes at once
 2006   ``runstore_lean_checks``            nothing on SQLite; PostgreSQL's row checks
                                            written as cheaper expressions
+2007   ``runstore_claim_next_once``        nothing on SQLite; PostgreSQL's
+                                           ``claim_next`` in one round trip
 =====  ==================================  =========================================
 
 The pending migrations run, in order, inside one ``BEGIN IMMEDIATE``
@@ -365,6 +367,7 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(2004, "runstore_one_round_trip", ""),
     Migration(2005, "runstore_bulk_revisions", _BULK_REVISIONS),
     Migration(2006, "runstore_lean_checks", ""),
+    Migration(2007, "runstore_claim_next_once", ""),
 )
 
 _KNOWN: Final = {m.id: m.name for m in MIGRATIONS}
