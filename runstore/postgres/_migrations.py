@@ -35,7 +35,8 @@ PostgreSQL's. What differs, and why:
   functions again, shorter and admitting the same rows, since a function's
   expression is set up anew in every transaction. It records nothing on
   SQLite either, nor does 2007, which adds ``claim_next``'s one-round-trip
-  function (``flows_op_claim_next_once``).
+  function (``flows_op_claim_next_once``), nor 2008, which gives each row
+  check the row whole, one argument instead of one per column.
 - Functions that read tables are created with ``SET search_path FROM
   CURRENT``: they always see the schema they were migrated into, whatever the
   search path of the session whose write fires them.
@@ -50,6 +51,7 @@ refused, and so is a schema that has tables but no ``flows_migrations``.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -736,20 +738,82 @@ def _lean_simple(table: str, checked: list[tuple[str, str, str]], extra: list[st
     )
 
 
-_LEAN_CHECKS: Final = (
-    _lean_check(
+#: Each hot table's row check after 2006: its columns (as the function's
+#: arguments) and the terms of its AND chain.
+_LEAN_TABLES: Final = [
+    (
         "flows_runs",
         [(column, kind) for column, kind, _check in _RUN_CHECKED] + _RUN_IDENTITY_COLUMNS,
         [_lean(column, check) for column, _kind, check in _RUN_CHECKED] + _RUN_RULES,
-    )
-    + _lean_simple("flows_consensus_leases", _LEASE_CHECKED, [])
-    + _lean_simple("flows_run_changes", _CHANGE_CHECKED, [])
-    + _lean_simple("flows_run_source", _SOURCE_CHECKED, [])
-    + _lean_check(
+    ),
+    *(
+        (
+            table,
+            [(column, kind) for column, kind, _check in checked],
+            [_lean(column, check) for column, _kind, check in checked],
+        )
+        for table, checked in (
+            ("flows_consensus_leases", _LEASE_CHECKED),
+            ("flows_run_changes", _CHANGE_CHECKED),
+            ("flows_run_source", _SOURCE_CHECKED),
+        )
+    ),
+    (
         "flows_ownership_facts",
         [(column, kind) for column, kind, _check in _FACT_CHECKED] + [("fact_position", "bigint")],
         [_lean(column, check) for column, _kind, check in _FACT_CHECKED] + _FACT_RULES,
-    )
+    ),
+]
+
+_LEAN_CHECKS: Final = "".join(
+    _lean_check(table, columns, terms) for table, columns, terms in _LEAN_TABLES
+)
+
+
+# Migration 2008: each row check reads the row whole. A CHECK's expression is
+# stored as a node tree, read back and set up by every statement that writes
+# the table, so its size is paid on every write: a call with an argument per
+# column (22 for flows_runs) costs more to read and to call than one whose
+# only argument is the row. Each function's terms are 2006's, with every
+# column read from that argument, so the rows admitted are the same. Counted
+# with callgrind on the server, a create, a claim_and_own, a heartbeat and a
+# steal together execute about 10% fewer instructions.
+
+#: The column an argument of a 2006 row check stands for, where they differ.
+_ARGUMENT_COLUMNS: Final = {"fact_position": '"position"'}
+
+
+def _from_row(term: str, columns: list[str]) -> str:
+    """``term`` with each of ``columns`` read from ``p_row`` (quoted literals
+    left alone)."""
+    name = re.compile(r"\b(" + "|".join(columns) + r")\b")
+    pieces = term.split("'")
+    for index in range(0, len(pieces), 2):  # the pieces outside literals
+        pieces[index] = name.sub(
+            lambda found: "p_row." + _ARGUMENT_COLUMNS.get(found[1], found[1]), pieces[index]
+        )
+    return "'".join(pieces)
+
+
+def _whole_row_check(table: str, columns: list[tuple[str, str]], terms: list[str]) -> str:
+    names = [column for column, _kind in columns]
+    kinds = ", ".join(kind for _column, kind in columns)
+    body = "\n    AND ".join(f"({_from_row(term, names)})" for term in terms)
+    return f"""
+ALTER TABLE {table} DROP CONSTRAINT {table}_valid;
+DROP FUNCTION {table}_row_valid({kinds});
+CREATE FUNCTION {table}_row_valid(p_row {table}) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE SET search_path FROM CURRENT AS $$
+BEGIN
+  RETURN {body};
+END
+$$;
+ALTER TABLE {table} ADD CONSTRAINT {table}_valid CHECK ({table}_row_valid({table}));
+"""
+
+
+_WHOLE_ROW_CHECKS: Final = "".join(
+    _whole_row_check(table, columns, terms) for table, columns, terms in _LEAN_TABLES
 )
 
 _TEXTS: Final = {
@@ -765,6 +829,7 @@ _TEXTS: Final = {
     2005: _BULK_REVISIONS,
     2006: _LEAN_CHECKS,
     2007: CLAIM_NEXT_ONCE,
+    2008: _WHOLE_ROW_CHECKS,
 }
 
 #: The chain: SQLite's ids and names, in SQLite's order, with PostgreSQL text.

@@ -25,6 +25,8 @@ id     name                                what it does
                                            written as cheaper expressions
 2007   ``runstore_claim_next_once``        nothing on SQLite; PostgreSQL's
                                            ``claim_next`` in one round trip
+2008   ``runstore_whole_row_checks``       nothing on SQLite; PostgreSQL's row checks
+                                           take the row as one argument
 =====  ==================================  =========================================
 
 The pending migrations run, in order, inside one ``BEGIN IMMEDIATE``
@@ -368,6 +370,7 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(2005, "runstore_bulk_revisions", _BULK_REVISIONS),
     Migration(2006, "runstore_lean_checks", ""),
     Migration(2007, "runstore_claim_next_once", ""),
+    Migration(2008, "runstore_whole_row_checks", ""),
 )
 
 _KNOWN: Final = {m.id: m.name for m in MIGRATIONS}
