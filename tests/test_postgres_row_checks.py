@@ -204,27 +204,65 @@ def test_a_function_that_forgets_an_expression_is_caught(pair: tuple[Any, Any]) 
     assert weakened != before
 
 
-def test_every_row_check_keeps_its_search_path(pair: tuple[Any, Any]) -> None:
-    """The row-check functions call built-ins (and the runs' JSON test): each
-    runs with the search path it was created with, so a writer's session
-    whose path puts its own length() or operators before pg_catalog cannot
-    change what a CHECK admits."""
+_HOSTILE = """
+CREATE SCHEMA hostile;
+CREATE FUNCTION hostile.length(text) RETURNS integer LANGUAGE sql AS 'SELECT 7';
+CREATE FUNCTION hostile.yes(text, text) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+CREATE FUNCTION hostile.yes2(bigint, integer) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+CREATE FUNCTION hostile.yes3(bigint, bigint) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+CREATE FUNCTION hostile.yes4(integer, integer) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+CREATE OPERATOR hostile.= (LEFTARG = text, RIGHTARG = text, FUNCTION = hostile.yes);
+CREATE OPERATOR hostile.!~ (LEFTARG = text, RIGHTARG = text, FUNCTION = hostile.yes);
+CREATE OPERATOR hostile.>= (LEFTARG = bigint, RIGHTARG = integer, FUNCTION = hostile.yes2);
+CREATE OPERATOR hostile.> (LEFTARG = bigint, RIGHTARG = integer, FUNCTION = hostile.yes2);
+CREATE OPERATOR hostile.<= (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = hostile.yes3);
+CREATE OPERATOR hostile.> (LEFTARG = integer, RIGHTARG = integer, FUNCTION = hostile.yes4);
+CREATE DOMAIN hostile.json AS text;
+"""
+
+#: Writes every row check refuses, each through a built-in the hostile
+#: schema redefines (length, =, >=, <=, >, !~, the json type).
+_REFUSED = [
+    ("INSERT INTO flows_runs (run_id, status, created_at_ms) VALUES ('', 'pending', 0)", ()),
+    ("INSERT INTO flows_runs (run_id, status, created_at_ms) VALUES ('r', 'bogus', 0)", ()),
+    ("INSERT INTO flows_runs (run_id, status, created_at_ms) VALUES ('r', 'pending', -1)", ()),
+    (
+        "INSERT INTO flows_runs (run_id, status, created_at_ms, round_ordinal)"
+        " VALUES ('r', 'pending', 0, 9007199254740992)",
+        (),
+    ),
+    (
+        "INSERT INTO flows_runs (run_id, status, created_at_ms, cancel_acknowledgement_json)"
+        " VALUES ('r', 'pending', 0, 'not json')",
+        (),
+    ),
+    ("UPDATE flows_run_source SET source = repeat('g', 32)", ()),
+    ("INSERT INTO flows_run_changes (run_id, revision, deleted) VALUES ('r', 0, 0)", ()),
+    (
+        "INSERT INTO flows_ownership_facts (run_id, position, transition, owner_host_id,"
+        " owner_pid, owner_nonce, granted_at_ms) VALUES ('parent', 0, 'claimed', 'h', 1, 'n', 0)",
+        (),
+    ),
+    ("INSERT INTO flows_consensus_leases (run_id, owner_pid) VALUES ('parent', -1)", ()),
+]
+
+
+def test_a_sessions_search_path_cannot_change_what_a_row_check_admits(
+    pair: tuple[Any, Any],
+) -> None:
+    """A writer whose search path puts its own length(), operators and json
+    type before pg_catalog's gets the same refusals as any other writer: the
+    row checks name pg_catalog's (migration 2008), and flows_json_valid's
+    cast does too."""
     _old, new = pair
-    rows = new.execute(
-        "SELECT p.proname, p.proconfig FROM pg_catalog.pg_proc AS p "
-        "JOIN pg_catalog.pg_namespace AS n ON n.oid = p.pronamespace "
-        "WHERE n.nspname = current_schema() AND p.proname LIKE '%\\_row\\_valid'"
-    ).fetchall()
-    assert sorted(name for name, _ in rows) == sorted(
-        f"{table}_row_valid"
-        for table in (
-            "flows_runs",
-            "flows_consensus_leases",
-            "flows_run_changes",
-            "flows_run_source",
-            "flows_ownership_facts",
-        )
-    )
-    for name, config in rows:
-        assert config is not None, name
-        assert any(item.startswith("search_path=") for item in config), name
+    url = new.info.dsn
+    new.execute(_HOSTILE)
+    try:
+        with psycopg.connect(url, autocommit=True) as hostile:
+            hostile.execute("SET search_path TO hostile, pg_catalog, public")
+            for statement, params in _REFUSED:
+                honest = _answer(new, statement, params)
+                assert honest == "23514", statement
+                assert _answer(hostile, statement, params) == honest, statement
+    finally:
+        new.execute("DROP SCHEMA hostile CASCADE")

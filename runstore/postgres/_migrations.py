@@ -770,41 +770,83 @@ _LEAN_CHECKS: Final = "".join(
 )
 
 
-# Migration 2008: each row check reads the row whole. A CHECK's expression is
-# stored as a node tree, read back and set up by every statement that writes
-# the table, so its size is paid on every write: a call with an argument per
-# column (22 for flows_runs) costs more to read and to call than one whose
-# only argument is the row. Each function's terms are 2006's, with every
-# column read from that argument, so the rows admitted are the same. Counted
-# with callgrind on the server, a create, a claim_and_own, a heartbeat and a
-# steal together execute about 10% fewer instructions.
+# Migration 2008: cheaper row checks still, no less safe.
+#
+# - Each reads the row whole. A CHECK's expression is stored as a node tree,
+#   read back and set up by every statement that writes the table, so its
+#   size is paid on every write: a call with an argument per column (22 for
+#   flows_runs) costs more to read and to call than one whose only argument
+#   is the row.
+# - None pins a search path. Entering a function that sets one saves and
+#   restores the setting and recomputes the path, on every call: about half
+#   of what a row check's call costs. Each function and operator a check
+#   uses is named in pg_catalog instead, and the row's type is bound when
+#   the function is created, so a writer's session still cannot put its own
+#   length() or operators in front of what a check means (a test tries).
+# - The runs' two JSON columns are parsed by the function itself, with
+#   pg_catalog's json, and only when they are not NULL (an exception block
+#   costs a subtransaction each time it is entered). flows_json_valid, which
+#   a CHECK names by its identity, now names pg_catalog's json too.
+#
+# Each function's terms are 2006's, rewritten as above, so the rows admitted
+# are the same. Counted with callgrind on the server, a create, a
+# claim_and_own, a heartbeat and a steal together execute about 16% fewer
+# instructions than with 2006's functions.
 
 #: The column an argument of a 2006 row check stands for, where they differ.
 _ARGUMENT_COLUMNS: Final = {"fact_position": '"position"'}
+#: The runs' JSON columns, which 2006 tested with flows_json_valid.
+_RUN_JSON_COLUMNS: Final = [
+    column
+    for column, _kind, check in _RUN_CHECKED
+    if check == f"{column} IS NULL OR {_json(column)}"
+]
+_OPERATOR: Final = re.compile(r" (=|<>|<=|>=|<|>|!~) ")
+_BETWEEN: Final = re.compile(r"(\S+) BETWEEN (\S+) AND (\S+)")
+_IN_LIST: Final = re.compile(r" IN \(([^()]*)\)")
 
 
-def _from_row(term: str, columns: list[str]) -> str:
-    """``term`` with each of ``columns`` read from ``p_row`` (quoted literals
-    left alone)."""
+def _catalog(term: str, columns: list[str]) -> str:
+    """``term`` with each of ``columns`` read from ``p_row`` and every
+    operator and function named in pg_catalog (quoted literals left alone)."""
+    term = _IN_LIST.sub(r" = ANY (ARRAY[\1])", term)
     name = re.compile(r"\b(" + "|".join(columns) + r")\b")
     pieces = term.split("'")
     for index in range(0, len(pieces), 2):  # the pieces outside literals
-        pieces[index] = name.sub(
+        piece = name.sub(
             lambda found: "p_row." + _ARGUMENT_COLUMNS.get(found[1], found[1]), pieces[index]
         )
+        piece = _BETWEEN.sub(r"(\1 >= \2 AND \1 <= \3)", piece)
+        piece = _OPERATOR.sub(r" OPERATOR(pg_catalog.\1) ", piece)
+        pieces[index] = piece.replace("length(", "pg_catalog.length(")
     return "'".join(pieces)
+
+
+def _json_parse(column: str) -> str:
+    """A function's statement that returns false when ``column`` is not JSON."""
+    return f"""
+  IF p_row.{column} IS NOT NULL THEN
+    BEGIN
+      PERFORM p_row.{column}::pg_catalog.json;
+    EXCEPTION WHEN data_exception OR program_limit_exceeded THEN
+      RETURN false;
+    END;
+  END IF;"""
 
 
 def _whole_row_check(table: str, columns: list[tuple[str, str]], terms: list[str]) -> str:
     names = [column for column, _kind in columns]
     kinds = ", ".join(kind for _column, kind in columns)
-    body = "\n    AND ".join(f"({_from_row(term, names)})" for term in terms)
+    parsed = [column for column in _RUN_JSON_COLUMNS if table == "flows_runs"]
+    moved = [f"{column} IS NULL OR {_json(column)}" for column in parsed]
+    body = "\n    AND ".join(f"({_catalog(term, names)})" for term in terms if term not in moved)
+    prologue = "".join(_json_parse(column) for column in parsed)
     return f"""
 ALTER TABLE {table} DROP CONSTRAINT {table}_valid;
 DROP FUNCTION {table}_row_valid({kinds});
 CREATE FUNCTION {table}_row_valid(p_row {table}) RETURNS boolean
-LANGUAGE plpgsql IMMUTABLE SET search_path FROM CURRENT AS $$
-BEGIN
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN{prologue}
   RETURN {body};
 END
 $$;
@@ -812,7 +854,9 @@ ALTER TABLE {table} ADD CONSTRAINT {table}_valid CHECK ({table}_row_valid({table
 """
 
 
-_WHOLE_ROW_CHECKS: Final = "".join(
+_WHOLE_ROW_CHECKS: Final = _JSON_VALID.replace(
+    "CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"
+).replace("document::json", "document::pg_catalog.json") + "".join(
     _whole_row_check(table, columns, terms) for table, columns, terms in _LEAN_TABLES
 )
 
