@@ -36,7 +36,8 @@ PostgreSQL's. What differs, and why:
   expression is set up anew in every transaction. It records nothing on
   SQLite either, nor does 2007, which adds ``claim_next``'s one-round-trip
   function (``flows_op_claim_next_once``), nor 2008, which gives each row
-  check the row whole, one argument instead of one per column.
+  check the row whole (one argument instead of one per column) and names
+  every built-in it uses in ``pg_catalog`` instead of pinning a search path.
 - Functions that read tables are created with ``SET search_path FROM
   CURRENT``: they always see the schema they were migrated into, whatever the
   search path of the session whose write fires them.
