@@ -17,7 +17,9 @@ general path.
 
 from __future__ import annotations
 
+import signal
 import tempfile
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -234,5 +236,32 @@ def test_a_statement_deallocated_behind_the_store_is_prepared_again(url: str) ->
         before = store.revision()
         store.heartbeat("r", OWNER, 6)
         assert store.revision() == before + 1  # one write, not two
+        assert store.get("r").heartbeat_at_ms == 6
+        store.check_invariants()
+
+
+def test_an_interruption_while_a_statement_waits_cancels_it(url: str) -> None:
+    """Ctrl-C (KeyboardInterrupt) while a one-round-trip call waits for the
+    server: the statement is cancelled there, the interruption propagates,
+    and the store's next call runs on an idle connection."""
+    clock = ManualClock(0)
+    with postgres.open(url, clock=clock) as store, psycopg.connect(url) as holder:
+        store.create("r", "{}")
+        assert store.claim_and_own("r", PENDING, OWNER, 0) == Activated()
+        holder.execute("SELECT 1 FROM flows_runs WHERE run_id = 'r' FOR UPDATE")
+        main = threading.main_thread().ident
+        assert main is not None
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        timer = threading.Timer(0.5, signal.pthread_kill, (main, signal.SIGINT))
+        try:
+            timer.start()
+            with pytest.raises(KeyboardInterrupt):
+                store.heartbeat("r", OWNER, 5)  # waits for the holder's row lock
+        finally:
+            timer.cancel()
+            signal.signal(signal.SIGINT, previous)
+        holder.rollback()
+        assert store.get("r").heartbeat_at_ms == 0  # cancelled, never applied
+        assert store.heartbeat("r", OWNER, 6) is not None
         assert store.get("r").heartbeat_at_ms == 6
         store.check_invariants()

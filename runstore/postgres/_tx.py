@@ -36,6 +36,7 @@ The connection is in autocommit mode and this manager issues ``BEGIN`` and
 
 from __future__ import annotations
 
+import contextlib
 import random
 import select
 import threading
@@ -66,6 +67,7 @@ _TUPLES_OK: Final = pq.ExecStatus.TUPLES_OK
 _COMMAND_OK: Final = pq.ExecStatus.COMMAND_OK
 _FATAL_ERROR: Final = pq.ExecStatus.FATAL_ERROR
 _IDLE: Final = pq.TransactionStatus.IDLE
+_ACTIVE: Final = pq.TransactionStatus.ACTIVE
 _FAILED: Final = pq.TransactionStatus.INERROR
 
 #: What the manager classifies; anything else is a defect and propagates.
@@ -109,8 +111,8 @@ class Connection(psycopg.Connection[Any]):
         docs/guides/fleet.md, "How fast"). The errors are psycopg's: a failed
         statement raises what ``execute`` would (``error_from_result``), and
         a lost connection raises from libpq's wrapper as it would there. An
-        interruption while waiting (KeyboardInterrupt) closes the connection,
-        whose next use reconnects, since the statement's outcome is unknown.
+        interruption while waiting (KeyboardInterrupt) cancels the statement
+        and propagates, as with psycopg (``_lean_interrupted``).
         """
         names = self._lean_names
         loader = self._lean_loader
@@ -145,13 +147,29 @@ class Connection(psycopg.Connection[Any]):
         except (psycopg.Error, OSError):
             raise
         except BaseException:
-            self.close()
+            self._lean_interrupted(pgconn)
             raise
         if result.status == _TUPLES_OK:
             loader.set_pgresult(result)
             return loader.load_rows(0, result.ntuples, tuple), result.ntuples
         tuples = result.command_tuples
         return [], -1 if tuples is None else tuples
+
+    def _lean_interrupted(self, pgconn: Any) -> None:
+        """After an interruption (KeyboardInterrupt) while a statement runs:
+        ask the server to cancel it and wait for the end, as psycopg's own
+        wait does, so the connection is idle again; close it if that fails.
+        The statement may have committed before the cancel arrived."""
+        try:
+            if pgconn.transaction_status == _ACTIVE:
+                self.cancel_safe(timeout=5.0)
+                with contextlib.suppress(psycopg.Error):  # canceled, as asked
+                    self._lean_result(pgconn)
+        except BaseException:
+            self.close()
+            return
+        if pgconn.transaction_status != _IDLE:
+            self.close()
 
     def _lean_result(self, pgconn: Any) -> Any:
         """The one result of what was just sent, once the server is ready again."""
