@@ -13,8 +13,12 @@ in all, over tables with no triggers or CHECKs.
    analyzed once the runs are prepared, as autovacuum keeps a live one.
 2. **Writers on distinct runs**: 1, 2, 4 and 8 client processes, each
    heartbeating its own run (store) or running the baseline on its own row
-   (raw), interleaved; aggregate throughput, and each side's n-client /
-   1-client ratio (the store's should be at least 0.8 of raw's).
+   (raw); aggregate throughput, and each side's n-client / 1-client ratio
+   (the store's should be at least 0.8 of raw's). Sixteen processes start
+   once, and the time of each point and side is cut into ``--windows``
+   windows, run round by round, the sides in alternating order, so that the
+   1-client figures, which every ratio divides by, come from the whole run
+   and not from one stretch of it.
 3. **Writers on one run**: n processes heartbeat the same run as its owner;
    throughput, p50 and p99 latency, and how many calls raised (none should).
 4. **The revision step at commit**: on the general path a write's ``COMMIT``
@@ -36,7 +40,8 @@ median and range over the runs (one run on a shared machine can be off by a
 factor of two).
 
 Run: ``python benchmarks/postgres_throughput.py [--calls N] [--seconds S]
-[--path fast|general|both] [--durable] [--only 1,2,3,4] [--repeat K]``.
+[--windows W] [--path fast|general|both] [--durable] [--only 1,2,3,4]
+[--repeat K]``.
 """
 
 from __future__ import annotations
@@ -261,34 +266,39 @@ def per_operation(url: str, path: str, calls: int) -> dict[str, float]:
 # -- several client processes ---------------------------------------------------------
 
 
+def _client_setup(url: str, kind: str, path: str, index: int) -> Callable[[], None]:
+    """One client's call: a heartbeat of its run (store; ``-shared``: the one
+    run all clients share) or a baseline compare-and-swap on its own row."""
+    shared = kind.endswith("-shared")
+    run_id = "shared" if shared else f"client-{index}"
+    if kind.startswith("raw"):
+        return Baseline(url, f"raw-{run_id}").one
+    clock = ManualClock(1_000)
+    store = open_store(url, clock, path)
+    name = f"{path}-{run_id}"
+    if not shared or index == 0:
+        try:
+            store.create(name, "{}")
+            store.claim_and_own(name, PENDING, OWNER, 1_000)
+        except RunStoreError:
+            pass  # made by an earlier point, or by another client
+    beat = [1_000]
+
+    def step() -> None:
+        beat[0] += 1
+        store.heartbeat(name, OWNER, beat[0] % 2_000 + 1_000)
+
+    return step
+
+
 def _client(
     url: str, kind: str, path: str, index: int, seconds: float, start: Any, out: Any
 ) -> None:
-    """One client process: heartbeats (store) or baseline CASes (raw) until
-    ``seconds`` pass; reports its count, its latencies and its failures."""
-    shared = kind.endswith("-shared")
-    run_id = "shared" if shared else f"client-{index}"
+    """One client process: calls until ``seconds`` pass; reports its count,
+    its latencies and its failures."""
+    step = _client_setup(url, kind, path, index)
     latencies: list[float] = []
     failures = 0
-    if kind.startswith("raw"):
-        baseline = Baseline(url, f"raw-{run_id}")
-        step: Callable[[], None] = baseline.one
-    else:
-        clock = ManualClock(1_000)
-        store = open_store(url, clock, path)
-        name = f"{path}-{run_id}"
-        if not shared or index == 0:
-            try:
-                store.create(name, "{}")
-                store.claim_and_own(name, PENDING, OWNER, 1_000)
-            except RunStoreError:
-                pass  # another client made it
-        beat = [1_000]
-
-        def step() -> None:
-            beat[0] += 1
-            store.heartbeat(name, OWNER, beat[0] % 2_000 + 1_000)
-
     start.wait()
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -325,23 +335,120 @@ def _run_clients(
     return count / seconds, latencies, sum(r[2] for r in results)
 
 
-def scaling(url: str, path: str, seconds: float) -> dict[str, float]:
-    print(f"\n2. writers on distinct runs, {path} path ({seconds:g} s per point, interleaved)")
+def _window_client(url: str, kind: str, path: str, index: int, pipe: Any) -> None:
+    """A client process that stays up for every window: each message is a
+    deadline on the shared monotonic clock (None: stop); it calls until then
+    and answers how many calls finished by the deadline, and how many raised."""
+    step = _client_setup(url, kind, path, index)
+    pipe.send("ready")
+    while (deadline := pipe.recv()) is not None:
+        done = failures = 0
+        while time.monotonic() < deadline:
+            try:
+                step()
+            except RunStoreError:
+                failures += 1
+            if time.monotonic() <= deadline:
+                done += 1
+        pipe.send((done, failures))
+
+
+class _Clients:
+    """Eight client processes of each kind, started once; a window runs the
+    first n of one kind for a fixed time while every other client waits."""
+
+    def __init__(self, url: str, path: str, most: int) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.pipes: dict[str, list[Any]] = {"store": [], "raw": []}
+        self.processes: list[Any] = []
+        for kind, pipes in self.pipes.items():
+            for index in range(most):
+                ours, theirs = context.Pipe()
+                process = context.Process(
+                    target=_window_client, args=(url, kind, path, index, theirs)
+                )
+                process.start()
+                self.processes.append(process)
+                pipes.append(ours)
+        for pipes in self.pipes.values():
+            for pipe in pipes:
+                if not pipe.poll(120) or pipe.recv() != "ready":
+                    raise RuntimeError("a client process did not start")
+
+    def window(self, kind: str, n: int, seconds: float) -> tuple[int, int]:
+        """Calls done by n clients of ``kind`` in ``seconds``, and calls that raised."""
+        pipes = self.pipes[kind][:n]
+        deadline = time.monotonic() + seconds
+        for pipe in pipes:
+            pipe.send(deadline)
+        answers = []
+        for pipe in pipes:
+            if not pipe.poll(seconds + 60):
+                raise RuntimeError("a client process did not answer")
+            answers.append(pipe.recv())
+        return sum(a[0] for a in answers), sum(a[1] for a in answers)
+
+    def close(self) -> None:
+        for pipes in self.pipes.values():
+            for pipe in pipes:
+                pipe.send(None)
+        for process in self.processes:
+            process.join(30)
+
+
+COUNTS = (1, 2, 4, 8)
+
+
+def scaling(url: str, path: str, seconds: float, windows: int) -> dict[str, float]:
+    """Each point's time is cut into ``windows`` windows, and every round runs
+    one window of each point and kind, the kinds in alternating order: both
+    sides' 1-client figures (every ratio's denominator) are taken throughout
+    the run, not in one stretch of it. The processes start once, before the
+    first window, and one short round warms everything up and is dropped."""
+    window = seconds / windows
+    print(
+        f"\n2. writers on distinct runs, {path} path ({seconds:g} s per point and side, "
+        f"in {windows} interleaved windows)"
+    )
     header = ("clients", 8), ("store tx/s", 12), ("raw tx/s", 12), ("store n/1", 11)
     print("".join(f"{name:>{width}}" for name, width in (*header, ("raw n/1", 9), ("ratio", 8))))
-    first: dict[str, float] = {}
+    clients = _Clients(url, path, max(COUNTS))
+    done = {(kind, n): 0 for kind in ("store", "raw") for n in COUNTS}
+    per_round: list[dict[tuple[str, int], int]] = []
+    failed = dict.fromkeys(COUNTS, 0)
+    try:
+        for round_ in range(-1, windows):
+            this_round = {}
+            for position, n in enumerate(COUNTS):
+                kinds = ("store", "raw") if (round_ + position) % 2 == 0 else ("raw", "store")
+                for kind in kinds:
+                    calls, raised = clients.window(kind, n, window if round_ >= 0 else 0.1)
+                    this_round[(kind, n)] = calls
+                    if round_ >= 0 and kind == "store":
+                        failed[n] += raised
+            if round_ >= 0:
+                per_round.append(this_round)
+                for key, calls in this_round.items():
+                    done[key] += calls
+    finally:
+        clients.close()
+
+    def ratio(counts: dict[tuple[str, int], int], n: int) -> float:
+        store = counts[("store", n)] / counts[("store", 1)]
+        return store / (counts[("raw", n)] / counts[("raw", 1)])
+
     ratios: dict[str, float] = {}
-    for n in (1, 2, 4, 8):
-        store, _, store_failures = _run_clients(url, "store", path, n, seconds)
-        raw, _, _ = _run_clients(url, "raw", path, n, seconds)
-        first.setdefault("store", store)
-        first.setdefault("raw", raw)
-        s_ratio, r_ratio = store / first["store"], raw / first["raw"]
+    for n in COUNTS:
+        store, raw = done[("store", n)] / seconds, done[("raw", n)] / seconds
+        s_ratio = done[("store", n)] / done[("store", 1)]
+        r_ratio = done[("raw", n)] / done[("raw", 1)]
         ratios[f"{n} clients: n/1 against raw's"] = s_ratio / r_ratio
+        rounds = sorted(ratio(counts, n) for counts in per_round)
         print(
             f"{n:>8}{store:>12.0f}{raw:>12.0f}{s_ratio:>11.2f}{r_ratio:>9.2f}"
             f"{s_ratio / r_ratio:>8.2f}"
-            + (f"  ({store_failures} failed)" if store_failures else "")
+            + (f"  (one round: {rounds[0]:.2f} to {rounds[-1]:.2f})" if n > 1 else "")
+            + (f"  ({failed[n]} failed)" if failed[n] else "")
         )
     return ratios
 
@@ -359,7 +466,7 @@ def summary(path: str, runs: list[dict[str, float]]) -> None:
 def one_run(url: str, path: str, seconds: float) -> None:
     print(f"\n3. writers on one run (heartbeats by its owner), {path} path")
     print(f"{'clients':>8}{'tx/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'errors':>8}")
-    for n in (1, 2, 4, 8):
+    for n in COUNTS:
         rate, latencies, failures = _run_clients(url, f"store-{n}-shared", path, n, seconds)
         ordered = sorted(latencies)
         p50 = ordered[len(ordered) // 2] * 1000
@@ -411,6 +518,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument(
+        "--windows", type=int, default=5, help="part 2: interleaved windows per point and side"
+    )
     parser.add_argument("--path", choices=["fast", "general", "both"], default="both")
     parser.add_argument("--durable", action="store_true")
     parser.add_argument("--only", default="1,2,3,4")
@@ -439,7 +549,7 @@ def main(argv: list[str] | None = None) -> None:
                 if "1" in parts:
                     run.update(per_operation(url, path, args.calls))
                 if "2" in parts:
-                    run.update(scaling(url, path, args.seconds))
+                    run.update(scaling(url, path, args.seconds, args.windows))
             if args.repeat > 1 and runs[0]:
                 summary(path, runs)
             if "3" in parts:
