@@ -11,6 +11,10 @@ in all, over tables with no triggers or CHECKs.
    baseline transactions it stands for, so both see the same load on a busy
    machine; median latencies are compared per transaction. The database is
    analyzed once the runs are prepared, as autovacuum keeps a live one.
+   ``claim_next`` is measured twice: against that baseline, and
+   (``claim_next/search``) against one that finds its row first, the oldest
+   pending one, with ``FOR UPDATE SKIP LOCKED``, and reads its state, in the
+   same five round trips.
 2. **Writers on distinct runs**: 1, 2, 4 and 8 client processes, each
    heartbeating its own run (store) or running the baseline on its own row
    (raw); aggregate throughput, and each side's n-client / 1-client ratio
@@ -71,6 +75,7 @@ OPERATIONS = {
     "claim+activate": 2,
     "claim_and_own": 1,
     "claim_next": 1,
+    "claim_next/search": 1,
     "heartbeat": 1,
     "reconfirm": 1,
     "heartbeat_many/10": 10,
@@ -81,9 +86,11 @@ OPERATIONS = {
 
 _RAW_SCHEMA = """
 CREATE TABLE raw_runs (run_id TEXT PRIMARY KEY, status TEXT NOT NULL,
-  owner_host_id TEXT, owner_pid BIGINT, owner_nonce TEXT, heartbeat_at_ms BIGINT);
+  owner_host_id TEXT, owner_pid BIGINT, owner_nonce TEXT, heartbeat_at_ms BIGINT,
+  state TEXT);
 CREATE TABLE raw_leases (run_id TEXT PRIMARY KEY, owner_host_id TEXT, owner_pid BIGINT,
   owner_nonce TEXT, heartbeat_at_ms BIGINT);
+CREATE INDEX raw_runs_pending ON raw_runs (run_id) WHERE status = 'pending';
 CREATE TABLE raw_facts (run_id TEXT NOT NULL, position BIGINT NOT NULL,
   owner_host_id TEXT, PRIMARY KEY (run_id, position));
 """
@@ -150,6 +157,61 @@ class Baseline:
         self.connection.close()
 
 
+class SearchingBaseline:
+    """Raw psycopg finding its run: the same compare-and-swap in five round
+    trips, whose read takes the first pending row with its state (``FOR
+    UPDATE SKIP LOCKED``, over a partial index of the pending rows, as the
+    store's search has), then claims it (a lease inserted, the row made
+    running, a fact appended). What a careful application writes instead of
+    ``claim_next``, which answers the claimed row and its state; one row made
+    pending per call it will make."""
+
+    def __init__(self, url: str, prefix: str, count: int) -> None:
+        self.connection = psycopg.connect(url, autocommit=True)
+        self.now = 0
+        with self.connection.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO raw_runs (run_id, status, state) VALUES (%s, 'pending', %s)",
+                [(f"{prefix}-{i:06d}", STATE) for i in range(count)],
+            )
+
+    def one(self) -> None:
+        connection = self.connection
+        self.now += 1
+        owner = (OWNER.host_id, OWNER.pid, OWNER.nonce)
+        with connection.pipeline() as pipeline:
+            connection.execute("BEGIN")
+            row = connection.execute(
+                "SELECT run_id, status, owner_host_id, owner_pid, owner_nonce, heartbeat_at_ms, "
+                "state FROM raw_runs WHERE status = 'pending' ORDER BY run_id LIMIT 1 "
+                "FOR UPDATE SKIP LOCKED"
+            ).fetchone()  # round trip 1 (with BEGIN)
+            assert row is not None
+            run_id = row[0]
+            granted = connection.execute(
+                "INSERT INTO raw_leases AS l VALUES (%s, %s, %s, %s, %s) "
+                "ON CONFLICT (run_id) DO UPDATE SET owner_host_id = excluded.owner_host_id, "
+                "owner_pid = excluded.owner_pid, owner_nonce = excluded.owner_nonce, "
+                "heartbeat_at_ms = excluded.heartbeat_at_ms WHERE l.owner_host_id IS NULL",
+                (run_id, *owner, self.now),
+            )
+            pipeline.sync()  # round trip 2
+            assert granted.rowcount == 1
+            connection.execute(
+                "UPDATE raw_runs SET status = 'running', owner_host_id = %s, owner_pid = %s, "
+                "owner_nonce = %s, heartbeat_at_ms = %s WHERE run_id = %s "
+                "AND status = 'pending' RETURNING 1",
+                (*owner, self.now, run_id),
+            ).fetchall()  # round trip 3
+            connection.execute("INSERT INTO raw_facts VALUES (%s, 1, %s)", (run_id, OWNER.host_id))
+            pipeline.sync()  # round trip 4
+            connection.execute("COMMIT")
+            pipeline.sync()  # round trip 5
+
+    def close(self) -> None:
+        self.connection.close()
+
+
 def open_store(url: str, clock: Any, path: str) -> Any:
     return runstore.postgres.open(url, clock=clock, fast_path=(path == "fast"))
 
@@ -206,7 +268,7 @@ class Subject:
             return claim_activate
         if operation == "claim_and_own":
             return lambda i: store.claim_and_own(ids[i], PENDING, OWNER, now)
-        if operation == "claim_next":
+        if operation.startswith("claim_next"):
             return lambda i: store.claim_next(OWNER, now)
         if operation == "request_cancel":
             return lambda i: store.request_cancel(ids[i], now)
@@ -239,11 +301,15 @@ def per_operation(url: str, path: str, calls: int) -> dict[str, float]:
     for operation, transactions in OPERATIONS.items():
         subject = Subject(url, operation, path)
         call = subject.prepare(calls + 5)
+        searching = None
+        if operation.endswith("/search"):  # the baseline finds its run too
+            searching = SearchingBaseline(url, subject.prefix, calls + 5)
+        raw = searching.one if searching else baseline.one
         # The planner's statistics of a database in use (autovacuum keeps them).
         subject.store._connection.execute("ANALYZE")
         for i in range(5):
             call(calls + i)  # warm: prepared statements, plpgsql compiled
-            baseline.one()
+            raw()
         store_times, raw_times = [], []
         for i in range(calls):
             began = time.perf_counter()
@@ -251,9 +317,11 @@ def per_operation(url: str, path: str, calls: int) -> dict[str, float]:
             store_times.append(time.perf_counter() - began)
             began = time.perf_counter()
             for _ in range(transactions):
-                baseline.one()
+                raw()
             raw_times.append((time.perf_counter() - began) / transactions)
         subject.close()
+        if searching:
+            searching.close()
         store_us, raw_us = _median_us(store_times), _median_us(raw_times)
         ratio = ratios[operation] = raw_us * transactions / store_us
         print(
