@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from runstore.stateful import comparison_for
-from runstore.stateful._observe import Observer, observing
-from runstore.stateful._targets import BUILTIN_TARGETS, raw_writer_for
+from runstore.stateful._base._observe import Observer, observing
+from runstore.stateful._targets._builtin import BUILTIN_TARGETS, raw_writer_for
 
 KEYS = st.sampled_from(("a", "b", "lin", "lin-2", "fork"))
 

@@ -272,7 +272,7 @@ def postgres_urls(explicit: str | None, wanted: bool) -> Iterator[Callable[[], s
         yield lambda: explicit
         return
     try:
-        from runstore.stateful import _postgres
+        from runstore.stateful._targets import _postgres
 
         server = _postgres.server()
     except Exception as why:  # no binaries, no server

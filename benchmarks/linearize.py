@@ -1,6 +1,6 @@
 """How fast is the linearizability checker, and how large do its searches get?
 
-Histories are generated from the reference model (``runstore.stateful._generate``:
+Histories are generated from the reference model (``runstore.stateful._histories._generate``:
 simulated owners whose calls overlap, linearizable by construction), in four
 shapes:
 
@@ -29,8 +29,8 @@ import time
 from typing import Any
 
 from runstore.stateful import check_history
-from runstore.stateful._generate import generate_history
-from runstore.stateful._spec import Spec, initial_state, make_node
+from runstore.stateful._histories._generate import generate_history
+from runstore.stateful._histories._spec import Spec, initial_state, make_node
 
 SHAPES: dict[str, dict[str, Any]] = {
     "ci": {"operations": 6_000, "clients": 6, "runs": 1, "pending": 0.002},

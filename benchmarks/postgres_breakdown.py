@@ -31,7 +31,7 @@ from postgres_throughput import _RAW_SCHEMA, OWNER, PENDING, STATE, Baseline, op
 
 from runstore import ManualClock
 from runstore.postgres import _fused
-from runstore.stateful import _postgres
+from runstore.stateful._targets import _postgres
 
 
 def _timed(fn: Callable[[int], Any], i: int) -> float:

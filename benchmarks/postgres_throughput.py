@@ -61,7 +61,7 @@ import psycopg
 
 import runstore.postgres
 from runstore import LivenessEvidence, ManualClock, OwnerId, RunSnapshot, RunStoreError
-from runstore.stateful import _postgres
+from runstore.stateful._targets import _postgres
 
 OWNER = OwnerId("bench-host", 1, "bench-nonce")
 THIEF = OwnerId("other-host", 2, "other-nonce")

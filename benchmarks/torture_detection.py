@@ -10,7 +10,7 @@ and a seed of its own:
   BEGIN, a retry that replays only the writes; the count bug (a heartbeat
   that writes its row twice, seen only by the final revision check); the
   shipped store and the deferred-BEGIN control.
-- PostgreSQL (a throwaway server, ``runstore.stateful._pgserver``, one fresh
+- PostgreSQL (a throwaway server, ``runstore.stateful._targets._pgserver``, one fresh
   database per run, a server restart among the faults): the store without
   its run-row lock, the one whose statements each commit on their own; the
   shipped store.
@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.chdir(ROOT)  # the workers import the zoo's factories from here
 
-from runstore.stateful._torture import TortureConfig, run_torture  # noqa: E402
+from runstore.stateful._campaigns._torture import TortureConfig, run_torture  # noqa: E402
 from tests.zoo._races import BUDGET, CONTROLS, COUNTS, POSTGRES_RACES, RACES  # noqa: E402
 
 REQUIRED_SHARE = 19 / 20
@@ -125,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.backend in ("sqlite", "all"):
             plans.append(("sqlite", sqlite_target, (*RACES, *COUNTS), (None, *CONTROLS)))
         if args.backend in ("postgresql", "all"):
-            from runstore.stateful._pgserver import TortureServer
-            from runstore.stateful._postgres import Unavailable
+            from runstore.stateful._targets._pgserver import TortureServer
+            from runstore.stateful._targets._postgres import Unavailable
 
             try:
                 server = stack.enter_context(TortureServer())

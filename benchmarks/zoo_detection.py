@@ -13,10 +13,10 @@ is a bug that is not a zoo module: a monkeypatch on the library, kept in a
 test module's ``PLANTED`` table with the check it must fire and the machine
 it runs on:
 
-    opening      tests/test_opening_check.py      the opening check
-    causes       tests/test_failure_causes.py     FailureCauseMismatch
-    pg-session   tests/test_pg_session_check.py   the session and schema checks
-    oversized    tests/test_oversized_checkpoint.py  the attempt machine on a file
+    opening      tests/stateful/checks/test_opening_check.py      the opening check
+    causes       tests/stateful/campaigns/test_failure_causes.py     FailureCauseMismatch
+    pg-session   tests/stateful/checks/test_pg_session_check.py   the session and schema checks
+    oversized    tests/stateful/checks/test_oversized_checkpoint.py  the attempt machine on a file
 
 The plant is made with ``pytest.MonkeyPatch.context()`` for one run and undone
 when the run ends. Entries on PostgreSQL get a server the way the tests do
@@ -57,24 +57,24 @@ if str(ROOT) not in sys.path:
 from runstore.consensus import SqlConsensus  # noqa: E402
 from runstore.stateful import (  # noqa: E402
     Capabilities,
-    _postgres,
     attempt_comparison_for,
     conformance_machines,
     opening_check_for,
 )
-from runstore.stateful._budget import default_settings  # noqa: E402
-from runstore.stateful._observe import Observer, observing  # noqa: E402
-from runstore.stateful._targets import BUILTIN_TARGETS  # noqa: E402
-from tests.test_attempt_zoo import ATTEMPT_ZOO  # noqa: E402
+from runstore.stateful._base._observe import Observer, observing  # noqa: E402
+from runstore.stateful._campaigns._budget import default_settings  # noqa: E402
+from runstore.stateful._targets import _postgres  # noqa: E402
+from runstore.stateful._targets._builtin import BUILTIN_TARGETS  # noqa: E402
+from tests.stateful.campaigns.test_attempt_zoo import ATTEMPT_ZOO  # noqa: E402
 from tests.zoo import ZOO  # noqa: E402
 
 PLANTED = "planted"
 #: The test modules whose ``PLANTED`` tables the planted entries come from.
 PLANTED_TABLES = {
-    "opening": "tests.test_opening_check",
-    "causes": "tests.test_failure_causes",
-    "pg-session": "tests.test_pg_session_check",
-    "oversized": "tests.test_oversized_checkpoint",
+    "opening": "tests.stateful.checks.test_opening_check",
+    "causes": "tests.stateful.campaigns.test_failure_causes",
+    "pg-session": "tests.stateful.checks.test_pg_session_check",
+    "oversized": "tests.stateful.checks.test_oversized_checkpoint",
 }
 #: What a test or plant raises when it cannot run here (no PostgreSQL server,
 #: no psycopg): pytest's skip, and its failure under ``CI=true``.

@@ -3,13 +3,13 @@
 Run by ``mutation/run.py`` inside the mutated copy of the tree, with
 ``runstore`` imported from that copy. ``MODULE`` is the mutated file; it
 picks what the suite runs, each machine under ``run_conformance``'s default
-budget (``runstore.stateful._budget``) without shrinking (the verdict, not
+budget (``runstore.stateful._campaigns._budget``) without shrinking (the verdict, not
 the shortest program, is wanted):
 
 - ``runstore/postgres/_fused*``: the PostgreSQL store over ``SqlConsensus``
   on its one-round-trip functions, on a throwaway cluster, through the
   run-store and attempt machines, each machine at most ``POSTGRES_EXAMPLES``
-  examples of the default's steps (as ``tests/test_postgres_conformance.py``);
+  examples of the default's steps (as ``tests/postgres/test_postgres_conformance.py``);
 - other ``runstore/postgres/`` modules: the same on the general path, then on
   the one-round-trip functions;
 - ``runstore/consensus/_local.py``: ``LocalConsensus`` (strategy machine,
@@ -46,7 +46,7 @@ SHARED_SQL = ("runstore/_sql/", "runstore/consensus/_sql.py", "runstore/consensu
 
 def _postgres_machines(*, fast: bool) -> list[type]:
     from runstore.stateful import Capabilities, conformance_machines
-    from runstore.stateful._postgres import postgres_store_factory
+    from runstore.stateful._targets._postgres import postgres_store_factory
 
     machines = conformance_machines(
         store_factory=postgres_store_factory(fast_path=fast),
@@ -87,7 +87,7 @@ def main(argv: list[str]) -> int:
     module = argv[1] if len(argv) > 1 else ""
     started = time.monotonic()
     try:
-        from runstore.stateful._budget import default_settings
+        from runstore.stateful._campaigns._budget import default_settings
 
         machines = machines_for(module)
     except Exception as error:  # the mutant broke an import

@@ -1,6 +1,6 @@
 """PostgreSQL for the tests: one server per pytest run, a fresh database per test.
 
-The server is ``runstore.stateful._postgres.server()``: the
+The server is ``runstore.stateful._targets._postgres.server()``: the
 ``RUNSTORE_TEST_POSTGRES`` URL when set, else a throwaway cluster started on
 first use (as ``nobody`` when the tests run as root). Each database a test
 asks for is cloned from a migrated template and dropped when the test ends
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from runstore.stateful import _postgres
+from runstore.stateful._targets import _postgres
 
 #: Databases created by the running test, dropped after it.
 _created: list[str] = []

@@ -97,7 +97,7 @@ def run_in_memory_store_machine() -> None:
     shrinking: for tests that plant a bug and expect the suite to report it."""
     from hypothesis.stateful import run_state_machine_as_test
 
-    from runstore.stateful._budget import default_settings
+    from runstore.stateful._campaigns._budget import default_settings
 
     machine = in_memory_store_machine()
     run_state_machine_as_test(machine, settings=default_settings(machine, shrink=False))

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from runstore import ManualClock, RunStore
-from runstore.stateful._profiles import load_profile
+from runstore.stateful._base._profiles import load_profile
 
 from . import _postgres
 from ._stores import GENERAL_PATH_FACTORIES, STORE_FACTORIES

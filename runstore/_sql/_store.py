@@ -66,7 +66,6 @@ from .._outcomes import (
     TransitionOutcome,
     Updated,
 )
-from .._sql._faults import FaultPlan, RetryPolicy
 from .._values import (
     RUN_STATUSES,
     TERMINAL_STATUSES,
@@ -92,6 +91,7 @@ from ._decode import (
     raw_fact,
     raw_run,
 )
+from ._faults import FaultPlan, RetryPolicy
 from ._invariants import check_store_invariants
 from ._modes import read_only_refusal
 from ._tx import RollbackAndReturn

@@ -4,7 +4,7 @@ Each module holds one deliberately broken strategy or store, built from the
 shipped one by one small change, and names the check expected to catch it
 (``EXPECTED_CHECK``) and what it is (``KIND``: ``"consensus"`` for a strategy
 factory taking no arguments, ``"store"`` for a ``(clock, path)`` factory).
-``tests/test_zoo.py`` runs each through ``run_conformance`` under the ``ci``
+``tests/stateful/campaigns/test_zoo.py`` runs each through ``run_conformance`` under the ``ci``
 profile. Every module is also a fuzz target: ``runstore fuzz --target
 tests.zoo.<module>:factory``.
 """

@@ -1,0 +1,190 @@
+"""The ``runstore`` command line.
+
+Subcommands:
+
+- ``runstore fuzz [--target NAME | --consensus MODULE:FACTORY | --store MODULE:FACTORY]
+  [--capabilities NAME=BOOL,... | --no-reopen] [--minutes N | --examples N] [--seed N]
+  [--db DIR] [--out DIR]``: a randomized conformance campaign; it ends with one
+  summary (what was found, the seed to replay it, whether shrinking finished,
+  every file written); on a failure it writes a regression test file and exits 1.
+- ``runstore replay FILE``: run a regression file under pytest.
+- ``runstore demo ...``: the ownership demonstration (``runstore.cli._demo``).
+- ``runstore torture --db TARGET ...``: worker processes race on one database
+  with kills and stops; the recorded history is checked for linearizability
+  (``runstore.stateful._campaigns._torture``; exits 1 on a violation).
+- ``runstore runs|show|check|stats|purge|backup|migrate DB ...``: the operator
+  commands (``runstore.cli._ops``), on a SQLite path or a PostgreSQL URL.
+
+``fuzz``, ``replay`` and ``torture`` need the ``conformance`` extra (Hypothesis
+and pytest); without it they say so and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from runstore._version import __version__
+from runstore.cli import _ops
+
+_EXTRA_MISSING = (
+    "runstore {command}: this command needs the conformance extra "
+    "(Hypothesis and pytest); install it with: pip install 'runstore[conformance]'\n"
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="runstore", description="Durable runs under fenced ownership."
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    fuzz = commands.add_parser(
+        "fuzz",
+        help="fuzz a store or consensus strategy against the reference model",
+        description="Run the conformance machines in randomized batches until the time or "
+        "example budget is spent. On a failure, write a pytest regression file and exit 1.",
+    )
+    which = fuzz.add_mutually_exclusive_group()
+    which.add_argument(
+        "--target",
+        metavar="NAME",
+        help="a built-in target (sqlite-sql, sqlite-local, sqlite-file-sql, sqlite-file-local,"
+        " model, postgres-sql: needs RUNSTORE_TEST_POSTGRES or initdb on PATH) or"
+        " MODULE:FACTORY; default: every built-in SQLite target in turn",
+    )
+    which.add_argument(
+        "--consensus", metavar="MODULE:FACTORY", help="a Consensus strategy factory to test"
+    )
+    which.add_argument(
+        "--store", metavar="MODULE:FACTORY", help="a store factory (clock, path) -> store"
+    )
+    fuzz.add_argument(
+        "--attempt-store",
+        metavar="MODULE:FACTORY",
+        help="an attempt store factory (store, **options) -> attempt store to test in place of"
+        " AttemptStore, over the target's SQLite stores (attempt machine only)",
+    )
+    fuzz.add_argument(
+        "--capabilities",
+        metavar="NAME=BOOL,...",
+        help="what the store under test can do, over what its factory declares"
+        " (reopen, whole_state, lease_introspection, fault_injection), e.g."
+        " reopen=false,fault_injection=true",
+    )
+    fuzz.add_argument(
+        "--no-reopen",
+        action="store_true",
+        help="the store cannot be reopened on its path (an in-memory store):"
+        " the same as --capabilities reopen=false",
+    )
+    budget = fuzz.add_mutually_exclusive_group()
+    budget.add_argument("--minutes", type=float, help="time budget, shrinking included (default 1)")
+    budget.add_argument("--examples", type=int, help="example budget per target")
+    fuzz.add_argument(
+        "--seed", type=int, help="replay a campaign (default: a random seed, printed)"
+    )
+    fuzz.add_argument(
+        "--coverage",
+        action="store_true",
+        help="at the end, print which cells of each operation's reach table the run-store"
+        " machine reached (outcome x prior situation) and which reachable ones it missed",
+    )
+    fuzz.add_argument(
+        "--db",
+        default=".runstore-fuzz/db",
+        metavar="DIR",
+        help="Hypothesis example database, one folder per target (default %(default)s)",
+    )
+    fuzz.add_argument(
+        "--out",
+        default=".runstore-fuzz/out",
+        metavar="DIR",
+        help="where regression files go (default %(default)s)",
+    )
+
+    replay = commands.add_parser(
+        "replay", help="run a regression file written by fuzz under pytest"
+    )
+    replay.add_argument("file", type=Path)
+
+    commands.add_parser("demo", help="the ownership demonstration", add_help=False)
+    commands.add_parser(
+        "torture",
+        help="race worker processes on one database and check the history's linearizability",
+        add_help=False,
+    )
+    _ops.add_parsers(commands)
+    return parser
+
+
+def _missing_extra(error: ImportError) -> bool:
+    return (error.name or "").split(".")[0] in ("hypothesis", "pytest", "_pytest")
+
+
+def _replay(path: Path) -> int:
+    """Run one regression file under pytest, in a fresh interpreter, with the
+    current directory importable (regressions may import a project's factory)."""
+    if importlib.util.find_spec("pytest") is None:
+        sys.stderr.write(_EXTRA_MISSING.format(command="replay"))
+        return 2
+    if not path.is_file():
+        sys.stderr.write(f"runstore replay: no such file: {path}\n")
+        return 2
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(path)]
+    return subprocess.call(command, env=env)
+
+
+def _torture(argv: list[str]) -> int:
+    """``runstore torture``: its own options (``runstore torture --help``)."""
+    try:
+        torture = importlib.import_module("runstore.stateful._campaigns._torture")
+    except ImportError as error:
+        if not _missing_extra(error):
+            raise
+        sys.stderr.write(_EXTRA_MISSING.format(command="torture"))
+        return 2
+    return int(torture.main(argv))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    args_list = sys.argv[1:] if argv is None else list(argv)
+    if args_list[:1] == ["demo"]:
+        demo = importlib.import_module("runstore.cli._demo")  # the ownership demonstration
+        return int(demo.main(args_list[1:]) or 0)
+    if args_list[:1] == ["torture"]:
+        return _torture(args_list[1:])
+    parser = _parser()
+    args = parser.parse_args(args_list)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    if args.command == "replay":
+        return _replay(args.file)
+    if args.command in _ops.COMMANDS:
+        return _ops.run(args)
+    try:
+        from runstore.stateful._campaigns import _fuzz
+    except ImportError as error:
+        if not _missing_extra(error):
+            raise
+        sys.stderr.write(_EXTRA_MISSING.format(command=args.command))
+        return 2
+    try:
+        return _fuzz.main_fuzz(args)
+    except ValueError as error:
+        sys.stderr.write(f"runstore fuzz: {error}\n")
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

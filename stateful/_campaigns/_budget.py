@@ -1,0 +1,189 @@
+"""The budget ``run_conformance`` uses when it is given no ``settings``.
+
+A third party runs ``run_conformance(store_factory=...)`` and reads the
+verdict; the budget is designed for that call, not for a developer's loop:
+
+- **Deterministic**: derandomized and without an example database, so a CI
+  verdict repeats run after run on the same code.
+- **Sized per machine**, by what one example costs and what it takes to reach
+  the rare cells (see ``_reach``): the strategy machine is cheap and runs
+  many short programs; the run-store and attempt machines run longer ones.
+- **Bounded in time**: with the too-slow health check off and no deadline,
+  the examples alone take about two minutes for a store and about three
+  for a strategy (which gets the strategy machine as well as the adapter
+  machines) on a 2-core machine shared with other work; shrinking a failure
+  is cut at what is left of five minutes (``WALL_SECONDS``), so a failing
+  run ends within that, shrunk as far as time allowed.
+
+``HYPOTHESIS_PROFILE``, when set, replaces the budget with that profile
+(``ci``, ``dev`` or ``deep``); ``settings=`` replaces it too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+
+import attrs
+from hypothesis import HealthCheck, Phase
+from hypothesis import settings as Settings
+from hypothesis.stateful import RuleBasedStateMachine
+
+from .._base._profiles import load_profile
+
+#: A failing default run ends within this many seconds, shrinking included.
+WALL_SECONDS = 300.0
+#: Shrinking always gets at least this long, however late the failure.
+MIN_SHRINK_SECONDS = 20.0
+
+
+@attrs.frozen
+class Budget:
+    """Examples per machine and steps per example."""
+
+    examples: int
+    steps: int
+
+
+#: The default budget of each machine kind.
+DEFAULT_BUDGETS: dict[str, Budget] = {
+    "strategy": Budget(examples=400, steps=60),
+    "store": Budget(examples=200, steps=80),
+    "attempts": Budget(examples=200, steps=80),
+    # Each step is a scenario of its own (a few opens); a held lock costs
+    # 0.3 s of real time.
+    "opening": Budget(examples=12, steps=12),
+    # Short programs: every move of the clock is judged at once, and a
+    # measurement schedule is a few steps deep.
+    "server-clock": Budget(examples=40, steps=12),
+    # Each example is a fresh database; ending a session waits for the
+    # server (tens of ms), and every schema open migrates a new schema.
+    "pg-session": Budget(examples=8, steps=12),
+    "pg-schema": Budget(examples=5, steps=8),
+}
+
+
+def machine_kind(machine: type[RuleBasedStateMachine]) -> str:
+    """``"strategy"``, ``"attempts"``, ``"opening"``, ``"server-clock"``,
+    ``"pg-session"``, ``"pg-schema"`` or ``"store"``: which budget a machine
+    gets."""
+    from .._checks._opening import OpeningCheck
+    from .._checks._pg_session import SchemaOptionCheck, SessionLossCheck
+    from .._checks._server_clock import ServerClockCheck
+    from .._machines._attempts import RunAttemptComparison
+    from .._machines._consensus import ConsensusComparison
+
+    kinds: tuple[tuple[type[RuleBasedStateMachine], str], ...] = (
+        (ConsensusComparison, "strategy"),
+        (RunAttemptComparison, "attempts"),
+        (OpeningCheck, "opening"),
+        (ServerClockCheck, "server-clock"),
+        (SessionLossCheck, "pg-session"),
+        (SchemaOptionCheck, "pg-schema"),
+    )
+    for base, kind in kinds:
+        if issubclass(machine, base):
+            return kind
+    return "store"
+
+
+def default_settings(machine: type[RuleBasedStateMachine], *, shrink: bool = True) -> Settings:
+    """The settings of the default budget for ``machine`` (without the shrink
+    phase when ``shrink`` is false: to measure detection alone)."""
+    budget = DEFAULT_BUDGETS[machine_kind(machine)]
+    phases = [Phase.explicit, Phase.generate, Phase.target]
+    return Settings(
+        max_examples=budget.examples,
+        stateful_step_count=budget.steps,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        print_blob=False,
+        report_multiple_bugs=False,
+        suppress_health_check=[HealthCheck.too_slow],
+        phases=[*phases, Phase.shrink] if shrink else phases,
+    )
+
+
+def chosen_settings(
+    machine: type[RuleBasedStateMachine], settings: Settings | None
+) -> tuple[Settings, bool]:
+    """The settings ``run_conformance`` runs ``machine`` under, and whether
+    they are the default budget: ``settings`` when given, else the profile
+    named by ``HYPOTHESIS_PROFILE`` when that is set, else the default."""
+    if settings is not None:
+        return settings, False
+    profile = os.environ.get("HYPOTHESIS_PROFILE")
+    if profile:
+        load_profile(profile)
+        return Settings(), False
+    return default_settings(machine), True
+
+
+class _WhatIsLeft:
+    """Stands for Hypothesis's shrinking allowance: added to the shrinker's
+    start time (``perf_counter() + allowance``), it gives a deadline at what
+    is left of the wall budget then, and never less than the minimum."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+
+    def __radd__(self, started: float) -> float:
+        left = max(MIN_SHRINK_SECONDS, self.deadline - time.monotonic())
+        return started + min(left, 300.0)
+
+
+@contextlib.contextmanager
+def shrinking_within(deadline: float) -> Iterator[None]:
+    """Cut Hypothesis's shrinking at ``deadline`` (``time.monotonic``), or
+    ``MIN_SHRINK_SECONDS`` after it starts if that is later.
+
+    Hypothesis bounds shrinking by a module-level allowance (five minutes)
+    added to the time shrinking starts; for the block it is replaced by one
+    that reads what is left of the budget at that moment.
+    """
+    try:
+        from hypothesis.internal.conjecture import engine
+    except ImportError:  # pragma: no cover - a Hypothesis without that module
+        yield
+        return
+    previous = getattr(engine, "MAX_SHRINKING_SECONDS", None)
+    if not isinstance(previous, int):  # pragma: no cover - another Hypothesis
+        yield
+        return
+    engine.MAX_SHRINKING_SECONDS = _WhatIsLeft(deadline)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        engine.MAX_SHRINKING_SECONDS = previous
+
+
+def _no_constant(*_args: object, **_kwargs: object) -> None:
+    return None
+
+
+def programs_independent_of_callers_code() -> None:
+    """Keep the current example's programs independent of what else the
+    process has imported. Called first by every machine's ``__init__``
+    (before the example draws anything).
+
+    Hypothesis mixes literals it finds in the source of every local module
+    loaded (``int`` and ``str`` constants of the caller's code, of this
+    suite, of a test run's other test modules) into the choices it
+    generates. A derandomized run then changes its programs whenever any of
+    those modules changes or another one is imported, so a verdict would
+    depend on code that has nothing to do with the store under test
+    (importing one more module of the suite lost 27 reach cells and let
+    planted bugs escape). The current example's provider is told to draw no such
+    constants; outside a Hypothesis example, or with a provider that has no
+    such hook, nothing changes."""
+    try:
+        from hypothesis.control import current_build_context
+
+        provider = current_build_context().data.provider
+    except Exception:  # not inside an example
+        return
+    if callable(getattr(type(provider), "_maybe_draw_constant", None)):
+        provider._maybe_draw_constant = _no_constant  # type: ignore[attr-defined]

@@ -1,0 +1,167 @@
+"""``run_conformance``: the one call a third party makes to check its store or
+its consensus strategy against the reference model."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import attrs
+from hypothesis import settings as Settings
+from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
+
+from .._base import _observe
+from .._base._capabilities import FULL_STORE, Capabilities
+from .._checks._opening import opening_check_for, sqlite_store_consensus
+from .._machines._attempts import attempt_comparison_for, builds_sqlite_stores
+from .._machines._consensus import ConsensusFactory, consensus_comparison_for
+from .._machines._run_store import StoreFactory, comparison_for
+from .._targets._builtin import raw_writer_for, sqlite_store_factory
+from ._budget import WALL_SECONDS, chosen_settings, shrinking_within
+from ._summary import summarize
+
+
+class ConformanceError(AssertionError):
+    """A conformance run ended in something other than a check's failure: an
+    exception escaping the store outside an operation (its factory, ``close``
+    or ``state()``), or a failure Hypothesis could not reproduce (a flaky
+    store). Raised from the original, so a test runner reports a failure."""
+
+
+def conformance_machines(
+    *,
+    store_factory: StoreFactory | None = None,
+    consensus_factory: ConsensusFactory | None = None,
+    capabilities: Capabilities = FULL_STORE,
+) -> list[type[RuleBasedStateMachine]]:
+    """The machines ``run_conformance`` runs, in order, for these arguments."""
+    if store_factory is None and consensus_factory is None:
+        raise TypeError("run_conformance needs a store_factory, a consensus_factory, or both")
+    machines: list[type[RuleBasedStateMachine]] = []
+    if consensus_factory is not None:
+        name = getattr(consensus_factory, "__qualname__", "strategy")
+        machines.append(consensus_comparison_for(consensus_factory, capabilities, name=name))
+        if store_factory is None:
+            # The strategy inside the SQLite adapter, on a file: the adapter
+            # offers state(), its fault seam and reopening.
+            in_adapter = attrs.evolve(capabilities, whole_state=True, fault_injection=True)
+            factory = sqlite_store_factory(consensus_factory, file=in_adapter.reopen)
+            machines.append(
+                comparison_for(
+                    factory, in_adapter, name=f"sqlite+{name}", raw_writer=raw_writer_for(factory)
+                )
+            )
+            machines.append(
+                attempt_comparison_for(
+                    factory,
+                    in_adapter,
+                    name=f"sqlite+{name}+attempts",
+                    raw_writer=raw_writer_for(factory),
+                )
+            )
+            machines.append(opening_check_for(consensus_factory, name=f"sqlite+{name}+opening"))
+    if store_factory is not None:
+        name = getattr(store_factory, "__qualname__", "store")
+        machines.append(
+            comparison_for(
+                store_factory,
+                capabilities,
+                name=name,
+                raw_writer=raw_writer_for(store_factory),
+            )
+        )
+        if builds_sqlite_stores(store_factory):
+            # Attempts live in the SQLite adapter's database: the same store
+            # again, with attempt rules interleaved.
+            machines.append(
+                attempt_comparison_for(
+                    store_factory,
+                    capabilities,
+                    name=f"{name}+attempts",
+                    raw_writer=raw_writer_for(store_factory),
+                )
+            )
+            opened_with = sqlite_store_consensus(store_factory)
+            if opened_with is not None:
+                # runstore.open built the store: its opening contract too.
+                machines.append(opening_check_for(opened_with, name=f"{name}+opening"))
+        if capabilities.server_clock:
+            from .._checks._server_clock import server_clock_check_for
+            from .._targets._postgres import server_now_ms
+
+            machines.append(
+                server_clock_check_for(store_factory, server_now_ms, name=f"{name}+server-clock")
+            )
+        if capabilities.postgres_server:
+            from .._checks._pg_session import schema_option_check_for, session_loss_check_for
+
+            machines.append(session_loss_check_for(store_factory, name=f"{name}+session"))
+            machines.append(schema_option_check_for(name=f"{name}+schema"))
+    return machines
+
+
+def run_conformance(
+    *,
+    store_factory: StoreFactory | None = None,
+    consensus_factory: ConsensusFactory | None = None,
+    capabilities: Capabilities = FULL_STORE,
+    settings: Settings | None = None,
+) -> None:
+    """Check a store, a consensus strategy, or both against the reference model.
+
+    ``store_factory(clock, path)`` builds the store under test on the shared
+    ``ManualClock``; after a simulated crash it is called again with the same
+    ``path`` to reopen. ``consensus_factory()`` builds a fresh strategy: it is
+    compared with ``ModelConsensus`` at the strategy interface and, unless a
+    ``store_factory`` is also given, inside the SQLite adapter against
+    ``ModelRunStore``. When the store under test is the SQLite adapter (a
+    ``runstore.sqlite.SqliteRunStore``, as every strategy is put inside), the
+    run-store machine runs a second time with ``AttemptStore`` rules
+    interleaved, against ``ModelAttemptStore``, and then the opening check
+    (``OpeningCheck``) runs ``runstore.open`` on files of its own with that
+    strategy: modes, read-only stores, refusals, racing openers.
+    ``capabilities`` says what the store can do (see ``Capabilities``).
+
+    ``settings`` replaces the default budget; so does ``HYPOTHESIS_PROFILE``
+    when it is set (``ci``, ``dev`` or ``deep``, see ``load_profile``). The
+    default budget (``runstore.stateful._campaigns._budget``) is derandomized, keeps no
+    example database, has no deadline and no too-slow health check, and is
+    sized per machine: a store takes about two minutes and a strategy about
+    three on a shared 2-core machine, and a failing run ends within five
+    minutes per store or strategy, shrinking included.
+
+    Returns when everything conforms. When something does not, raises the
+    failing check (an ``AssertionError`` subclass named for the invariant or
+    comparison) with the shrunk program printed by Hypothesis and a
+    one-screen summary added as a note: the machine, the program, the check,
+    and both sides' values. Anything else that ends the run is raised as
+    ``ConformanceError``, also an ``AssertionError``.
+    """
+    machines = conformance_machines(
+        store_factory=store_factory,
+        consensus_factory=consensus_factory,
+        capabilities=capabilities,
+    )
+    under_test = (store_factory is not None) + (consensus_factory is not None)
+    deadline = time.monotonic() + WALL_SECONDS * under_test
+    observer = _observe.current()
+    own = observer is None
+    if observer is None:
+        observer = _observe.Observer()
+    with _observe.observing(observer) if own else contextlib.nullcontext():
+        for machine in machines:
+            chosen, default = chosen_settings(machine, settings)
+            bounded = shrinking_within(deadline) if default else contextlib.nullcontext()
+            failures_before = observer.failures
+            try:
+                with bounded:
+                    run_state_machine_as_test(machine, settings=chosen)
+            except AssertionError as error:
+                if observer.failures > failures_before and observer.last_failure is not None:
+                    error.add_note(summarize(observer.last_failure))
+                raise
+            except Exception as error:
+                summary = f"{machine.__name__}: {type(error).__name__}: {error}"
+                if observer.failures > failures_before and observer.last_failure is not None:
+                    summary += "\n" + summarize(observer.last_failure)
+                raise ConformanceError(summary) from error

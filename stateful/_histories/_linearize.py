@@ -1,0 +1,791 @@
+"""Linearizability of recorded histories against the reference model.
+
+``check_history(operations)`` asks, for every independent object of the
+history (a run, or a lineage with its rounds: ``runstore.stateful._histories._spec``),
+whether the object's operations can be put in one order that respects real
+time (an operation that returned before another was invoked comes first) and
+in which the reference model, run one operation at a time, answers exactly
+what each operation answered: outcomes compared with ``==`` (reads by value,
+run state included), errors by ``RunStoreError.code``. Checking objects
+separately is exact (P-compositionality: a history is linearizable iff each
+object's sub-history is).
+
+The search is Wing and Gong's, with Lowe's memoization: walk the calls that
+may go next (those invoked before the earliest unfinished return), try each on
+the model, and go deeper when the model agrees and the pair (model state, set
+of operations placed) was not met before; when an operation's return is
+reached before it was placed, undo the last placement. A partition whose
+search empties is linearizable; one whose search backtracks past its first
+operation is a violation.
+
+Operations of unknown outcome (a ``persistence_failed`` error, or no return
+at all because the process died) may take effect at any point after they were
+invoked, with any answer, or never: they have no return to force them, and
+the search succeeds once every operation of known outcome is placed. Those
+that cannot change state (reads, and calls the model refuses or loses at that
+point) are skipped rather than placed. Each of them can double the search, so
+a partition with more than ``max_unknown`` of them that could write is not
+searched: it is reported ``unchecked`` with the count, never passed. A search
+that runs past ``max_steps`` model applications is reported ``unchecked``
+too, and so is an operation the model cannot replay (no store-clock reading
+recorded where the model needs one).
+
+A violation is shrunk to a minimal offending sub-history of its object
+(operations dropped one chunk at a time while the rest stays
+non-linearizable), and explained: the longest legal order found and what the
+model would answer for each operation that could have gone next.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final, Literal, TypeAlias
+
+import attrs
+
+from runstore import StoreState
+
+from ._history import Operation
+from ._spec import (
+    EXCLUDED_READS,
+    FINAL_STATE,
+    PURGE_PART,
+    Node,
+    Partition,
+    Result,
+    Spec,
+    final_state_operations,
+    initial_state,
+    make_node,
+    matches,
+    partition_operations,
+)
+
+Verdict: TypeAlias = Literal["linearizable", "violation", "unchecked"]
+
+#: Operations of unknown outcome that may write, per object, before it is left unchecked.
+MAX_UNKNOWN: Final = 24
+#: Model applications per object before its search is abandoned as unchecked.
+MAX_STEPS: Final = 5_000_000
+#: Sub-history checks the shrinker may spend on one violation.
+MAX_SHRINK_CHECKS: Final = 2000
+#: Seconds the shrinker may spend on one violation (then its best so far is kept).
+MAX_SHRINK_SECONDS: Final = 30.0
+
+_READS: Final = frozenset({"get", "lineage", "latest_round", "ownership_facts", FINAL_STATE})
+
+
+@attrs.frozen
+class Explanation:
+    """Why a (minimal) sub-history is not linearizable, as far as the search saw.
+
+    ``order``: the longest prefix of a legal order the search found, each
+    operation with the model's answer (equal to the recorded one). ``blocked``:
+    every operation that could have gone next after it, with what the model
+    would have answered there instead of what was recorded.
+    """
+
+    order: tuple[tuple[Operation, Result], ...]
+    blocked: tuple[tuple[Operation, Result], ...]
+
+
+@attrs.frozen
+class PartitionVerdict:
+    """The verdict on one independent object (a run, or a lineage).
+
+    ``result`` is ``"linearizable"``, ``"violation"`` or ``"unchecked"``
+    (``reason`` says why: too many operations of unknown outcome, the search
+    budget, an operation the model cannot replay). ``explored`` counts the
+    distinct (state, placed set) pairs the search met, ``steps`` the model
+    applications. On a violation ``minimal`` is the shrunk offending
+    sub-history and ``explanation`` describes it; when linearizable,
+    ``revisions`` counts the row writes of the linearization found.
+    """
+
+    key: str
+    runs: tuple[str, ...]
+    result: Verdict
+    reason: str | None
+    history: tuple[Operation, ...]
+    unknown: int
+    explored: int
+    steps: int
+    minimal: tuple[Operation, ...] | None = None
+    explanation: Explanation | None = None
+    search_seconds: float = 0.0
+    shrink_seconds: float = 0.0
+    #: Row writes of the linearization found (None unless linearizable).
+    revisions: int | None = None
+    #: Runs each ``purge_settled`` call (by id) deleted here in that linearization.
+    purged: Mapping[str, int] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class RevisionCheck:
+    """Whether the counts that span objects fit the history: the database's
+    final revision and the answers of ``purge_settled``.
+
+    Every row write (insert, update, delete) raises the database-wide
+    revision by one, and the model counts them the same way. So once every
+    object is linearizable, ``final - initial`` must equal the sum over
+    objects of the row writes of *some* linearization of each, and each
+    ``purge_settled`` answer the sum of the runs its parts deleted on every
+    object in those same linearizations. ``found`` is the row-write sum of
+    the linearizations the search happened to find; when any count differs,
+    each object's achievable counts are enumerated (operations of unknown
+    outcome, which may have written or not, make several achievable) and
+    ``result`` says whether the recorded counts are one of their sums.
+    ``result`` is ``"ok"``, ``"violation"`` (a write the history does not
+    account for, one it claims that never happened, a purge count that does
+    not add up) or ``"unchecked"`` (``reason`` says why: an object not
+    linearizable, an excluded operation that may write, the enumeration's
+    budget). ``final`` is None when only purge answers were checked (no
+    final state was given).
+    """
+
+    result: Literal["ok", "violation", "unchecked"]
+    initial: int
+    final: int | None
+    found: int | None
+    reason: str | None = None
+
+
+@attrs.frozen
+class HistoryVerdict:
+    """The verdict on a whole history: one ``PartitionVerdict`` per object.
+
+    ``status`` is ``"violation"`` if any object is one, else ``"unchecked"``
+    if any object could not be checked, else ``"linearizable"``; ``ok`` is
+    True only for ``"linearizable"``. ``excluded`` lists the operations that
+    were not checked, each with the reason (whole-database reads, methods this
+    version does not know).
+    """
+
+    partitions: tuple[PartitionVerdict, ...]
+    excluded: tuple[tuple[Operation, str], ...]
+    operations: int
+    seconds: float
+    revision: RevisionCheck | None = None
+
+    @property
+    def status(self) -> Verdict:
+        revision = self.revision.result if self.revision is not None else None
+        if revision == "violation" or any(p.result == "violation" for p in self.partitions):
+            return "violation"
+        if revision == "unchecked" or any(p.result == "unchecked" for p in self.partitions):
+            return "unchecked"
+        return "linearizable"
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "linearizable"
+
+    @property
+    def violations(self) -> tuple[PartitionVerdict, ...]:
+        return tuple(p for p in self.partitions if p.result == "violation")
+
+    @property
+    def unchecked(self) -> tuple[PartitionVerdict, ...]:
+        return tuple(p for p in self.partitions if p.result == "unchecked")
+
+    @property
+    def checked_operations(self) -> int:
+        """Operations in objects that were searched to a verdict."""
+        return sum(len(p.history) for p in self.partitions if p.result != "unchecked")
+
+    @property
+    def explored(self) -> int:
+        return sum(p.explored for p in self.partitions)
+
+    @property
+    def search_seconds(self) -> float:
+        """Time spent searching (shrinking and explaining violations left out)."""
+        return sum(p.search_seconds for p in self.partitions)
+
+    @property
+    def operations_per_second(self) -> float:
+        """Operations checked per second of search."""
+        seconds = self.search_seconds
+        return self.checked_operations / seconds if seconds > 0 else float("inf")
+
+    @property
+    def worst_explored(self) -> int:
+        """The largest search (distinct pairs met) of any one object."""
+        return max((p.explored for p in self.partitions), default=0)
+
+    def summary(self) -> str:
+        """A few lines: the verdict, counts, and each violation or unchecked object."""
+        lines = [
+            f"{self.status}: {self.operations} operations in {len(self.partitions)} objects, "
+            f"{len(self.excluded)} excluded; searched in {self.search_seconds:.2f} s "
+            f"({self.operations_per_second:,.0f} operations/s, largest search "
+            f"{self.worst_explored} states), {self.seconds:.2f} s in all"
+        ]
+        for p in self.partitions:
+            if p.result == "violation":
+                size = len(p.minimal) if p.minimal is not None else len(p.history)
+                lines.append(
+                    f"  violation on {p.key} (runs {', '.join(p.runs)}): "
+                    f"{len(p.history)} operations, minimal offending sub-history {size}"
+                )
+            elif p.result == "unchecked":
+                lines.append(f"  unchecked {p.key}: {p.reason}")
+        check = self.revision
+        if check is not None:
+            if check.result == "ok" and check.final is not None:
+                counted = check.final - check.initial
+                lines.append(f"  revision: {counted} row writes, as the history accounts for")
+            elif check.result == "ok":
+                lines.append("  counts: every purge_settled answer adds up")
+            elif (
+                check.result == "violation"
+                and check.final is not None
+                and not (check.reason or "").startswith("purge_settled")
+            ):
+                counted = check.final - check.initial
+                lines.append(
+                    f"  revision violation: the database counted {counted} row writes "
+                    f"(revision {check.initial} to {check.final}); {check.reason}"
+                )
+            elif check.result == "violation":
+                lines.append(f"  counts violation: {check.reason}")
+            else:
+                lines.append(f"  revision unchecked: {check.reason}")
+        return "\n".join(lines)
+
+
+@attrs.frozen
+class _Search:
+    result: Verdict
+    reason: str | None
+    explored: int
+    steps: int
+    order: tuple[int, ...]
+    #: Row writes (revisions) of the linearization found, when one was.
+    revisions: int | None = None
+    #: Runs each ``purge_settled`` part deleted in it (see ``_tally_slots``).
+    tally: tuple[int, ...] = ()
+
+
+def _may_write(op: Operation) -> bool:
+    return op.method not in _READS
+
+
+def _search(
+    ops: Sequence[Operation],
+    start: Node,
+    spec: Spec,
+    *,
+    max_steps: int,
+    track: bool = False,
+    collect: set[tuple[int, tuple[int, ...]]] | None = None,
+) -> _Search:
+    """Wing-Gong with memoization over ``ops`` (one object) from ``start``.
+
+    ``order`` is the linearization found, or with ``track`` the deepest
+    partial one on a violation. With ``collect`` the search does not stop at
+    the first linearization: it adds the row-write count (revisions) and the
+    tally of every linearization it finds to ``collect`` and goes on until it
+    has seen them all (both are then part of the memoized state, and an
+    operation of unknown outcome may be placed whenever the model commits
+    it, even without changing anything but the counter); its result is
+    ``"linearizable"`` when it found any.
+    """
+    n = len(ops)
+    definite = [op.definite for op in ops]
+    slots = {i: k for k, i in enumerate(_tally_slots(ops))}
+    tally: tuple[int, ...] = (0,) * len(slots)
+    position = [0] * n
+    counts = [0, 0]
+    for i in range(n):
+        kind = 0 if definite[i] else 1
+        position[i] = counts[kind]
+        counts[kind] += 1
+    remaining = counts[0]
+    events: list[tuple[int, int, int]] = []
+    for i, op in enumerate(ops):
+        events.append((op.invoked_ns, 0, 2 * i))
+        if definite[i]:
+            returned = op.returned_ns
+            assert returned is not None
+            events.append((returned, 1, 2 * i + 1))
+    events.sort()
+    head = 2 * n
+    nxt = [-1] * (2 * n + 1)
+    prv = [-1] * (2 * n + 1)
+    last = head
+    for _, _, entry_id in events:
+        nxt[last] = entry_id
+        prv[entry_id] = last
+        last = entry_id
+
+    cache: set[tuple[Any, ...]] = set()
+    # Placements as a linked list of frames (op, node before it, frame below,
+    # tally before it), so the deepest partial order is kept in O(1).
+    top: tuple[int, Node, Any, tuple[int, ...]] | None = None
+    depth = 0
+    best: tuple[int, Node, Any, tuple[int, ...]] | None = None
+    best_depth = 0
+    node = start
+    placed_definite = 0
+    placed_unknown = 0
+    steps = 0
+    entry = nxt[head]
+    base_revision = start.state.revision
+    while True:
+        if remaining == 0:
+            revisions = node.state.revision - base_revision
+            if collect is None:
+                found = _order(top)
+                return _Search("linearizable", None, len(cache), steps, found, revisions, tally)
+            collect.add((revisions, tally))
+            entry = -1  # recorded: backtrack as if this order had failed
+        if entry != -1 and not entry & 1:
+            i = entry >> 1
+            steps += 1
+            if steps > max_steps:
+                return _Search(
+                    "unchecked",
+                    f"search budget exhausted ({max_steps} model steps)",
+                    len(cache),
+                    steps,
+                    (),
+                )
+            op = ops[i]
+            after, result = spec.apply(node, op)
+            if definite[i]:
+                if result[0] == "unreplayable":
+                    return _Search(
+                        "unchecked", f"{op.id} {op.method}: {result[1]}", len(cache), steps, ()
+                    )
+                agrees = matches(op, result)
+            elif collect is not None:
+                agrees = after is not node
+            else:
+                agrees = after is not node and after.key != node.key
+            if agrees:
+                if definite[i]:
+                    new_definite = placed_definite | (1 << position[i])
+                    new_unknown = placed_unknown
+                else:
+                    new_definite = placed_definite
+                    new_unknown = placed_unknown | (1 << position[i])
+                new_tally = tally
+                slot = slots.get(i)
+                if slot is not None:
+                    new_tally = (*tally[:slot], int(result[1]), *tally[slot + 1 :])
+                low = ((new_definite + 1) & ~new_definite).bit_length() - 1
+                key: tuple[Any, ...] = (after.key, low, new_definite >> low, new_unknown)
+                if collect is not None:
+                    key = (*key, after.state.revision, new_tally)
+                before = len(cache)
+                cache.add(key)
+                if len(cache) != before:
+                    top = (i, node, top, tally)
+                    depth += 1
+                    node = after
+                    tally = new_tally
+                    placed_definite = new_definite
+                    placed_unknown = new_unknown
+                    # Lift the call (and the return) out of the list.
+                    c = 2 * i
+                    p, q = prv[c], nxt[c]
+                    nxt[p] = q
+                    if q != -1:
+                        prv[q] = p
+                    if definite[i]:
+                        r = c + 1
+                        p, q = prv[r], nxt[r]
+                        nxt[p] = q
+                        if q != -1:
+                            prv[q] = p
+                        remaining -= 1
+                    if track and depth > best_depth:
+                        best, best_depth = top, depth
+                    entry = nxt[head]
+                    continue
+            entry = nxt[entry]
+            continue
+        # An operation's return came before it was placed: undo the last placement.
+        if top is None:
+            if collect:
+                return _Search("linearizable", None, len(cache), steps, ())
+            return _Search("violation", None, len(cache), steps, _order(best))
+        i, node, top, tally = top
+        depth -= 1
+        c = 2 * i
+        if definite[i]:
+            r = c + 1
+            p, q = prv[r], nxt[r]
+            nxt[p] = r
+            if q != -1:
+                prv[q] = r
+            placed_definite &= ~(1 << position[i])
+            remaining += 1
+        else:
+            placed_unknown &= ~(1 << position[i])
+        p, q = prv[c], nxt[c]
+        nxt[p] = c
+        if q != -1:
+            prv[q] = c
+        entry = nxt[c]
+
+
+def _tally_slots(ops: Sequence[Operation]) -> list[int]:
+    """The positions of the definite ``purge_settled`` parts, whose deletion
+    counts a linearization tallies (to sum them per call afterwards)."""
+    return [i for i, op in enumerate(ops) if op.method == PURGE_PART and op.definite]
+
+
+def _order(frame: tuple[int, Node, Any, tuple[int, ...]] | None) -> tuple[int, ...]:
+    order = []
+    while frame is not None:
+        order.append(frame[0])
+        frame = frame[2]
+    return tuple(reversed(order))
+
+
+def _prepare(ops: Iterable[Operation]) -> list[Operation]:
+    """Validate intervals and drop unknown reads (they can never constrain)."""
+    kept = []
+    for op in ops:
+        if op.definite and (op.returned_ns is None or op.returned_ns < op.invoked_ns):
+            raise ValueError(f"operation {op.id} returns before it is invoked")
+        if op.unknown and not _may_write(op):
+            continue
+        kept.append(op)
+    return kept
+
+
+def search_partition(
+    ops: Sequence[Operation],
+    start: Node,
+    *,
+    spec: Spec | None = None,
+    max_unknown: int = MAX_UNKNOWN,
+    max_steps: int = MAX_STEPS,
+) -> _Search:
+    """One object's verdict (no shrinking)."""
+    prepared = _prepare(ops)
+    unknown = sum(1 for op in prepared if op.unknown)
+    if unknown > max_unknown:
+        return _Search(
+            "unchecked",
+            f"too many operations of unknown outcome ({unknown} > {max_unknown})",
+            0,
+            0,
+            (),
+        )
+    return _search(prepared, start, spec or Spec(), max_steps=max_steps)
+
+
+def shrink(
+    ops: Sequence[Operation],
+    start: Node,
+    *,
+    culprits: Sequence[tuple[Operation, Result, Sequence[Operation]]] = (),
+    max_steps: int = MAX_STEPS,
+    max_checks: int = MAX_SHRINK_CHECKS,
+    max_seconds: float = MAX_SHRINK_SECONDS,
+) -> tuple[Operation, ...]:
+    """A small sub-history of ``ops`` (a violation) that is still a violation.
+
+    Dropping operations freely tends to drop the ones that made the state the
+    offending operation needed (a ``create``, say), leaving a trivial
+    violation about a run that does not exist. So the shrink keeps a
+    *culprit*: an operation the search could not place after its deepest
+    legal order, with what the model answered for it there (``culprits``
+    holds each candidate, that answer, and the order's operations, its
+    support). A sub-history is kept only when it still holds the culprit, is
+    a violation, is linearizable without the culprit, and its own deepest
+    legal order ends where the model gives the culprit that same answer: the
+    same disagreement, with less around it. The shortest such prefix (by
+    invocation) is taken first, then chunks and single operations are
+    dropped. With no culprit that works, any violating sub-history is
+    accepted. Past ``max_checks`` searches or ``max_seconds`` the smallest
+    sub-history found so far is returned (still a violation, maybe not
+    minimal).
+    """
+    spec = Spec()
+    budget = [max_checks]
+    deadline = time.perf_counter() + max_seconds
+
+    def verdict(candidate: Sequence[Operation]) -> Verdict | None:
+        if budget[0] <= 0 or time.perf_counter() > deadline:
+            return None
+        budget[0] -= 1
+        return _search(candidate, start, spec, max_steps=max_steps).result
+
+    def reduce(
+        current: list[Operation], culprit: Operation | None, answer: Result | None = None
+    ) -> tuple[Operation, ...]:
+        def accept(candidate: list[Operation]) -> bool:
+            if not candidate or (culprit is not None and culprit not in candidate):
+                return False
+            if verdict(candidate) != "violation":
+                return False
+            if culprit is None:
+                return True
+            if verdict([o for o in candidate if o is not culprit]) != "linearizable":
+                return False
+            if budget[0] <= 0:
+                return False
+            budget[0] -= 1
+            blocked = explain(candidate, start, spec).blocked
+            return any(op is culprit and result == answer for op, result in blocked)
+
+        low = 1 if culprit is None else current.index(culprit) + 1
+        high = len(current)
+        while low < high:
+            middle = (low + high) // 2
+            if accept(current[:middle]):
+                high = middle
+            else:
+                low = middle + 1
+        if high < len(current) and accept(current[:high]):
+            current = current[:high]
+        chunk = max(1, len(current) // 2)
+        while budget[0] > 0:
+            changed = False
+            index = 0
+            while index < len(current):
+                candidate = current[:index] + current[index + chunk :]
+                if accept(candidate):
+                    current = candidate
+                    changed = True
+                else:
+                    index += chunk
+            if chunk > 1:
+                chunk //= 2
+            elif not changed:
+                break
+        return tuple(current)
+
+    prepared = _prepare(ops)
+    order = {op.id: index for index, op in enumerate(prepared)}
+    for culprit, answer, support in culprits:
+        chosen = {op.id for op in support} | {culprit.id}
+        candidate = [op for op in prepared if op.id in chosen]
+        if culprit.id in order and verdict(candidate) == "violation":
+            return reduce(candidate, culprit, answer)
+    return reduce(prepared, None)
+
+
+def explain(ops: Sequence[Operation], start: Node, spec: Spec | None = None) -> Explanation:
+    """The longest legal order the search finds over ``ops`` and, after it,
+    what the model answers for each operation that could go next."""
+    spec = spec or Spec()
+    prepared = _prepare(ops)
+    found = _search(prepared, start, spec, max_steps=MAX_STEPS, track=True)
+    node = start
+    order = []
+    for i in found.order:
+        node, result = spec.apply(node, prepared[i])
+        order.append((prepared[i], result))
+    placed = set(found.order)
+    rest = [op for i, op in enumerate(prepared) if i not in placed]
+    deadline = min((op.returned_ns for op in rest if op.definite and op.returned_ns), default=None)
+    blocked = []
+    for op in rest:
+        if deadline is None or op.invoked_ns <= deadline:
+            blocked.append((op, spec.apply(node, op)[1]))
+    return Explanation(tuple(order), tuple(blocked))
+
+
+def check_partition(
+    partition: Partition,
+    initial: StoreState | None = None,
+    *,
+    max_unknown: int = MAX_UNKNOWN,
+    max_steps: int = MAX_STEPS,
+    shrink_violations: bool = True,
+) -> PartitionVerdict:
+    """The verdict on one object."""
+    started = time.perf_counter()
+    start = make_node(initial_state(initial, partition.runs))
+    found = search_partition(
+        partition.operations, start, max_unknown=max_unknown, max_steps=max_steps
+    )
+    searched = time.perf_counter()
+    unknown = sum(1 for op in partition.operations if op.unknown)
+    minimal = explanation = None
+    if found.result == "violation" and shrink_violations:
+        whole = explain(partition.operations, start)
+        support = [op for op, _ in whole.order]
+        culprits = [(op, result, support) for op, result in whole.blocked if op.definite]
+        minimal = shrink(partition.operations, start, culprits=culprits, max_steps=max_steps)
+        explanation = explain(minimal, start)
+    return PartitionVerdict(
+        key=partition.key,
+        runs=partition.runs,
+        result=found.result,
+        reason=found.reason,
+        history=partition.operations,
+        unknown=unknown,
+        explored=found.explored,
+        steps=found.steps,
+        minimal=minimal,
+        explanation=explanation,
+        search_seconds=searched - started,
+        shrink_seconds=time.perf_counter() - searched,
+        revisions=found.revisions,
+        purged=_purged(partition.operations, found.tally),
+    )
+
+
+def _purged(ops: Sequence[Operation], tally: tuple[int, ...]) -> dict[str, int]:
+    """``tally`` (aligned with the definite purge parts of ``ops`` as
+    prepared) by the id of the ``purge_settled`` call each part belongs to."""
+    prepared = _prepare(ops)
+    calls = [str(prepared[i].args[1]) for i in _tally_slots(prepared)]
+    return dict(zip(calls, tally, strict=False)) if tally else {}
+
+
+def check_history(
+    operations: Iterable[Operation],
+    *,
+    initial: StoreState | None = None,
+    final: StoreState | None = None,
+    max_unknown: int = MAX_UNKNOWN,
+    max_steps: int = MAX_STEPS,
+    shrink: bool = True,
+    max_shrunk: int | None = None,
+) -> HistoryVerdict:
+    """Check a recorded history for linearizability against the reference model.
+
+    ``operations``: the records (``load_history(paths)``,
+    ``HistoryRecorder.operations()``, or built by hand with ``operation``).
+    ``initial``: the store's ``state()`` when recording began (default: an
+    empty store). ``final``: the store's ``state()`` read after every client
+    stopped, if you have it: each run's final rows, lease, facts and
+    acknowledgement are then checked as a read that follows every operation,
+    and the final database revision as ``verdict.revision`` (a
+    ``RevisionCheck``). ``max_unknown`` and ``max_steps`` bound each object's
+    search (past them the object is ``unchecked``); ``shrink`` shrinks each
+    violation to a minimal offending sub-history (only the first
+    ``max_shrunk`` of them, when given). Returns a ``HistoryVerdict``; it
+    never raises on a violation.
+    """
+    started = time.perf_counter()
+    history = list(operations)
+    if final is not None:
+        history += final_state_operations(history, final)
+    partitions, excluded = partition_operations(history, initial)
+    verdicts: list[PartitionVerdict] = []
+    for partition in partitions:
+        shrunk = sum(1 for v in verdicts if v.minimal is not None)
+        verdicts.append(
+            check_partition(
+                partition,
+                initial,
+                max_unknown=max_unknown,
+                max_steps=max_steps,
+                shrink_violations=shrink and (max_shrunk is None or shrunk < max_shrunk),
+            )
+        )
+    revision = None
+    purges = any(
+        p.method == PURGE_PART and p.definite for part in partitions for p in part.operations
+    )
+    if final is not None or purges:
+        revision = check_counts(partitions, verdicts, excluded, initial, final, max_steps=max_steps)
+    return HistoryVerdict(
+        partitions=tuple(verdicts),
+        excluded=tuple(excluded),
+        operations=sum(len(p.operations) for p in partitions),
+        seconds=time.perf_counter() - started,
+        revision=revision,
+    )
+
+
+#: Achievable revision totals kept while summing over objects, before giving up.
+MAX_REVISION_SUMS: Final = 100_000
+
+
+def check_counts(
+    partitions: Sequence[Partition],
+    verdicts: Sequence[PartitionVerdict],
+    excluded: Sequence[tuple[Operation, str]],
+    initial: StoreState | None,
+    final: StoreState | None,
+    *,
+    max_steps: int = MAX_STEPS,
+) -> RevisionCheck:
+    """The ``RevisionCheck`` of a history whose objects were judged (see there)."""
+    first = initial.revision if initial is not None else 0
+    last = final.revision if final is not None else None
+    calls = sorted(
+        {
+            (str(op.args[1]), op.value)
+            for partition in partitions
+            for op in partition.operations
+            if op.method == PURGE_PART and op.definite
+        }
+    )
+    answers = tuple(int(answer) for _, answer in calls)
+    index = {call: k for k, (call, _) in enumerate(calls)}
+
+    def unchecked(reason: str, found: int | None = None) -> RevisionCheck:
+        return RevisionCheck("unchecked", first, last, found, reason)
+
+    if any(v.result != "linearizable" for v in verdicts):
+        return unchecked("not every object is linearizable")
+    writers = [
+        op
+        for op, _ in excluded
+        if op.method not in EXCLUDED_READS and not (op.status == "error" and op.definite)
+    ]
+    if writers and last is not None:
+        return unchecked(
+            f"{len(writers)} excluded operations may have written ({writers[0].method})"
+        )
+    counted = last - first if last is not None else 0
+    found = sum(v.revisions or 0 for v in verdicts) if last is not None else 0
+    tallies = [0] * len(calls)
+    for verdict in verdicts:
+        for call, purged in verdict.purged.items():
+            tallies[index[call]] += purged
+    if found == counted and tuple(tallies) == answers:
+        return RevisionCheck("ok", first, last, found if last is not None else None)
+    # The linearizations found disagree: enumerate what each object could count.
+    spec = Spec()
+    sums: set[tuple[int, tuple[int, ...]]] = {(0, (0,) * len(calls))}
+    for partition in partitions:
+        start = make_node(initial_state(initial, partition.runs))
+        prepared = _prepare(partition.operations)
+        slots = [index[str(prepared[i].args[1])] for i in _tally_slots(prepared)]
+        options: set[tuple[int, tuple[int, ...]]] = set()
+        search = _search(prepared, start, spec, max_steps=max_steps, collect=options)
+        if search.result == "unchecked":
+            return unchecked(f"enumerating {partition.key}'s counts: {search.reason}", found)
+        widened = set()
+        for revisions, tally in options:
+            vector = [0] * len(calls)
+            for slot, purged in zip(slots, tally, strict=True):
+                vector[slot] += purged
+            widened.add((revisions if last is not None else 0, tuple(vector)))
+        sums = {
+            (a + b, tuple(x + y for x, y in zip(u, v, strict=True)))
+            for a, u in sums
+            for b, v in widened
+        }
+        if len(sums) > MAX_REVISION_SUMS:
+            return unchecked("too many achievable counts to enumerate", found)
+    if (counted, answers) in sums:
+        return RevisionCheck("ok", first, last, found if last is not None else None)
+    if any(total == counted for total, _ in sums):
+        wrong = [
+            f"{call} answered {answer}"
+            for k, (call, answer) in enumerate(calls)
+            if all(vector[k] != answer for total, vector in sums if total == counted)
+        ]
+        reason = "purge_settled answers no linearization accounts for: " + (
+            ", ".join(wrong[:3]) or "not all at once"
+        )
+    else:
+        near = sorted({total for total, _ in sums}, key=lambda t: (abs(t - counted), t))[:3]
+        reason = f"the history accounts for {', '.join(map(str, sorted(near)))}" + (
+            " (nearest)" if len(sums) > len(near) else ""
+        )
+    return RevisionCheck("violation", first, last, found if last is not None else None, reason)

@@ -1,0 +1,304 @@
+"""The strategy is authoritative: a double that disagrees with the row on purpose.
+
+``Disagreeing`` wraps any strategy. Armed, it answers one call the opposite
+way from the lease without telling the strategy it wraps: a refusal (a claim,
+steal or recovery ``Rejected``, an activation or renewal ``Lost``, a guard that
+raises ``FenceLostError``) where the lease would have granted, or a forged
+yes (a renewal ``Renewed``, a guard that passes) where it would have refused.
+
+``StrategyAuthority`` is a ``RunStoreComparison`` over a store built on such a
+double. Its extra rule arms the double for one operation built to succeed
+and checks the store's answer against the loss the row implies (contract.md,
+Decided here 3): a refused grant reports the row-classified loss and changes
+nothing; a refused activation answers ``ClaimLost`` and clears the row's claim
+(after which the two sides are rebuilt from scratch, since the double left
+lease and row apart by design); a refused recovery answers ``ClaimChanged``; a
+refused renewal or guard answers ``FenceLost``; a forged yes for someone who
+does not own the run changes nothing and answers as the reference does.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from hypothesis import strategies as st
+from hypothesis.stateful import rule
+
+from runstore._clock import ManualClock
+from runstore._constants import HEARTBEAT_STALE_AFTER_MS
+from runstore._outcomes import (
+    Abandoned,
+    Activated,
+    AlreadyClaimed,
+    ClaimChanged,
+    Claimed,
+    ClaimLost,
+    FenceLost,
+    HeartbeatFresh,
+    NotFound,
+    Recovered,
+    SnapshotChanged,
+    Transitioned,
+    Updated,
+)
+from runstore._values import RunRow
+from runstore.consensus._types import FenceLostError, Lost, Rejected, Renewed
+from runstore.model import ModelRunStore
+
+from .._base._capabilities import Capabilities
+from .._base._compare import OutcomeMismatch, StateMismatch
+from .._base._domain import PROCESS_COUNT, World
+from .._base._observe import say
+from .._base._steps import Call, Step, perform
+from .._checks._faults import faulted_call
+from ._run_store import RunStoreComparison
+
+_SUCCESSES = (Claimed, Activated, Recovered, Updated, Transitioned, Abandoned)
+
+#: The operations the authority rule builds, and the strategy calls to refuse.
+REFUSALS: dict[str, frozenset[str]] = {
+    "claim": frozenset({"claim"}),
+    "claim_and_own": frozenset({"claim", "steal"}),
+    "claim_and_own-activate": frozenset({"activate"}),
+    "steal": frozenset({"steal"}),
+    "activate": frozenset({"activate"}),
+    "recover_claim": frozenset({"recover"}),
+    "heartbeat": frozenset({"heartbeat"}),
+    "reconfirm": frozenset({"reconfirm"}),
+    "transition-running": frozenset({"guard"}),
+    "transition-suspended": frozenset({"guard"}),
+    "transition-completed": frozenset({"guard"}),
+}
+FORGERIES = ("heartbeat", "reconfirm", "transition-running", "transition-completed")
+
+
+class Disagreeing:
+    """Wraps a strategy; when armed, answers the armed calls against the lease."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.refuse: frozenset[str] = frozenset()
+        self.forge: frozenset[str] = frozenset()
+        self.fired: list[str] = []
+
+    def arm(
+        self, *, refuse: frozenset[str] = frozenset(), forge: frozenset[str] = frozenset()
+    ) -> None:
+        self.refuse, self.forge, self.fired = refuse, forge, []
+
+    def disarm(self) -> list[str]:
+        fired, self.refuse, self.forge, self.fired = self.fired, frozenset(), frozenset(), []
+        return fired
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def _refused(self, name: str) -> bool:
+        if name in self.refuse:
+            self.fired.append(name)
+            return True
+        return False
+
+    def claim(self, tx: Any, run_id: str, claimant: Any, now_ms: int) -> Any:
+        if self._refused("claim"):
+            return Rejected("owner_held")
+        return self.inner.claim(tx, run_id, claimant, now_ms)
+
+    def steal(self, tx: Any, run_id: str, claimant: Any, now_ms: int, evidence: Any) -> Any:
+        if self._refused("steal"):
+            return Rejected("owner_live")
+        return self.inner.steal(tx, run_id, claimant, now_ms, evidence)
+
+    def activate(self, tx: Any, run_id: str, owner: Any, granted_at_ms: int, now_ms: int) -> Any:
+        if self._refused("activate"):
+            return Lost()
+        return self.inner.activate(tx, run_id, owner, granted_at_ms, now_ms)
+
+    def _renew(self, name: str, tx: Any, run_id: str, owner: Any, now_ms: int) -> Any:
+        if self._refused(name):
+            return Lost()
+        answer = getattr(self.inner, name)(tx, run_id, owner, now_ms)
+        if name in self.forge and isinstance(answer, Lost):
+            self.fired.append(name)
+            return Renewed(now_ms)
+        return answer
+
+    def heartbeat(self, tx: Any, run_id: str, owner: Any, now_ms: int) -> Any:
+        return self._renew("heartbeat", tx, run_id, owner, now_ms)
+
+    def reconfirm(self, tx: Any, run_id: str, owner: Any, now_ms: int) -> Any:
+        return self._renew("reconfirm", tx, run_id, owner, now_ms)
+
+    def recover(self, tx: Any, run_id: str, *args: Any) -> Any:
+        if self._refused("recover"):
+            return Rejected("claim_changed")
+        return self.inner.recover(tx, run_id, *args)
+
+    def release_claim(self, tx: Any, run_id: str, claimant: Any, granted_at_ms: int) -> None:
+        self.inner.release_claim(tx, run_id, claimant, granted_at_ms)
+
+    def release_ownership(self, tx: Any, run_id: str, owner: Any) -> None:
+        self.inner.release_ownership(tx, run_id, owner)
+
+    def guard(self, tx: Any, run_id: str, owner: Any) -> None:
+        if self._refused("guard"):
+            raise FenceLostError(run_id)
+        try:
+            self.inner.guard(tx, run_id, owner)
+        except FenceLostError:
+            if "guard" not in self.forge:
+                raise
+            self.fired.append("guard")
+
+    def lease(self, tx: Any, run_id: str) -> Any:
+        return self.inner.lease(tx, run_id)
+
+
+def row_classified_loss(row: RunRow | None, now_ms: int) -> object:
+    """The loss a claim-like operation reports from the row alone (§4.0)."""
+    if row is None:
+        return NotFound()
+    if row.claim is not None:
+        return AlreadyClaimed()
+    if (
+        row.status == "running"
+        and row.heartbeat_at_ms is not None
+        and row.heartbeat_at_ms >= now_ms - HEARTBEAT_STALE_AFTER_MS
+    ):
+        return HeartbeatFresh()
+    return SnapshotChanged()
+
+
+def refusal_outcome(op: Call, row: RunRow | None) -> object:
+    """What a store must answer when its strategy refused ``op``'s grant."""
+    method = op.method
+    if method in ("claim", "steal", "claim_and_own"):
+        return row_classified_loss(row, op.get("now_ms"))
+    if method == "activate":
+        return ClaimLost()
+    if method == "recover_claim":
+        return ClaimChanged()
+    return NotFound() if row is None else FenceLost()
+
+
+AuthorityFactory = Callable[[ManualClock, Path, Any], Any]
+
+
+class StrategyAuthority(RunStoreComparison):
+    """``RunStoreComparison`` over a store whose strategy is a ``Disagreeing`` double."""
+
+    authority_factory: ClassVar[AuthorityFactory | None] = None
+    capabilities: ClassVar[Capabilities] = Capabilities(reopen=False)
+
+    @staticmethod
+    def store_factory(clock: ManualClock, path: Path) -> Any:  # type: ignore[override]
+        raise NotImplementedError  # replaced by _open_store below
+
+    def _open_store(self) -> Any:
+        factory = type(self).authority_factory
+        assert factory is not None
+        from runstore.consensus import SqlConsensus
+
+        self.double = Disagreeing(SqlConsensus())
+        return factory(self.clock, self.path, self.double)
+
+    def _rebuild(self) -> None:
+        """Start both sides over (the double left lease and row apart by design)."""
+        say("both sides start over")
+        self.store.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.tmp = Path(tempfile.mkdtemp(prefix="runstore-stateful-"))
+        self.path = self.tmp / "store.db"
+        self.model = ModelRunStore(clock=self.clock)
+        self.store = self._open_store()
+        self.world = World(self.clock, offsets=self.world.offsets)
+        self.aliases = {}
+        self.model_state = self._model_view()
+        self.store_state = self._store_view()
+        self.world.observe(self.model_state)
+        for run_id in ("a", "b", "lin"):
+            self._do(Call("create", (("run_id", run_id), ("state_json", "{}"))))
+
+    @rule(
+        operation=st.sampled_from(tuple(REFUSALS)),
+        forge=st.booleans(),
+        stranger=st.sampled_from(tuple(range(PROCESS_COUNT))),
+    )
+    def disagree(self, operation: str, forge: bool, stranger: int) -> None:
+        """Arm the double for one operation built to succeed (or, forging, made
+        by a stranger) and check the store treats the strategy as authoritative."""
+        name = operation.removesuffix("-activate")
+        op = faulted_call(name, self.world, self.clock.now_ms())
+        if forge and operation in FORGERIES:
+            op = _as(op, self.world.process(stranger))
+            self.double.arm(forge=REFUSALS[operation])
+        else:
+            forge = False
+            self.double.arm(refuse=REFUSALS[operation])
+        run_id = op.get("run_id")
+        before_row = self.world.row(run_id) if isinstance(run_id, str) else None
+        scratch = copy.copy(self.model)
+        would = perform(scratch, op)
+        store_out = perform(self.store, op)
+        fired = self.double.disarm()
+        say(f"double armed for {operation} ({'forge' if forge else 'refuse'}), fired {fired}")
+        if not fired or forge or not isinstance(would, _SUCCESSES):
+            # The double changed nothing the reference would not have answered.
+            self.model = scratch
+            self._settle(Step(op, would), Step(op, store_out))
+            return
+        expected = refusal_outcome(op, before_row)
+        if store_out != expected:
+            raise OutcomeMismatch(
+                f"{op.describe()} with the strategy refusing {fired}: expected {expected!r}, "
+                f"store answered {store_out!r}"
+            )
+        if op.method == "activate":
+            after = self._store_view()
+            rows = {r.run_id: r for r in after.rows}
+            cleared = rows.get(run_id)
+            if (
+                cleared is None
+                or cleared.claim is not None
+                or cleared.owner != (before_row.owner if before_row is not None else None)
+            ):
+                raise StateMismatch(f"a refused activation must clear the row's claim: {cleared!r}")
+            self._rebuild()
+            return
+        self._settle(Step(op, expected), Step(op, store_out))
+
+
+def _as(op: Call, who: Any) -> Call:
+    """``op`` made by ``who`` instead of its owner."""
+    return Call(
+        op.method,
+        tuple((k, who if k == "owner" else v) for k, v in op.arguments),
+        op.keywords,
+    )
+
+
+def sqlite_authority_factory(clock: ManualClock, path: Path, consensus: Any) -> Any:
+    """The SQLite adapter in memory over ``consensus`` (the double)."""
+    import runstore
+
+    return runstore.open(":memory:", clock=clock, consensus=consensus)
+
+
+def authority_for(
+    factory: AuthorityFactory = sqlite_authority_factory, *, name: str = "authority"
+) -> type[StrategyAuthority]:
+    """A ``StrategyAuthority`` for stores that accept a strategy:
+    ``factory(clock, path, consensus)``."""
+    from .._targets._builtin import sqlite_raw_write_state
+
+    namespace: dict[str, Any] = {
+        "authority_factory": staticmethod(factory),
+        "target": name,
+        "raw_writer": staticmethod(sqlite_raw_write_state),
+    }
+    return type(f"StrategyAuthority_{name}", (StrategyAuthority,), namespace)

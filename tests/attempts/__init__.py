@@ -1,0 +1,1 @@
+"""Tests of ``runstore.attempts``: durable step attempts fenced by the owner."""

@@ -1,0 +1,1 @@
+"""Tests of ``runstore.cli``: the operator commands and the demo."""

@@ -1,0 +1,1 @@
+"""Tests of ``runstore.consensus``: the shipped strategies."""

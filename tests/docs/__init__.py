@@ -1,0 +1,1 @@
+"""The docs: every example runs, and the site builds strictly."""

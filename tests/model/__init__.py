@@ -1,0 +1,2 @@
+"""Tests of ``runstore.model``, the reference model, and of its independence
+from the stores."""

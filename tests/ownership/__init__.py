@@ -1,0 +1,1 @@
+"""Tests of ``runstore.ownership``: supervision, liveness and evidence."""

@@ -1,0 +1,330 @@
+"""Each kind of PostgreSQL failure says which it is, and the supervisor treats
+each as a failed write.
+
+``persistence_failed`` carries ``cause["reason"]`` and a message in words:
+the server's ``statement_timeout`` (``statement-timeout``) is told apart
+from ``store.interrupt()`` (``interrupted``), though both are SQLSTATE
+57014; a ``lock_timeout``; a server (or role) with no free connection slot
+when the store reconnects (``too-many-connections``). A session that leaves
+a transaction idle is ended by the server after
+``idle_in_transaction_session_timeout``, which the store sets to 10 s unless
+the URL, role or database set one, so a stuck client cannot hold a run's
+lock; the ended operation is replayed on a new connection. A supervised
+heartbeat that times out is a failed write: logged, tolerated, and renewed
+by the next pulse that succeeds.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+import urllib.parse
+from typing import Any
+
+import pytest
+
+from runstore import (
+    Activated,
+    AlreadyClaimed,
+    Claimed,
+    ManualClock,
+    OwnerId,
+    RunSnapshot,
+    RunStoreError,
+    Updated,
+)
+from runstore.consensus import SqlConsensus
+from runstore.ownership import LeaseLost, supervise
+from runstore.sqlite import RetryPolicy
+
+from .. import _postgres
+
+postgres = pytest.importorskip("runstore.postgres")
+psycopg = pytest.importorskip("psycopg")
+
+OWNER = OwnerId("host-a", 1, "nonce-a")
+PENDING = RunSnapshot("pending", None, None)
+
+
+def with_options(url: str, options: str) -> str:
+    """``url`` with libpq's ``options`` parameter set (server settings)."""
+    parts = urllib.parse.urlsplit(url)
+    query = urllib.parse.parse_qsl(parts.query)
+    query.append(("options", options))
+    text = urllib.parse.urlencode(query, quote_via=urllib.parse.quote)  # libpq: no '+'
+    return urllib.parse.urlunsplit(parts._replace(query=text))
+
+
+@pytest.fixture
+def url() -> str:
+    return _postgres.database_url()
+
+
+class Slow(SqlConsensus):
+    """Heartbeats run ``pg_sleep(seconds)`` first while ``seconds`` is set."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.started = threading.Event()
+
+    def heartbeat(self, tx: Any, run_id: str, owner: OwnerId, now_ms: int) -> Any:
+        if self.seconds:
+            self.started.set()
+            tx.connection.execute(f"SELECT pg_sleep({self.seconds})")
+        return super().heartbeat(tx, run_id, owner, now_ms)
+
+
+def _owned(store: Any) -> None:
+    store.create("r", "{}")
+    assert store.claim_and_own("r", PENDING, OWNER, 0) == Activated()
+
+
+def test_a_statement_timeout_says_so(url: str) -> None:
+    slow = Slow()
+    target = with_options(url, "-c statement_timeout=200")
+    with postgres.open(target, clock=ManualClock(0), consensus=slow) as store:
+        _owned(store)
+        before = store.state()
+        slow.seconds = 5
+        with pytest.raises(RunStoreError) as caught:
+            store.heartbeat("r", OWNER, 5)
+        error = caught.value
+        assert error.code == "persistence_failed"
+        assert error.cause["reason"] == "statement-timeout"
+        assert error.cause["sqlstate"] == "57014"
+        assert "statement_timeout" in error.message
+        assert error.outcome_unknown is False
+        slow.seconds = 0
+        assert store.state() == before
+        assert store.heartbeat("r", OWNER, 6) == Updated()
+
+
+def test_an_interrupt_says_so(url: str) -> None:
+    slow = Slow()
+    with postgres.open(url, clock=ManualClock(0), consensus=slow) as store:
+        _owned(store)
+        slow.seconds = 30
+        caught: list[BaseException] = []
+
+        def beat() -> None:
+            try:
+                store.heartbeat("r", OWNER, 5)
+            except BaseException as error:
+                caught.append(error)
+
+        worker = threading.Thread(target=beat)
+        worker.start()
+        assert slow.started.wait(10)
+        for _ in range(50):
+            store.interrupt()
+            worker.join(0.2)
+            if not worker.is_alive():
+                break
+        assert not worker.is_alive()
+        (error,) = caught
+        assert isinstance(error, RunStoreError)
+        assert error.cause["reason"] == "interrupted"
+        assert "interrupt()" in error.message
+
+
+def test_a_lock_timeout_says_so(url: str) -> None:
+    target = with_options(url, "-c lock_timeout=100")
+    with postgres.open(target, clock=ManualClock(0)) as store:
+        _owned(store)
+        with psycopg.connect(url) as holder:
+            holder.execute("SELECT 1 FROM flows_runs WHERE run_id = 'r' FOR UPDATE")
+            with pytest.raises(RunStoreError) as caught:
+                store.heartbeat("r", OWNER, 5)
+        assert caught.value.cause["reason"] == "lock-timeout"
+        assert "lock_timeout" in caught.value.message
+        assert store.heartbeat("r", OWNER, 6) == Updated()
+
+
+@pytest.fixture
+def limited(url: str) -> Any:
+    """A login role allowed two connections, with the grants the store needs."""
+    name = urllib.parse.unquote(urllib.parse.urlsplit(url).path.lstrip("/"))
+    role = f"limited_{re.sub(r'[^a-z0-9]', '_', name)}"
+    server = _postgres.require_server()
+    try:
+        server.admin(f"CREATE ROLE {role} LOGIN CONNECTION LIMIT 2")
+    except psycopg.Error:
+        pytest.skip("the test server's role cannot create roles")
+    with psycopg.connect(url, autocommit=True) as owner:
+        owner.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
+        owner.execute(
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}"
+        )
+    parts = urllib.parse.urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    try:
+        yield urllib.parse.urlunsplit(parts._replace(netloc=f"{role}@{host}"))
+    finally:
+        server.terminate_connections(url)
+        with psycopg.connect(url, autocommit=True) as owner:
+            owner.execute(f"DROP OWNED BY {role}")
+        server.admin(f"DROP ROLE IF EXISTS {role}")
+
+
+def test_no_free_connection_slot_on_reconnect_says_so(url: str, limited: str) -> None:
+    """The store's connection is ended; the slots it could reconnect into are
+    taken: persistence_failed, too-many-connections. Once a slot frees up the
+    store reconnects on its own."""
+    with postgres.open(limited, clock=ManualClock(0)) as store:
+        _owned(store)
+        store._retry_policy = RetryPolicy(max_attempts=3)
+        with psycopg.connect(limited) as other:
+            server = _postgres.require_server()
+            role = limited.split("//")[1].split("@")[0]
+            others = (
+                "FROM pg_stat_activity WHERE usename = %s AND pid <> %s",
+                (role, other.info.backend_pid),
+            )
+            server.admin(f"SELECT pg_terminate_backend(pid) {others[0]}", others[1])
+            # A terminated backend keeps its slot until it has left the
+            # process table: wait (bounded) before taking the freed slot.
+            deadline = time.monotonic() + 10
+            while server.admin(f"SELECT count(*) {others[0]}", others[1])[0][0]:
+                assert time.monotonic() < deadline, "the store's backend never ended"
+                time.sleep(0.01)
+            with psycopg.connect(limited), pytest.raises(RunStoreError) as caught:
+                store.heartbeat("r", OWNER, 5)
+        error = caught.value
+        assert error.code == "persistence_failed"
+        assert error.cause["reason"] == "too-many-connections"
+        assert "no free connection slot" in error.message
+        assert error.outcome_unknown is False
+        assert store.heartbeat("r", OWNER, 6) == Updated()
+
+
+def test_the_store_bounds_an_idle_open_transaction(url: str) -> None:
+    with postgres.open(url, clock=ManualClock(0)) as store:
+        row = store._connection.execute("SHOW idle_in_transaction_session_timeout").fetchone()
+        assert row[0] == "10s"
+    target = with_options(url, "-c idle_in_transaction_session_timeout=250")
+    with postgres.open(target, clock=ManualClock(0)) as store:
+        row = store._connection.execute("SHOW idle_in_transaction_session_timeout").fetchone()
+        assert row[0] == "250ms"  # the URL's setting wins
+
+
+class Stuck(SqlConsensus):
+    """The first claim stalls in Python, its transaction open and idle."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.stalled = threading.Event()
+
+    def claim(self, tx: Any, run_id: str, claimant: OwnerId, now_ms: int) -> Any:
+        self.calls += 1
+        if self.calls == 1:
+            self.stalled.set()
+            time.sleep(1.5)
+        return super().claim(tx, run_id, claimant, now_ms)
+
+
+def test_a_stalled_transaction_is_ended_and_its_lock_released(url: str) -> None:
+    """A holds the run's lock and stalls; the server ends A's session, B gets
+    the run, and A's operation is replayed on a new connection and loses."""
+    stuck = Stuck()
+    target = with_options(url, "-c idle_in_transaction_session_timeout=250")
+    with (
+        postgres.open(target, clock=ManualClock(0), consensus=stuck) as a,
+        postgres.open(url, clock=ManualClock(0)) as b,
+    ):
+        a.create("r", "{}")
+        first_pid = a._connection.info.backend_pid
+        answers: list[Any] = []
+
+        def claim() -> None:
+            try:
+                answers.append(a.claim("r", PENDING, OWNER, 5))
+            except BaseException as error:  # reported through the answers
+                answers.append(error)
+
+        worker = threading.Thread(target=claim)
+        worker.start()
+        assert stuck.stalled.wait(10)
+        started = time.monotonic()
+        assert b.claim("r", PENDING, OwnerId("host-b", 2, "b"), 5) == Claimed(5)
+        assert time.monotonic() - started < 1.4  # it did not wait for A to wake
+        worker.join(10)
+        # Replayed on a new connection: the run is B's now.
+        assert answers == [AlreadyClaimed()]
+        assert a._connection.info.backend_pid != first_pid
+        a.check_invariants()
+
+
+def test_a_supervised_heartbeat_that_times_out_is_a_failed_write(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    slow = Slow()
+    clock = ManualClock(0)
+    target = with_options(url, "-c statement_timeout=100")
+    with postgres.open(target, clock=clock, consensus=slow) as store:
+        _owned(store)
+        slow.seconds = 5
+        with (
+            caplog.at_level(logging.WARNING, logger="runstore.ownership"),
+            supervise(store, "r", OWNER, clock=clock) as lease,
+        ):
+            for now in range(1_000, 10_001, 1_000):
+                clock.set(now)
+                assert lease.wait_idle(10)
+            assert lease.last_confirmed_ms == 0
+            assert not lease.lost.is_set()
+            slow.seconds = 0
+            clock.set(11_000)
+            assert lease.wait_idle(10)
+            assert lease.last_confirmed_ms == 11_000
+        failed = [r for r in caplog.records if "heartbeat write failed" in r.getMessage()]
+        assert len(failed) == 1  # once per outage
+        assert store.get("r").heartbeat_at_ms == 11_000
+
+
+def _until_lapsed(clock: ManualClock, lease: Any, errors: list[str]) -> None:
+    """Move the clock (the pulse's heartbeat waits on the lock) until the
+    lease lapses, then wait for the cancelled heartbeat to return; bounded."""
+    clock.set(1_000)
+    deadline = time.monotonic() + 30
+    while not lease.lost.is_set() and time.monotonic() < deadline:
+        clock.advance(1_000)
+        time.sleep(0.02)
+    assert lease.lost.is_set()
+    for _ in range(500):
+        if errors:
+            return
+        time.sleep(0.01)
+
+
+def test_a_heartbeat_stuck_on_a_lock_is_interrupted_when_the_lease_lapses(url: str) -> None:
+    """The supervisor's bound on a stuck write: another session holds the
+    run's row, the supervised heartbeat waits on it; once the write tolerance
+    is spent the lease lapses and the supervisor interrupts the store, so the
+    stuck statement is cancelled (reason interrupted) instead of waiting on."""
+    clock = ManualClock(0)
+    with postgres.open(url, clock=clock) as store:
+        _owned(store)
+        errors: list[str] = []
+        original = store.heartbeat
+
+        def heartbeat(run_id: str, owner: OwnerId, now_ms: int) -> Any:
+            try:
+                return original(run_id, owner, now_ms)
+            except RunStoreError as error:
+                errors.append(str(error.cause.get("reason")))
+                raise
+
+        store.heartbeat = heartbeat  # type: ignore[method-assign]
+        with psycopg.connect(url) as holder:
+            holder.execute("SELECT 1 FROM flows_runs WHERE run_id = 'r' FOR UPDATE")
+            with (
+                pytest.raises(LeaseLost) as ended,
+                supervise(store, "r", OWNER, clock=clock, interrupt_thread=False) as lease,
+            ):
+                _until_lapsed(clock, lease, errors)
+            holder.rollback()
+        assert ended.value.reason == "lapsed"
+        assert "interrupted" in errors
+        assert store.heartbeat("r", OWNER, clock.now_ms()) == Updated()

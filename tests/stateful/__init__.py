@@ -1,0 +1,1 @@
+"""Tests of ``runstore.stateful``, one folder per room of the suite."""

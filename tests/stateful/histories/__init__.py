@@ -1,0 +1,2 @@
+"""Tests of concurrent histories and the linearizability checker
+(``runstore.stateful._histories``)."""

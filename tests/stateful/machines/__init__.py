@@ -1,0 +1,1 @@
+"""Tests of the differential machines (``runstore.stateful._machines``)."""
