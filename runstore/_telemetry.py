@@ -29,6 +29,11 @@ in ``:memory:``). Otherwise a span is started; attributes are built only
 when it records, and counter attributes are dictionaries built once per
 combination. Nothing caches "no SDK": a provider set later is seen on the
 next call.
+
+This module sits below what it observes and imports none of it: a package
+whose errors telemetry must tell apart names them here as it defines them
+(``ownership`` marks ``LeaseLost`` with ``interrupt_error``, ``attempts``
+marks ``AttemptStoreError`` with ``store_error``).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from ._values import RUN_STATUSES, OwnerId
 from ._version import __version__
 
 C = TypeVar("C", bound=type)
+E = TypeVar("E", bound=type[BaseException])
 
 #: Whether the OpenTelemetry API could be imported.
 AVAILABLE: bool
@@ -148,6 +154,34 @@ ATTEMPT_STORE_OPERATIONS: Final[dict[str, Operation]] = {
     "check_invariants": Operation("plain"),
 }
 
+#: Errors an observed package named with ``interrupt_error``: they stop the
+#: caller rather than report a failure.
+_interrupt_errors: tuple[type[BaseException], ...] = ()
+#: Errors whose ``code`` is a store error code, recorded as
+#: ``runstore.error_code``: ``RunStoreError`` and those named with
+#: ``store_error``.
+_store_errors: tuple[type[BaseException], ...] = (RunStoreError,)
+
+
+def interrupt_error(cls: E) -> E:
+    """Record an operation that ``cls`` ends as ``interrupt``, not
+    ``failure`` (a class decorator, for an error that stops the caller, such
+    as the supervisor's injected ``LeaseLost``)."""
+    global _interrupt_errors
+    _interrupt_errors = (*_interrupt_errors, cls)
+    return cls
+
+
+def store_error(cls: E) -> E:
+    """Record the ``code`` of an error of class ``cls`` as
+    ``runstore.error_code`` (a class decorator, for an error root of an
+    observed store other than ``RunStoreError``, such as
+    ``AttemptStoreError``)."""
+    global _store_errors
+    _store_errors = (*_store_errors, cls)
+    return cls
+
+
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _TAGS: dict[type, str] = {}
 
@@ -166,13 +200,12 @@ def error_outcome(error: BaseException) -> str:
     """``interrupt`` for an error that stops the caller rather than reports
     a failure: a ``BaseException`` that is not an ``Exception``
     (``KeyboardInterrupt``, ``SystemExit``, a cancelled task), the
-    supervisor's injected ``LeaseLost``, and a statement aborted by
-    ``store.interrupt()``; else ``failure``."""
+    supervisor's injected ``LeaseLost`` (any error named with
+    ``interrupt_error``), and a statement aborted by ``store.interrupt()``;
+    else ``failure``."""
     if not isinstance(error, Exception):
         return INTERRUPT
-    from .ownership._core import LeaseLost
-
-    if isinstance(error, LeaseLost):
+    if isinstance(error, _interrupt_errors):
         return INTERRUPT
     if isinstance(error, RunStoreError) and error.code == "persistence_failed":
         cause = error.cause
@@ -456,11 +489,7 @@ if AVAILABLE:
         return counted_operation
 
     def _is_store_error(error: BaseException) -> bool:
-        if isinstance(error, RunStoreError):
-            return True
-        from .attempts._errors import AttemptStoreError
-
-        return isinstance(error, AttemptStoreError)
+        return isinstance(error, _store_errors)
 
     #: The recording wrappers made so far (``uninstrumented`` undoes them).
     _wrappers: dict[int, Callable[..., Any]] = {}

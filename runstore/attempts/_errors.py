@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypeAlias
 
+from .. import _telemetry
+
 AttemptErrorCode: TypeAlias = Literal[
     "invalid_attempt", "constraint", "decode_failed", "persistence_failed", "unknown"
 ]
@@ -29,6 +31,7 @@ ATTEMPT_ERROR_CODES: frozenset[str] = frozenset(
 )
 
 
+@_telemetry.store_error
 class AttemptStoreError(Exception):
     """Raised by every attempt-store operation (and by building a store with
     invalid options) on misuse or infrastructure failure.

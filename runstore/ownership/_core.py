@@ -56,6 +56,7 @@ EndReason = Literal["lapsed", "fence_lost", "released"]
 _IDLE_POLL_S = 0.002
 
 
+@_telemetry.interrupt_error
 class LeaseLost(Exception):
     """Raised from a supervised block when the owned work was interrupted.
 
