@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from .._errors import PersistenceFailedError, UnsupportedDatabaseError
 
 if TYPE_CHECKING:
-    from ..sqlite._migrations import Migration
+    from ._migrations import Migration
 
 
 def read_only_refusal(method: str) -> PersistenceFailedError:

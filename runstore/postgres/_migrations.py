@@ -1,6 +1,7 @@
 """The PostgreSQL schema: the same numbered, recorded migrations as SQLite's.
 
-Ids and names are ``runstore.sqlite._migrations``' (a test pins it), so a
+Ids and names are the history both backends record
+(``runstore._sql._migrations``; a test pins SQLite's to the same), so a
 database records the same history on either backend; the text is
 PostgreSQL's. What differs, and why:
 
@@ -57,8 +58,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from .._constants import MAX_SAFE_INTEGER
-from ..sqlite._migrations import MIGRATIONS as _SQLITE_MIGRATIONS
-from ..sqlite._migrations import Migration, SchemaRefused
+from .._sql._migrations import Migration, SchemaRefused, chain, refuse_unknown
 from ._fused_sql import CLAIM_NEXT_ONCE, FUSED_OPERATIONS
 
 _MAX = str(MAX_SAFE_INTEGER)
@@ -877,12 +877,8 @@ _TEXTS: Final = {
     2008: _WHOLE_ROW_CHECKS,
 }
 
-#: The chain: SQLite's ids and names, in SQLite's order, with PostgreSQL text.
-MIGRATIONS: Final[tuple[Migration, ...]] = tuple(
-    Migration(m.id, m.name, _TEXTS[m.id]) for m in _SQLITE_MIGRATIONS
-)
-
-_KNOWN: Final = {m.id: m.name for m in MIGRATIONS}
+#: The chain: the shared history's ids and names, in its order, with PostgreSQL text.
+MIGRATIONS: Final[tuple[Migration, ...]] = chain(_TEXTS)
 
 _BOOKKEEPING: Final = """
 CREATE TABLE IF NOT EXISTS flows_migrations (
@@ -927,18 +923,7 @@ def check_applied(applied: dict[int, str] | None, execute: Execute) -> None:
                 "the schema is not a runstore schema", {"stage": "schema", "tables": relations}
             )
         return
-    unknown = sorted(set(applied) - set(_KNOWN))
-    if unknown:
-        raise SchemaRefused(
-            "the database schema is newer than this version of runstore",
-            {"stage": "schema", "unknown_migrations": unknown},
-        )
-    renamed = sorted(i for i, name in applied.items() if _KNOWN[i] != name)
-    if renamed:
-        raise SchemaRefused(
-            "the schema is not a runstore schema",
-            {"stage": "schema", "foreign_migrations": renamed},
-        )
+    refuse_unknown(applied, "the schema is not a runstore schema")
 
 
 def pending(execute: Execute) -> list[Migration]:

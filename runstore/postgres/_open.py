@@ -39,11 +39,11 @@ from .._boundary import admit_clock
 from .._clock import Clock, SystemClock
 from .._errors import InvalidRunError, PersistenceFailedError, UnsupportedDatabaseError
 from .._sql._faults import RetryPolicy
+from .._sql._migrations import SchemaRefused
 from .._sql._modes import needs_migration
 from ..consensus._admit import admit_consensus
 from ..consensus._local import LocalConsensus
 from ..consensus._sql import SqlConsensus
-from ..sqlite._migrations import SchemaRefused
 from . import _migrations
 from ._clock_check import ClockCheck
 from ._errors import CONNECT_TEXTS, connect_reason, sqlstate

@@ -41,8 +41,8 @@ The small, hot tables (``flows_runs`` once its state has moved out, the
 changes, the leases, the facts) are ``WITHOUT ROWID`` tables keyed by run id:
 one b-tree lookup per access instead of an index and a table.
 
-Ids 1001-1004 and 6 keep upstream's numbering (``run-store`` set at offset
-1000, the journal's consensus step at 6); our own steps use 2001 and up.
+The ids, names and order are the history both backends record
+(``runstore._sql._migrations``); this module gives each step its SQLite text.
 """
 
 from __future__ import annotations
@@ -51,9 +51,8 @@ import sqlite3
 from collections.abc import Callable
 from typing import Final
 
-import attrs
-
 from .._constants import MAX_SAFE_INTEGER
+from .._sql._migrations import Migration, SchemaRefused, chain, refuse_unknown
 
 _MAX = str(MAX_SAFE_INTEGER)
 
@@ -347,33 +346,25 @@ _BULK_REVISIONS: Final = (
 )
 
 
-@attrs.frozen
-class Migration:
-    """One recorded schema step."""
-
-    id: int
-    name: str
-    sql: str
-
-
-MIGRATIONS: Final[tuple[Migration, ...]] = (
-    Migration(1001, "run-store_initial", _INITIAL),
-    Migration(1002, "run-store_lineage", _LINEAGE),
-    Migration(1003, "run-store_execution_revisions", _EXECUTION_REVISIONS),
-    Migration(1004, "run-store_waiting_request", _WAITING_REQUEST),
-    Migration(6, "journal_consensus", _CONSENSUS),
-    Migration(2001, "runstore_ownership_facts", _OWNERSHIP_FACTS),
-    Migration(2002, "runstore_run_state", _RUN_STATE),
-    Migration(2003, "runstore_finding_work", _FINDING_WORK),
+_TEXTS: Final = {
+    1001: _INITIAL,
+    1002: _LINEAGE,
+    1003: _EXECUTION_REVISIONS,
+    1004: _WAITING_REQUEST,
+    6: _CONSENSUS,
+    2001: _OWNERSHIP_FACTS,
+    2002: _RUN_STATE,
+    2003: _FINDING_WORK,
     # Recorded on SQLite too, so both backends keep one history.
-    Migration(2004, "runstore_one_round_trip", ""),
-    Migration(2005, "runstore_bulk_revisions", _BULK_REVISIONS),
-    Migration(2006, "runstore_lean_checks", ""),
-    Migration(2007, "runstore_claim_next_once", ""),
-    Migration(2008, "runstore_whole_row_checks", ""),
-)
+    2004: "",
+    2005: _BULK_REVISIONS,
+    2006: "",
+    2007: "",
+    2008: "",
+}
 
-_KNOWN: Final = {m.id: m.name for m in MIGRATIONS}
+#: The chain: the shared history's ids and names, in its order, with SQLite text.
+MIGRATIONS: Final[tuple[Migration, ...]] = chain(_TEXTS)
 
 _BOOKKEEPING: Final = """
 CREATE TABLE IF NOT EXISTS flows_migrations (
@@ -381,15 +372,6 @@ CREATE TABLE IF NOT EXISTS flows_migrations (
   name TEXT NOT NULL UNIQUE
 )
 """
-
-
-class SchemaRefused(Exception):
-    """Internal: the file's schema is not one this version may open."""
-
-    def __init__(self, reason: str, detail: dict[str, object]) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.detail = detail
 
 
 def _applied(connection: sqlite3.Connection) -> dict[int, str] | None:
@@ -416,18 +398,7 @@ def check_applied(applied: dict[int, str] | None, connection: sqlite3.Connection
                 "the file is not a runstore database", {"stage": "schema", "tables": foreign}
             )
         return
-    unknown = sorted(set(applied) - set(_KNOWN))
-    if unknown:
-        raise SchemaRefused(
-            "the database schema is newer than this version of runstore",
-            {"stage": "schema", "unknown_migrations": unknown},
-        )
-    renamed = sorted(i for i, name in applied.items() if _KNOWN[i] != name)
-    if renamed:
-        raise SchemaRefused(
-            "the file is not a runstore database",
-            {"stage": "schema", "foreign_migrations": renamed},
-        )
+    refuse_unknown(applied, "the file is not a runstore database")
 
 
 def pending(connection: sqlite3.Connection) -> list[Migration]:

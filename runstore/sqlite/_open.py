@@ -63,6 +63,7 @@ from typing import Any, Final, Literal, TypeVar
 from .._boundary import admit_clock
 from .._clock import Clock, SystemClock
 from .._errors import InvalidRunError, PersistenceFailedError, UnsupportedDatabaseError
+from .._sql._migrations import Migration, SchemaRefused
 from .._sql._modes import needs_migration
 from ..consensus._admit import admit_consensus
 from ..consensus._sql import SqlConsensus
@@ -463,7 +464,7 @@ def _judge_schema(connection: sqlite3.Connection) -> PersistenceFailedError | No
         return applied
     try:
         _migrations.check_applied(applied, connection)
-    except _migrations.SchemaRefused as refused:
+    except SchemaRefused as refused:
         return UnsupportedDatabaseError(refused.reason, dict(refused.detail))
     return None
 
@@ -688,7 +689,7 @@ def _migrate(connection: Connection, *, allowed: bool = True) -> None:
             failure = needs_migration(needed, read_only=False)
         elif needed:
             _migrations.apply(connection, run=lambda step: _step("migrate", step))
-    except _migrations.SchemaRefused as refused:
+    except SchemaRefused as refused:
         failure = UnsupportedDatabaseError(refused.reason, dict(refused.detail))
     if failure is not None:
         raise failure
@@ -754,7 +755,7 @@ def _open_read_only(text: str, clock: Clock, consensus: Any) -> SqliteRunStore:
 
 
 #: A read-only look's finding: the pending migrations, or why not to open.
-_Look = list[_migrations.Migration] | PersistenceFailedError
+_Look = list[Migration] | PersistenceFailedError
 
 
 class _Holder:
@@ -764,7 +765,7 @@ class _Holder:
         self.connection = connection
 
 
-def _look(holder: _Holder, reader: _readonly.ImmutableReader | None) -> list[_migrations.Migration]:
+def _look(holder: _Holder, reader: _readonly.ImmutableReader | None) -> list[Migration]:
     """Check the SQLite features the store needs and judge the schema in one
     read; the pending migrations. Raises the refusal of a foreign or newer
     schema."""
