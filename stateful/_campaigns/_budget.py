@@ -68,25 +68,11 @@ DEFAULT_BUDGETS: dict[str, Budget] = {
 def machine_kind(machine: type[RuleBasedStateMachine]) -> str:
     """``"strategy"``, ``"attempts"``, ``"opening"``, ``"server-clock"``,
     ``"pg-session"``, ``"pg-schema"`` or ``"store"``: which budget a machine
-    gets."""
-    from .._checks._opening import OpeningCheck
-    from .._checks._pg_session import SchemaOptionCheck, SessionLossCheck
-    from .._checks._server_clock import ServerClockCheck
-    from .._machines._attempts import RunAttemptComparison
-    from .._machines._consensus import ConsensusComparison
-
-    kinds: tuple[tuple[type[RuleBasedStateMachine], str], ...] = (
-        (ConsensusComparison, "strategy"),
-        (RunAttemptComparison, "attempts"),
-        (OpeningCheck, "opening"),
-        (ServerClockCheck, "server-clock"),
-        (SessionLossCheck, "pg-session"),
-        (SchemaOptionCheck, "pg-schema"),
-    )
-    for base, kind in kinds:
-        if issubclass(machine, base):
-            return kind
-    return "store"
+    gets. Each machine class names its own kind (``budget_kind``, inherited
+    by its subclasses); a machine that names none is sized as a store
+    machine."""
+    kind: str = getattr(machine, "budget_kind", "store")
+    return kind
 
 
 def default_settings(machine: type[RuleBasedStateMachine], *, shrink: bool = True) -> Settings:
@@ -158,32 +144,3 @@ def shrinking_within(deadline: float) -> Iterator[None]:
         yield
     finally:
         engine.MAX_SHRINKING_SECONDS = previous
-
-
-def _no_constant(*_args: object, **_kwargs: object) -> None:
-    return None
-
-
-def programs_independent_of_callers_code() -> None:
-    """Keep the current example's programs independent of what else the
-    process has imported. Called first by every machine's ``__init__``
-    (before the example draws anything).
-
-    Hypothesis mixes literals it finds in the source of every local module
-    loaded (``int`` and ``str`` constants of the caller's code, of this
-    suite, of a test run's other test modules) into the choices it
-    generates. A derandomized run then changes its programs whenever any of
-    those modules changes or another one is imported, so a verdict would
-    depend on code that has nothing to do with the store under test
-    (importing one more module of the suite lost 27 reach cells and let
-    planted bugs escape). The current example's provider is told to draw no such
-    constants; outside a Hypothesis example, or with a provider that has no
-    such hook, nothing changes."""
-    try:
-        from hypothesis.control import current_build_context
-
-        provider = current_build_context().data.provider
-    except Exception:  # not inside an example
-        return
-    if callable(getattr(type(provider), "_maybe_draw_constant", None)):
-        provider._maybe_draw_constant = _no_constant  # type: ignore[attr-defined]

@@ -13,10 +13,11 @@ from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 from .._base import _observe
 from .._base._capabilities import FULL_STORE, Capabilities
 from .._checks._opening import opening_check_for, sqlite_store_consensus
-from .._machines._attempts import attempt_comparison_for, builds_sqlite_stores
+from .._machines._attempts import attempt_comparison_for
 from .._machines._consensus import ConsensusFactory, consensus_comparison_for
 from .._machines._run_store import StoreFactory, comparison_for
 from .._targets._builtin import raw_writer_for, sqlite_store_factory
+from .._targets._probe import builds_sqlite_stores
 from ._budget import WALL_SECONDS, chosen_settings, shrinking_within
 from ._summary import summarize
 

@@ -42,7 +42,7 @@ from runstore.attempts import AttemptStore
 from .._base._observe import CampaignOver, Failure, Observer, observing
 from .._base._profiles import load_profile
 from .._machines import _reach
-from .._machines._attempts import attempt_comparison_for, builds_sqlite_stores
+from .._machines._attempts import attempt_comparison_for
 from .._machines._consensus import consensus_comparison_for
 from .._machines._run_store import comparison_for
 from .._targets._builtin import (
@@ -55,6 +55,7 @@ from .._targets._builtin import (
     store_target,
     with_capabilities,
 )
+from .._targets._probe import builds_sqlite_stores
 from ._regression import is_suite_defect, suite_defect_invariant, write_regression
 
 #: The targets a campaign without ``--target`` rotates through.

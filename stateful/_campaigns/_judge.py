@@ -40,6 +40,7 @@ from .._checks._invariants import (
     check_state,
     check_transition,
 )
+from .._machines._attempts import perform_attempt
 
 
 def _named(owner: type, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call:
@@ -135,8 +136,6 @@ class Judge:
         op = Call(f"attempt_{method}", (("config", config), *named.arguments), named.keywords)
         runs_before, revision_before = self.state, self.store.revision()
         before = self.attempt_state
-        from .._machines._attempts import perform_attempt
-
         outcome = perform_attempt(self.attempts, op)
         self.attempt_state = self._attempts()
         step = Step(op, outcome)

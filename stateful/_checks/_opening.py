@@ -64,8 +64,9 @@ from runstore._errors import RunStoreError
 from runstore._values import LivenessEvidence, OwnerId, RunSnapshot
 
 from .._base._domain import START_MS
-from .._campaigns._budget import programs_independent_of_callers_code
+from .._base._programs import programs_independent_of_callers_code
 from .._targets._builtin import ConsensusFactory
+from .._targets._probe import probe_store
 from ._invariants import InvariantViolation
 
 
@@ -438,6 +439,9 @@ _USERS_FINDINGS: dict[type, list[list[tuple[str, dict[str, object]]] | None]] = 
 class OpeningCheck(RuleBasedStateMachine):
     """Opens files of its own with ``runstore.open`` and checks what each
     open did to them (see the module docstring)."""
+
+    #: Which default budget ``run_conformance`` gives this machine (``_campaigns._budget``).
+    budget_kind: ClassVar[str] = "opening"
 
     consensus_factory: ClassVar[ConsensusFactory]
 
@@ -1113,8 +1117,6 @@ def sqlite_store_consensus(store_factory: Any) -> ConsensusFactory | None:
     (the run-store machine reports that)."""
     from runstore.consensus import SqlConsensus
     from runstore.sqlite import SqliteRunStore
-
-    from .._machines._attempts import probe_store
 
     kind = probe_store(
         store_factory,

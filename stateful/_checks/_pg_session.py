@@ -79,8 +79,8 @@ from runstore import ManualClock, OwnerId, RunStoreError
 from runstore.model import ModelRunStore
 
 from .._base._compare import describe_difference, without_leases
+from .._base._programs import programs_independent_of_callers_code
 from .._base._steps import Call, Raised, call, perform
-from .._campaigns._budget import programs_independent_of_callers_code
 from ._server_clock import close_in_folder
 
 
@@ -326,6 +326,9 @@ class OtherSession:
 
 class SessionLossCheck(RuleBasedStateMachine):
     """The session-loss machine; ``session_loss_check_for`` binds a factory."""
+
+    #: Which default budget ``run_conformance`` gives this machine (``_campaigns._budget``).
+    budget_kind: ClassVar[str] = "pg-session"
 
     store_factory: ClassVar[Callable[..., Any]]
 
@@ -716,6 +719,9 @@ def search_path_option(name: str) -> str:
 
 class SchemaOptionCheck(RuleBasedStateMachine):
     """The schema-option machine, on a fresh database of the suite's server."""
+
+    #: Which default budget ``run_conformance`` gives this machine (``_campaigns._budget``).
+    budget_kind: ClassVar[str] = "pg-schema"
 
     def __init__(self) -> None:
         programs_independent_of_callers_code()

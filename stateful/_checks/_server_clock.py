@@ -48,7 +48,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from runstore import ManualClock, OwnerId, RunStoreError
 
-from .._campaigns._budget import programs_independent_of_callers_code
+from .._base._programs import programs_independent_of_callers_code
 from ._malformed import SKEW_ALLOWANCE_MS
 
 #: The largest offset from the server's clock lease operations accept.
@@ -151,6 +151,9 @@ class _ServerTime:
 
 class ServerClockCheck(RuleBasedStateMachine):
     """The server-clock machine; ``server_clock_check_for`` binds a factory."""
+
+    #: Which default budget ``run_conformance`` gives this machine (``_campaigns._budget``).
+    budget_kind: ClassVar[str] = "server-clock"
 
     store_factory: ClassVar[Callable[..., Any]]
     server_now_ms: ClassVar[Callable[[], int]]

@@ -69,6 +69,7 @@ import attrs
 from runstore import Clock, RunStoreError
 
 from ._codec import decode, encode
+from ._text import call_text
 
 OperationStatus: TypeAlias = Literal["ok", "error", "pending"]
 
@@ -110,9 +111,7 @@ class Operation:
 
     def call_text(self) -> str:
         """``method(arg, ..., key=value)`` with run state shown by length only."""
-        from ._report import call_text
-
-        return call_text(self)
+        return call_text(self.method, self.args, self.kwargs)
 
     def __repr__(self) -> str:
         ends = "pending" if self.returned_ns is None else f"{self.returned_ns}"

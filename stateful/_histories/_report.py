@@ -12,7 +12,6 @@ never as text (it may hold credentials); the ``.jsonl`` file holds it whole
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -20,84 +19,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import attrs
-
-from runstore import LivenessEvidence, OwnerId, RunRow, RunSnapshot
-
 from ._codec import encode
 from ._history import Operation
 from ._linearize import PartitionVerdict
 from ._spec import Result
-
-#: Where each method takes run state, so it is shown by digest, not text.
-_STATE_ARGUMENT = {"create": 1, "transition_owned": 3}
-
-
-def _state_text(text: object) -> str:
-    if type(text) is not str:
-        return _value(text)
-    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-    return f"<state {len(text)} chars #{digest}>"
-
-
-def _owner(owner: OwnerId | None) -> str:
-    if owner is None:
-        return "-"
-    return f"{owner.host_id}:{owner.pid}:{owner.nonce}"
-
-
-def _value(value: Any) -> str:
-    if isinstance(value, OwnerId):
-        return _owner(value)
-    if isinstance(value, RunSnapshot):
-        return f"<{value.status} owner={_owner(value.owner)} hb={value.heartbeat_at_ms}>"
-    if isinstance(value, RunRow):
-        parts = [
-            value.run_id,
-            value.status,
-            f"owner={_owner(value.owner)}",
-            f"hb={value.heartbeat_at_ms}",
-        ]
-        if value.claim is not None:
-            parts.append(f"claim={_owner(value.claim)}@{value.claimed_at_ms}")
-        if value.cancel_requested_at_ms is not None:
-            parts.append(f"cancel@{value.cancel_requested_at_ms}")
-        if value.lineage_id is not None:
-            parts.append(f"lineage={value.lineage_id}#{value.round_ordinal}")
-        parts.append(
-            f"created={value.created_at_ms} started={value.started_at_ms} "
-            f"finished={value.finished_at_ms}"
-        )
-        parts.append(_state_text(value.state_json))
-        return "Row(" + " ".join(parts) + ")"
-    if isinstance(value, LivenessEvidence):
-        return f"<{value.kind} of {_owner(value.expected_owner)} at {value.checked_at_ms}>"
-    if isinstance(value, list):
-        return "[" + ", ".join(_value(item) for item in value) + "]"
-    if isinstance(value, tuple):
-        return "(" + ", ".join(_value(item) for item in value) + ")"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {_value(v)}" for k, v in value.items()) + "}"
-    if attrs.has(type(value)):
-        fields = ", ".join(
-            f"{f.name}={_value(getattr(value, f.name))}" for f in attrs.fields(type(value))
-        )
-        return f"{type(value).__name__}({fields})"
-    return repr(value)
-
-
-def call_text(op: Operation) -> str:
-    """``method(arg, ..., key=value)`` with run state shown by length and digest."""
-    state_at = _STATE_ARGUMENT.get(op.method)
-    shown = [
-        _state_text(arg) if index == state_at else _value(arg) for index, arg in enumerate(op.args)
-    ]
-    shown += [
-        f"{key}={_state_text(v) if key == 'state_json' else _value(v)}"
-        for key, v in op.kwargs.items()
-        if v is not None
-    ]
-    return f"{op.method}({', '.join(shown)})"
+from ._text import value_text
 
 
 def answer_text(op: Operation) -> str:
@@ -107,13 +33,13 @@ def answer_text(op: Operation) -> str:
     if op.status == "error":
         suffix = " (unknown outcome)" if op.unknown else ""
         return f"error {op.error}{suffix}"
-    return _value(op.value)
+    return value_text(op.value)
 
 
 def result_text(result: Result) -> str:
     kind, payload = result
     if kind == "ok":
-        return _value(payload)
+        return value_text(payload)
     if kind == "error":
         return f"error {payload}"
     return f"(cannot replay: {payload})"
@@ -142,7 +68,7 @@ def render_operations(ops: Sequence[Operation]) -> list[str]:
         end = "   ...   " if op.returned_ns is None else f"{(op.returned_ns - origin) / scale:9.3f}"
         clock = f"  clock {list(op.clock_ms)}" if op.clock_ms else ""
         lines.append(
-            f"  {number:>3}. {op.id:<18} [{start:9.3f}, {end}] {unit}  {call_text(op)}\n"
+            f"  {number:>3}. {op.id:<18} [{start:9.3f}, {end}] {unit}  {op.call_text()}\n"
             f"        -> {answer_text(op)}{clock}"
         )
     return lines
@@ -177,7 +103,7 @@ def render_violation(verdict: PartitionVerdict) -> str:
         lines.append("After it, every operation that could go next disagrees with the model:")
         for op, result in explanation.blocked:
             lines.append(
-                f"  #{number.get(op.id, '?')} {call_text(op)}\n"
+                f"  #{number.get(op.id, '?')} {op.call_text()}\n"
                 f"      recorded {answer_text(op)}; the model answers {result_text(result)}"
             )
     return "\n".join(lines) + "\n"

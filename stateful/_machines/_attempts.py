@@ -34,10 +34,7 @@ the cap (in ASCII, two-byte and astral text) all meet.
 from __future__ import annotations
 
 import functools
-import shutil
-import tempfile
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, ClassVar, Final, TypeVar
 
 import attrs
@@ -45,7 +42,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from runstore._boundary import canonical_json
-from runstore._clock import ManualClock
 from runstore._errors import RunStoreError
 from runstore._outcomes import Claimed
 from runstore._values import OwnerId, RunRow
@@ -66,7 +62,7 @@ from runstore.model import ModelAttemptStore
 from .._base import _observe
 from .._base._capabilities import FULL_STORE, Capabilities
 from .._base._compare import DifferentialMismatch
-from .._base._domain import PROCESS_COUNT, RUN_IDS, START_MS
+from .._base._domain import PROCESS_COUNT, RUN_IDS
 from .._base._observe import AttemptPerformed, Failure, say
 from .._base._steps import Call, Crashed, Raised, Step, call, cause_of
 from .._checks._attempt_invariants import (
@@ -349,6 +345,9 @@ def retyped(value: JsonValue | Absent) -> JsonValue | Absent:
 class RunAttemptComparison(RunStoreComparison):
     """``ModelRunStore`` + ``ModelAttemptStore`` against the store under test
     and ``attempt_store_factory`` over it, step by step."""
+
+    #: Which default budget ``run_conformance`` gives this machine (``_campaigns._budget``).
+    budget_kind: ClassVar[str] = "attempts"
 
     #: Builds the attempt store under test: ``factory(store, **options)``.
     attempt_store_factory: ClassVar[Callable[..., Any]] = AttemptStore
@@ -1090,33 +1089,3 @@ def attempt_comparison_for(
     }
     safe = "".join(ch if ch.isalnum() else "_" for ch in name)
     return type(f"RunAttemptComparison_{safe}", (RunAttemptComparison,), namespace)
-
-
-def probe_store(store_factory: StoreFactory, look: Callable[[Any], T], failed: T) -> T:
-    """``look(store)`` for one store ``store_factory`` builds in a scratch
-    directory, then closed; ``failed`` when the factory fails (the run-store
-    machine reports that failure)."""
-    folder = Path(tempfile.mkdtemp(prefix="runstore-probe-"))
-    try:
-        try:
-            store = store_factory(ManualClock(START_MS), folder / "store.db")
-        except Exception:
-            return failed
-        try:
-            return look(store)
-        finally:
-            close = getattr(store, "close", None)
-            if callable(close):
-                close()
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def builds_sqlite_stores(store_factory: StoreFactory) -> bool:
-    """Whether ``store_factory`` builds SQL adapter stores, SQLite or
-    PostgreSQL (the stores an ``AttemptStore`` can be built over): one store
-    is built in a scratch directory, looked at and closed. A factory that
-    fails here answers ``False``; the run-store machine reports its failure."""
-    from runstore._sql._store import SqlRunStore
-
-    return probe_store(store_factory, lambda store: isinstance(store, SqlRunStore), False)

@@ -56,6 +56,7 @@ from .._base._domain import PROCESS_COUNT, World
 from .._base._observe import say
 from .._base._steps import Call, Step, perform
 from .._checks._faults import faulted_call
+from .._targets._builtin import sqlite_raw_write_state
 from ._run_store import RunStoreComparison
 
 _SUCCESSES = (Claimed, Activated, Recovered, Updated, Transitioned, Abandoned)
@@ -294,8 +295,6 @@ def authority_for(
 ) -> type[StrategyAuthority]:
     """A ``StrategyAuthority`` for stores that accept a strategy:
     ``factory(clock, path, consensus)``."""
-    from .._targets._builtin import sqlite_raw_write_state
-
     namespace: dict[str, Any] = {
         "authority_factory": staticmethod(factory),
         "target": name,

@@ -49,8 +49,8 @@ from .._base._domain import (
     World,
 )
 from .._base._observe import ClockSet, Failure, LogEntry, Transacted, say
+from .._base._programs import programs_independent_of_callers_code
 from .._base._steps import Call, call
-from .._campaigns._budget import programs_independent_of_callers_code
 from .._checks._invariants import (
     InvariantViolation,
     ReferenceInvariantViolation,
@@ -133,6 +133,9 @@ SINGLE_CALLS = (
 
 class ConsensusComparison(RuleBasedStateMachine):
     """``ModelConsensus`` against ``consensus_factory()``'s strategy."""
+
+    #: Which default budget ``run_conformance`` gives this machine (``_campaigns._budget``).
+    budget_kind: ClassVar[str] = "strategy"
 
     consensus_factory: ClassVar[ConsensusFactory | None] = None
     capabilities: ClassVar[Capabilities] = FULL_STORE

@@ -587,36 +587,3 @@ def describe_cell(cell: Cell) -> str:
     method, tag, situation = cell
     named = ", ".join(f"{k}={v}" for k, v in zip(DIMENSIONS[method], situation, strict=False))
     return f"{method} -> {tag}" + (f" when {named}" if named else "")
-
-
-def default_reach() -> Reach:
-    """The cells one default run of ``run_conformance(consensus_factory=SqlConsensus)``
-    reaches (the suite's own reach measurement; ``HYPOTHESIS_PROFILE`` is
-    ignored for it)."""
-    import os
-
-    from runstore.consensus import SqlConsensus
-
-    from .._campaigns._conformance import run_conformance
-
-    reach = Reach()
-    saved = os.environ.pop("HYPOTHESIS_PROFILE", None)
-    try:
-        with recording(reach):
-            run_conformance(consensus_factory=SqlConsensus)
-    finally:
-        if saved is not None:
-            os.environ["HYPOTHESIS_PROFILE"] = saved
-    return reach
-
-
-def _main() -> None:  # pragma: no cover - a maintenance command
-    """Run the default measurement and print the tables, then the reachable
-    cells it missed as the source of ``_reach_gaps.KNOWN_GAPS``:
-    ``python -c "from runstore.stateful._machines._reach import _main; _main()"``."""
-    reach = default_reach()
-    print(reach_tables(reach))
-    print("KNOWN_GAPS = (")
-    for cell in gaps(reach):
-        print(f"    {describe_cell(cell)!r},")
-    print(")")

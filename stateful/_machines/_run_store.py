@@ -72,8 +72,8 @@ from .._base._domain import (
     fresh,
 )
 from .._base._observe import ClockSet, Failure, Faulted, LogEntry, Performed, Reopened, say
+from .._base._programs import programs_independent_of_callers_code
 from .._base._steps import Call, Crashed, Raised, Step, call, perform
-from .._campaigns._budget import programs_independent_of_callers_code
 from .._checks._edits import column_edit_for, copyable, judge_column_edit
 from .._checks._faults import (
     FAULT_BUDGET,
@@ -168,6 +168,9 @@ class PageWalk:
 
 class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
     """``ModelRunStore`` against ``store_factory``'s store, step by step."""
+
+    #: Which default budget ``run_conformance`` gives this machine (``_campaigns._budget``).
+    budget_kind: ClassVar[str] = "store"
 
     store_factory: ClassVar[StoreFactory | None] = None
     capabilities: ClassVar[Capabilities] = Capabilities()

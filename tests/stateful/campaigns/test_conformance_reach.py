@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from runstore.stateful import Reach, reach_tables
+from runstore.stateful._campaigns._reach_measure import default_reach
 from runstore.stateful._machines import _reach
 from runstore.stateful._machines._reach_gaps import KNOWN_GAPS
 
@@ -25,7 +26,7 @@ def default_run() -> tuple[Reach, BaseException | None]:
     reach = Reach()
     failure: BaseException | None = None
     try:
-        reach = _reach.default_reach()
+        reach = default_reach()
     except AssertionError as error:
         failure = error
     return reach, failure

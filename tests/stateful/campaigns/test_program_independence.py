@@ -1,7 +1,7 @@
 """The default budget's programs do not depend on what else the process has
 imported. Hypothesis mixes the literals of every local module it finds
 loaded into the choices it generates; the machines switch that off for their
-own examples (``_budget.programs_independent_of_callers_code``), so a
+own examples (``_base._programs.programs_independent_of_callers_code``), so a
 third party's verdict, and this suite's reach and zoo measurements, do not
 move when unrelated code changes."""
 

@@ -238,7 +238,7 @@ _UNPRIVILEGED_CHECK = (
 import json, os, shutil, sys, tempfile
 import runstore
 from runstore.consensus import SqlConsensus
-from runstore.stateful import _opening
+from runstore.stateful._checks import _opening
 uid, gid = int(sys.argv[1]), int(sys.argv[2])
 """
     + _opening.DROP_TO_USER

@@ -62,11 +62,11 @@ from runstore.stateful._machines._attempts import (
     AT_CAP_TWO_BYTE,
     CONFIGS,
     OVER_CAP_TWO_BYTE,
-    builds_sqlite_stores,
     perform_attempt,
     retyped,
 )
 from runstore.stateful._targets._builtin import BUILTIN_TARGETS, raw_writer_for
+from runstore.stateful._targets._probe import builds_sqlite_stores
 
 
 def _builtin(name: str) -> type[RunAttemptComparison]:
