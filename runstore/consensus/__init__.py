@@ -7,6 +7,9 @@ one process only. ``NoopConsensus`` grants nothing. The reference semantics
 live in ``runstore.model.ModelConsensus``. ``run_ownership(tx)`` yields what the
 run rows record about each run's holder, for a strategy's ``on_open`` to
 rebuild its leases from (``docs/guides/write-a-strategy.md``).
+
+May import: the core modules of ``runstore`` (values, outcomes, errors,
+constants, admission) and nothing else of it: no backend, no store.
 """
 
 from ._local import LocalConsensus as LocalConsensus
