@@ -7,4 +7,7 @@ same names) through that backend's transaction manager; decoding and the
 invariant checks are shared too. ``runstore.sqlite`` and
 ``runstore.postgres`` hold each backend's connection, transactions,
 migrations, error mapping and SQL text.
+
+May import: ``runstore.consensus`` and the core modules of ``runstore``; never
+a backend, whose code it runs only as the backend hands it in.
 """
