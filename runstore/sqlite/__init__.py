@@ -4,6 +4,9 @@
 use, and returns a ``SqliteRunStore`` arbitrated by ``SqlConsensus`` unless
 another strategy is given. ``Fault``, ``FaultPlan`` and ``RetryPolicy`` are
 the test seam of the transaction manager (see ``runstore.sqlite._faults``).
+
+May import: ``runstore._sql``, ``runstore.consensus`` and the core modules of
+``runstore``; never ``runstore.postgres``.
 """
 
 from ._faults import Fault as Fault
