@@ -5,6 +5,9 @@ and psycopg-pool). ``runstore.open`` dispatches here for ``postgresql://``
 and ``postgres://`` URLs. The store, its decisions and its fault seam are the
 SQLite store's (``runstore._sql``); this package holds the connection, the
 transactions, the migrations, the error mapping and the SQL text.
+
+May import: ``runstore._sql``, ``runstore.consensus`` and the core modules of
+``runstore``; never ``runstore.sqlite``.
 """
 
 from ._open import MINIMUM_POSTGRES as MINIMUM_POSTGRES
