@@ -21,6 +21,9 @@ Operations and their outcomes (lost races are values, never exceptions):
 Misuse and infrastructure failures raise ``AttemptStoreError`` (its own root,
 not a ``RunStoreError``). ``runstore.model.ModelAttemptStore`` is the
 reference model with the same surface.
+
+May import: ``runstore._sql`` and the core modules of ``runstore``; never a
+backend: each hands in its own queries.
 """
 
 from ._boundary import DEFAULT_MAX_CHECKPOINT_BYTES as DEFAULT_MAX_CHECKPOINT_BYTES
