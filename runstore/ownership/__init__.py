@@ -15,6 +15,9 @@ A store is half of ownership. This module is the other half:
 
 Time is read only through the injected ``Clock``: drive a ``ManualClock`` in
 tests and nothing here sleeps in wall time.
+
+May import: ``runstore.consensus`` and the core modules of ``runstore`` (it
+works on any store through the ``RunStore`` protocol); never a backend.
 """
 
 from .._constants import HEARTBEAT_INTERVAL_MS as HEARTBEAT_INTERVAL_MS
