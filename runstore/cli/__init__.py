@@ -17,6 +17,11 @@ Subcommands:
 
 ``fuzz``, ``replay`` and ``torture`` need the ``conformance`` extra (Hypothesis
 and pytest); without it they say so and exit 2.
+
+This package, ``python -m runstore`` and ``python -m runstore.stateful`` are
+the top of the house. May import: anything of ``runstore``, ``runstore.model``
+and ``runstore.stateful`` (the suite only inside the commands that need it);
+no other room imports it.
 """
 
 from __future__ import annotations
