@@ -30,6 +30,9 @@ A URL's password is never printed.
 Exit codes: 0 done (no problem found), 1 a check failed or something was
 found wanting (``check``, ``migrate --check`` with pending steps, ``show`` of
 a missing run), 2 a usage error or a database that cannot be opened.
+
+May import: the library (``runstore`` and its backends, ``runstore.attempts``,
+``runstore.ownership``, ``runstore.model``); never ``runstore.stateful``.
 """
 
 from __future__ import annotations
