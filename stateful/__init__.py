@@ -32,6 +32,13 @@ runstore.stateful``) run randomized campaigns and replay their regression
 files.
 
 Needs the ``conformance`` extra (Hypothesis and pytest).
+
+This package's face (``__init__`` and ``_requires``) re-exports the rooms below
+it. May import: every room of ``runstore.stateful`` (each room's ``__init__``
+says what belongs there and what it may import) and the library: ``runstore``,
+its backends, ``runstore.attempts``, ``runstore.ownership`` and
+``runstore.model``; never ``runstore.cli`` (``python -m runstore.stateful``
+belongs to the command line).
 """
 
 # isort: off
