@@ -2,12 +2,21 @@
 
 Each run's lease is one row of ``flows_consensus_leases`` (owner, grant time,
 heartbeat, pending claim), read and written through ``tx.connection`` inside
-the store's write transaction, with the statements of ``tx.dialect``
-(``runstore.sqlite._lease_queries`` or ``runstore.postgres._lease_queries``),
-so a rolled-back operation leaves no lease change behind and nothing needs an
-undo hook. A row with neither owner nor claim is deleted. Each method is a
-single guarded statement where SQL can say it; when the guard misses, one more
-read names the reason.
+the store's write transaction, so a rolled-back operation leaves no lease
+change behind and nothing needs an undo hook. A row with neither owner nor
+claim is deleted. Each method is a single guarded statement where SQL can say
+it; when the guard misses, one more read names the reason.
+
+The statements are the backend's, handed in with the transaction, as a
+dialect is handed to a SQL core: our stores' transactions carry
+``tx.lease_queries``, the module of statements in their SQL
+(``runstore.sqlite._lease_queries``, ``runstore.postgres._lease_queries``:
+the same names, and ``DATABASE_ERRORS``, the errors a statement raises when
+storage fails). This module imports no backend. A transaction that carries
+no statements (one a store of someone else's hands over, or a test's) is
+refused before anything is read or written: ``ConsensusError
+("persistence_failed")``, which a store reports as a storage failure;
+``SqlConsensus`` never guesses the SQL from ``tx.dialect``.
 
 Storage failures are raised as ``ConsensusError("persistence_failed")`` caused
 by the database error, so the store can still tell a transient failure
@@ -20,7 +29,6 @@ heartbeat is strictly older than ``now_ms - HEARTBEAT_STALE_AFTER_MS``.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, TypeVar
@@ -48,26 +56,16 @@ T = TypeVar("T")
 _LOST = Lost()
 
 
-@functools.cache
-def _dialect_statements(dialect: str) -> ModuleType | None:
-    # Imported on first use: the backends' packages import this module.
-    if dialect == "sqlite":
-        from ..sqlite import _lease_queries as sqlite
-
-        return sqlite
-    if dialect == "postgresql":
-        from ..postgres import _lease_queries as postgres
-
-        return postgres
-    return None
-
-
 def _statements(tx: Transaction) -> ModuleType:
-    """The lease statements in ``tx.dialect`` (SQLite's when it has none)."""
-    dialect = getattr(tx, "dialect", "sqlite")
-    found = _dialect_statements(dialect) if type(dialect) is str else None
-    if found is None:
-        raise ConsensusError("persistence_failed", "SqlConsensus knows no such SQL dialect")
+    """The lease statements ``tx`` carries (``tx.lease_queries``); refused
+    when it carries none."""
+    found = getattr(tx, "lease_queries", None)
+    if not isinstance(found, ModuleType):
+        raise ConsensusError(
+            "persistence_failed",
+            "SqlConsensus needs a transaction that carries its lease statements "
+            "(tx.lease_queries), as the SQLite and PostgreSQL stores' transactions do",
+        )
     return found
 
 
@@ -108,6 +106,13 @@ class SqlConsensus:
     Safe across processes on one file: every decision is made under the
     store's write lock. Needs no ``on_open``: the lease-backfill migration
     gave every owned or claimed run its lease.
+
+    Works on the transactions of the SQLite and PostgreSQL stores, which
+    carry its statements in their SQL (``tx.lease_queries``). Handed a
+    transaction that carries none, every method raises
+    ``ConsensusError("persistence_failed")`` before it reads or writes
+    anything (``steal`` and ``recover`` still answer ``evidence_invalid`` for
+    evidence that does not match, which they judge before any SQL).
     """
 
     def __repr__(self) -> str:

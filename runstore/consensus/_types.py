@@ -133,6 +133,9 @@ class Transaction(Protocol):
     is a ``sqlite3.Connection``, parameters ``?1``) or ``"postgresql"``
     (``connection`` is a ``psycopg.Connection`` whose ``execute`` takes
     ``$1``-style parameters). A transaction without ``dialect`` is SQLite's.
+    Our SQL stores' transactions also carry ``lease_queries``, the statements
+    ``SqlConsensus`` runs in their dialect; that is between ``SqlConsensus``
+    and those stores, not part of this protocol.
     """
 
     @property

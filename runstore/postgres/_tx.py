@@ -31,7 +31,9 @@ The connection is in autocommit mode and this manager issues ``BEGIN`` and
 
 ``Transaction`` is what strategies receive: ``connection`` (the
 ``psycopg.Connection``, whose ``execute`` takes ``$1``-style parameters),
-``dialect == "postgresql"``, ``on_commit`` and ``on_rollback``.
+``dialect == "postgresql"``, ``on_commit`` and ``on_rollback``; it also
+carries ``lease_queries`` (``runstore.postgres._lease_queries``), the
+statements ``SqlConsensus`` runs on it.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import select
 import threading
 import time
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, Final, Literal, TypeVar
 
 import psycopg
@@ -55,6 +58,7 @@ from .._sql._modes import read_only_refusal
 from .._sql._tx import RollbackAndReturn
 from .._sql._tx import run_callbacks as _run_callbacks
 from ..consensus._types import ConsensusError
+from . import _lease_queries
 from ._clock_check import LEASE_METHODS, ClockCheck
 from ._errors import ReconnectFailed, classify, connect_reason, is_transient, unknown_outcome
 from ._fused_sql import DECODE_FIRST
@@ -200,6 +204,8 @@ class Transaction:
     __slots__ = ("_commit", "_connection", "_rollback", "consensus")
 
     dialect: Final[Literal["postgresql"]] = "postgresql"
+    #: ``SqlConsensus``'s statements in this dialect, handed to it with the transaction.
+    lease_queries: Final[ModuleType] = _lease_queries
 
     def __init__(self, connection: Connection, consensus: Any) -> None:
         self._connection = connection

@@ -20,7 +20,9 @@
   chain leads back to it.
 - ``Transaction`` is the object strategies receive (``runstore.consensus``):
   ``connection``, ``dialect == "sqlite"``, ``on_commit`` and ``on_rollback``.
-  Rollback callbacks run in reverse registration order.
+  Rollback callbacks run in reverse registration order. It also carries
+  ``lease_queries`` (``runstore.sqlite._lease_queries``): ``SqlConsensus``
+  takes its statements from the transaction, never from the backend.
 - A manager built with ``read_only=True`` refuses every write before it
   begins (``persistence_failed``, ``cause["stage"] == "read-only"``); its
   reads may go through a ``Reader`` (``runstore.sqlite._readonly``), which
@@ -36,6 +38,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, Final, Literal, Protocol, TypeVar
 
 from .._errors import ConstraintError, DecodeFailedError, PersistenceFailedError, RunStoreError
@@ -44,6 +47,7 @@ from .._sql._modes import read_only_refusal
 from .._sql._tx import RollbackAndReturn as RollbackAndReturn
 from .._sql._tx import run_callbacks as _run_callbacks
 from ..consensus._types import ConsensusError
+from . import _lease_queries
 
 T = TypeVar("T")
 
@@ -86,6 +90,8 @@ class Transaction:
     __slots__ = ("_commit", "_connection", "_rollback", "consensus")
 
     dialect: Final[Literal["sqlite"]] = "sqlite"
+    #: ``SqlConsensus``'s statements in this dialect, handed to it with the transaction.
+    lease_queries: Final[ModuleType] = _lease_queries
 
     def __init__(self, connection: sqlite3.Connection, consensus: Any) -> None:
         self._connection = connection

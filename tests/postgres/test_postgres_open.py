@@ -304,16 +304,20 @@ def store(url: str) -> Iterator[Any]:
 
 
 def test_tx_connection_is_psycopg_and_dialect_postgresql(store: Any) -> None:
-    """The strategy seam: a psycopg.Connection taking $1 parameters."""
+    """The strategy seam: a psycopg.Connection taking $1 parameters; the
+    transaction also hands SqlConsensus PostgreSQL's lease statements."""
     import psycopg
+
+    from runstore.postgres import _lease_queries
 
     seen: list[Any] = []
 
     def body(tx: Any) -> None:
-        seen.append((type(tx.connection), tx.dialect))
+        seen.append((type(tx.connection), tx.dialect, tx.lease_queries))
         assert tx.connection.execute("SELECT $1::text", ("x",)).fetchone() == ("x",)
 
     store._write("probe", body)
-    ((kind, dialect),) = seen
+    ((kind, dialect, statements),) = seen
     assert issubclass(kind, psycopg.Connection)
     assert dialect == "postgresql"
+    assert statements is _lease_queries
