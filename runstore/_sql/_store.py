@@ -187,6 +187,9 @@ class SqlRunStore:
 
     #: The backend's named queries.
     _queries: ClassVar[ModuleType]
+    #: The backend's attempt statements, which ``AttemptStore`` runs on this
+    #: store's connection (``runstore.attempts`` imports no backend).
+    _attempt_queries: ClassVar[ModuleType]
 
     def __init__(self, tm: TransactionManager, *, clock: Clock, consensus: Any) -> None:
         self._clock = clock

@@ -10,8 +10,9 @@ order upstream reports it. Reads are plain ``SELECT``s, and every row read is
 decoded again (``decode_failed`` names the column, never its content).
 
 The SQL is the backend's (``runstore.sqlite._attempt_queries`` or
-``runstore.postgres._attempt_queries``, the same names), chosen by the run
-store's ``dialect``; everything else is shared.
+``runstore.postgres._attempt_queries``, the same names), handed over by the
+run store it is built on (``SqlRunStore._attempt_queries``): this package
+imports no backend. Everything else is shared.
 """
 
 from __future__ import annotations
@@ -71,16 +72,6 @@ from ._values import (
 )
 
 T = TypeVar("T")
-
-
-def _statements(dialect: str) -> ModuleType:
-    if dialect == "postgresql":
-        from ..postgres import _attempt_queries as postgres
-
-        return postgres
-    from ..sqlite import _attempt_queries as sqlite
-
-    return sqlite
 
 
 class _Runner:
@@ -159,7 +150,7 @@ class AttemptStore:
         if not isinstance(store, SqlRunStore):
             raise invalid("options", "store", "must be a runstore SQL store") from None
         self._store = store
-        self._sql: ModuleType = _statements(store.dialect)
+        self._sql: ModuleType = store._attempt_queries
         states = self._options.in_progress_states
         self._states = {f"s{index}": state for index, state in enumerate(states)}
         mark = self._sql.IN_PROGRESS_MARK

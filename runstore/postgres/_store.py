@@ -7,6 +7,7 @@ from typing import Any, ClassVar, Literal
 
 from .._clock import Clock
 from .._sql._store import SqlRunStore
+from . import _attempt_queries as _postgres_attempt_queries
 from . import _queries as _postgres_queries
 from ._tx import TransactionManager
 
@@ -23,6 +24,7 @@ class PostgresRunStore(SqlRunStore):
     """
 
     _queries: ClassVar[ModuleType] = _postgres_queries
+    _attempt_queries: ClassVar[ModuleType] = _postgres_attempt_queries
 
     def __init__(
         self, tm: TransactionManager, *, clock: Clock, consensus: Any, url: str, schema: str

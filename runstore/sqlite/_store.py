@@ -17,6 +17,7 @@ from .._clock import Clock
 from .._sql import _store as _core
 from .._sql._store import SqlRunStore
 from .._values import OwnerId
+from . import _attempt_queries as _sqlite_attempt_queries
 from . import _queries as _sqlite_queries
 from ._faults import RetryPolicy
 from ._tx import Connection, Reader, Transaction, TransactionManager
@@ -38,6 +39,7 @@ class SqliteRunStore(SqlRunStore):
     """
 
     _queries: ClassVar[ModuleType] = _sqlite_queries
+    _attempt_queries: ClassVar[ModuleType] = _sqlite_attempt_queries
 
     def __init__(
         self,

@@ -105,7 +105,7 @@ def _attempts_of(store: Any, run_id: str) -> list[Any]:
     """The run's attempts, decoded as ``AttemptStore`` decodes them."""
     from ...attempts import _store as attempts
 
-    sql = attempts._statements(store.dialect)
+    sql = store._attempt_queries
     ordered = " ORDER BY run_id, step_key_digest, attempt"
     assert sql.SELECT_ALL.endswith(ordered)
     statement = sql.SELECT_ALL[: -len(ordered)] + " WHERE run_id = :run_id" + ordered
