@@ -4,9 +4,8 @@
 This is test machinery, not a user feature; its names are stable for the
 state machines and the fault tests.
 
-Usage::
-
-    from runstore.sqlite import Fault, FaultPlan, RetryPolicy
+Usage, with ``Fault``, ``FaultPlan`` and ``RetryPolicy`` from this module (a
+test usually imports them from ``runstore.sqlite``, which re-exports them)::
 
     plan = FaultPlan(Fault("statement", 2), Fault("commit", transient=True))
     store._install_faults(plan)              # arm; None disarms
