@@ -37,6 +37,8 @@ from pathlib import Path
 from runstore._version import __version__
 from runstore.cli import _ops
 
+__all__ = ["main"]
+
 _EXTRA_MISSING = (
     "runstore {command}: this command needs the conformance extra "
     "(Hypothesis and pytest); install it with: pip install 'runstore[conformance]'\n"
