@@ -176,7 +176,7 @@ def test_consensus_none_means_sql_consensus(tmp_path: Path) -> None:
         assert type(store.consensus) is SqlConsensus
 
 
-@pytest.mark.parametrize("store", ["store", object(), None], ids=repr)
+@pytest.mark.parametrize("store", ["store", object(), None], ids=["'store'", "object", "None"])
 def test_supervise_refuses_what_is_not_a_store(store: Any) -> None:
     """Both faces refuse at the call, naming ``store`` and what it lacks."""
     clock = ManualClock(0)
