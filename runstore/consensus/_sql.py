@@ -7,16 +7,18 @@ change behind and nothing needs an undo hook. A row with neither owner nor
 claim is deleted. Each method is a single guarded statement where SQL can say
 it; when the guard misses, one more read names the reason.
 
-The statements are the backend's, handed in with the transaction, as a
-dialect is handed to a SQL core: our stores' transactions carry
-``tx.lease_queries``, the module of statements in their SQL
-(``runstore.sqlite._lease_queries``, ``runstore.postgres._lease_queries``:
-the same names, and ``DATABASE_ERRORS``, the errors a statement raises when
-storage fails). This module imports no backend. A transaction that carries
-no statements (one a store of someone else's hands over, or a test's) is
-refused before anything is read or written: ``ConsensusError
-("persistence_failed")``, which a store reports as a storage failure;
-``SqlConsensus`` never guesses the SQL from ``tx.dialect``.
+The statements are the backend's, handed in as a dialect is handed to a SQL
+core: our stores' transactions carry ``tx.lease_queries``, the module of
+statements in their SQL (``runstore.sqlite._lease_queries``,
+``runstore.postgres._lease_queries``: the same names, and
+``DATABASE_ERRORS``, the errors a statement raises when storage fails). A
+transaction that carries none (one a store of someone else's hands over, with
+just ``connection`` and ``dialect`` as the seam promises) gets the statements
+its backend registered for ``tx.dialect`` (``register_lease_statements``,
+called by each backend when it is imported; SQLite's when ``tx`` names no
+dialect, since ``import runstore`` always loads the SQLite backend). This
+module imports no backend. A dialect nobody registered is refused before
+anything is read or written: ``ConsensusError("persistence_failed")``.
 
 Storage failures are raised as ``ConsensusError("persistence_failed")`` caused
 by the database error, so the store can still tell a transient failure
@@ -56,17 +58,34 @@ T = TypeVar("T")
 _LOST = Lost()
 
 
+#: Each backend's lease statements by dialect name, as the backend registered them.
+_REGISTERED: dict[str, ModuleType] = {}
+
+
+def register_lease_statements(dialect: str, statements: ModuleType) -> None:
+    """Make ``statements`` the lease statements of transactions whose
+    ``dialect`` is ``dialect`` and that carry none of their own. Called once
+    by each backend as it is imported; registering a dialect again replaces
+    its statements."""
+    _REGISTERED[dialect] = statements
+
+
 def _statements(tx: Transaction) -> ModuleType:
-    """The lease statements ``tx`` carries (``tx.lease_queries``); refused
-    when it carries none."""
+    """The lease statements ``tx`` carries (``tx.lease_queries``), else those
+    registered for its dialect (``"sqlite"`` when it names none); refused when
+    there are none."""
     found = getattr(tx, "lease_queries", None)
-    if not isinstance(found, ModuleType):
+    if isinstance(found, ModuleType):
+        return found
+    dialect = getattr(tx, "dialect", "sqlite")
+    registered = _REGISTERED.get(dialect) if type(dialect) is str else None
+    if registered is None:
         raise ConsensusError(
             "persistence_failed",
-            "SqlConsensus needs a transaction that carries its lease statements "
-            "(tx.lease_queries), as the SQLite and PostgreSQL stores' transactions do",
+            "SqlConsensus has no lease statements for this transaction: it carries none "
+            "(tx.lease_queries) and no backend registered its dialect",
         )
-    return found
+    return registered
 
 
 def evidence_matches(
@@ -108,8 +127,10 @@ class SqlConsensus:
     gave every owned or claimed run its lease.
 
     Works on the transactions of the SQLite and PostgreSQL stores, which
-    carry its statements in their SQL (``tx.lease_queries``). Handed a
-    transaction that carries none, every method raises
+    carry its statements in their SQL (``tx.lease_queries``), and on any
+    transaction whose ``connection`` is a SQLite or psycopg connection and
+    whose ``dialect`` says which (``"sqlite"`` when absent). Handed a
+    transaction of a dialect no backend registered, every method raises
     ``ConsensusError("persistence_failed")`` before it reads or writes
     anything (``steal`` and ``recover`` still answer ``evidence_invalid`` for
     evidence that does not match, which they judge before any SQL).

@@ -57,11 +57,16 @@ from .._sql._faults import ArmedFault, FaultPlan, FaultyConsensus, InjectedFault
 from .._sql._modes import read_only_refusal
 from .._sql._tx import RollbackAndReturn
 from .._sql._tx import run_callbacks as _run_callbacks
+from ..consensus._sql import register_lease_statements
 from ..consensus._types import ConsensusError
 from . import _lease_queries
 from ._clock_check import LEASE_METHODS, ClockCheck
 from ._errors import ReconnectFailed, classify, connect_reason, is_transient, unknown_outcome
 from ._fused_sql import DECODE_FIRST
+
+# A transaction that names its dialect but carries no statements (someone
+# else's store) gets these from SqlConsensus.
+register_lease_statements("postgresql", _lease_queries)
 
 T = TypeVar("T")
 

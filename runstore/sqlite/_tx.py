@@ -46,8 +46,13 @@ from .._sql._faults import ArmedFault, FaultPlan, FaultyConsensus, RetryPolicy
 from .._sql._modes import read_only_refusal
 from .._sql._tx import RollbackAndReturn as RollbackAndReturn
 from .._sql._tx import run_callbacks as _run_callbacks
+from ..consensus._sql import register_lease_statements
 from ..consensus._types import ConsensusError
 from . import _lease_queries
+
+# A transaction that names its dialect but carries no statements (someone
+# else's store) gets these from SqlConsensus.
+register_lease_statements("sqlite", _lease_queries)
 
 T = TypeVar("T")
 

@@ -2,9 +2,10 @@
 
 Our stores' transactions carry their backend's statements
 (``tx.lease_queries``), as a SQL core is handed its dialect, so the strategy
-imports no backend. A transaction that carries none is refused with
-``ConsensusError("persistence_failed")`` before anything is read or written;
-handed SQLite's statements, a test's own transaction works as a store's does.
+imports no backend. A transaction that carries none gets the statements its
+backend registered for ``tx.dialect`` (SQLite's when it names none); a
+dialect no backend registered is refused with
+``ConsensusError("persistence_failed")`` before anything is read or written.
 """
 
 from __future__ import annotations
@@ -44,11 +45,23 @@ def _leases(connection: sqlite3.Connection) -> list[tuple[object, ...]]:
     return connection.execute("SELECT * FROM flows_consensus_leases").fetchall()
 
 
-def test_a_transaction_without_statements_is_refused_before_any_sql(
+class OtherDialect(FakeTransaction):
+    """A transaction of a dialect no backend registered, with no statements."""
+
+    dialect = "mysql"
+
+
+class NamesSqlite(FakeTransaction):
+    """Someone else's store's transaction: a SQLite connection and its dialect."""
+
+    dialect = "sqlite"
+
+
+def test_a_dialect_nobody_registered_is_refused_before_any_sql(
     connection: sqlite3.Connection,
 ) -> None:
-    """No ``lease_queries``: every method that would run SQL raises
-    ``persistence_failed`` and the lease table is untouched."""
+    """No ``lease_queries`` and an unknown dialect: every method that would run
+    SQL raises ``persistence_failed`` and the lease table is untouched."""
     strategy = SqlConsensus()
     calls = {
         "claim": lambda tx: strategy.claim(tx, "r", A, 1),
@@ -64,10 +77,10 @@ def test_a_transaction_without_statements_is_refused_before_any_sql(
         "leases": lambda tx: strategy.leases(tx),
     }
     for name, call in calls.items():
-        with FakeTransaction(connection) as tx, pytest.raises(ConsensusError) as raised:
+        with OtherDialect(connection) as tx, pytest.raises(ConsensusError) as raised:
             call(tx)
         assert raised.value.code == "persistence_failed", name
-        assert "lease_queries" in str(raised.value), name
+        assert "lease statements" in str(raised.value), name
     assert _leases(connection) == []
 
 
@@ -77,17 +90,19 @@ def test_evidence_is_judged_before_the_statements_are_asked_for(
     """``steal`` with evidence about another owner answers ``evidence_invalid``
     without SQL, statements or not."""
     evidence = LivenessEvidence(B, 40_000, "cross-host-unreachable-stale")
-    with FakeTransaction(connection) as tx:
+    with OtherDialect(connection) as tx:
         assert SqlConsensus().steal(tx, "r", B, 40_000, evidence) == Rejected("evidence_invalid")
 
 
-def test_a_transaction_that_hands_sqlite_statements_works(
-    connection: sqlite3.Connection,
+@pytest.mark.parametrize("transaction", [WithStatements, NamesSqlite, FakeTransaction])
+def test_a_transaction_with_sqlite_statements_or_dialect_works(
+    connection: sqlite3.Connection, transaction: type[FakeTransaction]
 ) -> None:
-    """A test's own transaction carrying SQLite's statements claims, activates
+    """A transaction carrying SQLite's statements, or naming the ``sqlite``
+    dialect, or naming none (the seam before dialects), claims, activates
     and reads the lease back, as a store's transaction does."""
     strategy = SqlConsensus()
-    with WithStatements(connection) as tx:
+    with transaction(connection) as tx:
         assert strategy.claim(tx, "r", A, 1_000) == Granted(1_000)
         assert strategy.claim(tx, "r", B, 1_001) == Rejected("already_claimed")
         strategy.activate(tx, "r", A, 1_000, 1_002)
