@@ -11,12 +11,16 @@ one: the sample and the verdicts are in the repository).
     python mutation/run.py run --minutes 9             # judge pending mutants
     python mutation/run.py report                      # score and survivors
     python mutation/run.py show KEY                    # one mutant's diff and verdict
+    python mutation/run.py recheck --seed 23 --count 40  # killed ones, again on HEAD
 
 The mutants are made in a copy of the tree (``RUNSTORE_MUTATION_WORK``,
 default ``/tmp/runstore-mutation``) extracted from the commit ``init``
 recorded, never in the working tree (each ``run`` in a folder of its own
 under it, so runs may go side by side). ``run`` judges one mutant at a time,
-under ``nice -n 10``. See ``mutation/README.md``.
+under ``nice -n 10``. ``recheck`` applies killed mutants again, by the text
+of their recorded diff, to a copy of ``HEAD`` (where the line is now, after
+code moved) and records those verdicts in ``mutation/recheck.jsonl`` apart.
+See ``mutation/README.md``.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +45,7 @@ SAMPLE = HERE / "sample.json"
 RESULTS = HERE / "results.jsonl"
 TRIAGE = HERE / "triage.json"
 REPORT = HERE / "RESULTS.md"
+RECHECK = HERE / "recheck.jsonl"
 WORK = Path(os.environ.get("RUNSTORE_MUTATION_WORK", "/tmp/runstore-mutation"))
 
 PATHS = (
@@ -171,28 +177,33 @@ def _judge(src: Path, item: dict[str, Any], timeout: float) -> dict[str, Any]:
                 )
                 if line.startswith(("+", "-")) and not line.startswith(("+++", "---"))
             )
-            env = dict(os.environ, PYTHONPATH=str(src), PYTHONDONTWRITEBYTECODE="1")
-            env.pop("HYPOTHESIS_PROFILE", None)
-            command = ["nice", "-n", "10", sys.executable, str(HERE / "judge.py"), item["module"]]
-            try:
-                done = subprocess.run(
-                    command,
-                    cwd=src,
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    timeout=timeout,
-                    start_new_session=True,
-                )
-            except subprocess.TimeoutExpired:
-                return {
-                    "outcome": "timeout",
-                    "seconds": time.monotonic() - started,
-                    "diff": diff,
-                    "check": "timeout",
-                }
+            return {**_judge_copy(src, item["module"], timeout, started), "diff": diff}
     finally:
         os.chdir(cwd)
+
+
+def _judge_copy(src: Path, module: str, timeout: float, started: float) -> dict[str, Any]:
+    """Run ``mutation/judge.py MODULE`` on the (already mutated) copy ``src``
+    under ``nice -n 10``: its outcome, the check that killed it, seconds."""
+    env = dict(os.environ, PYTHONPATH=str(src), PYTHONDONTWRITEBYTECODE="1")
+    env.pop("HYPOTHESIS_PROFILE", None)
+    command = ["nice", "-n", "10", sys.executable, str(HERE / "judge.py"), module]
+    try:
+        done = subprocess.run(
+            command,
+            cwd=src,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            start_new_session=True,
+        )
+    except subprocess.TimeoutExpired:
+        return {
+            "outcome": "timeout",
+            "seconds": round(time.monotonic() - started, 1),
+            "check": "timeout",
+        }
     lines = done.stdout.splitlines()
     verdict = next((line for line in lines if line.startswith("killed by")), "")
     return {
@@ -200,7 +211,6 @@ def _judge(src: Path, item: dict[str, Any], timeout: float) -> dict[str, Any]:
         "check": verdict[len("killed by ") :].split(" ")[0] if verdict else "",
         "detail": verdict[:300] or (done.stderr.strip().splitlines() or [""])[-1][:300],
         "seconds": round(time.monotonic() - started, 1),
-        "diff": diff,
     }
 
 
@@ -259,6 +269,249 @@ def _run(src: Path, wanted: list[dict[str, Any]], suite: str, minutes: float) ->
     left = len(wanted) - judged
     print(f"judged {judged}; {left} left")
     return 0
+
+
+#: Lines either side of a mutated line compared when the same line is found
+#: in several other modules (the one whose surroundings match best is taken).
+CONTEXT_LINES = 8
+
+
+def _hunk(diff: str) -> tuple[list[str], list[str]]:
+    """The lines a recorded mutation removes and the ones it puts in their
+    place. Cosmic Ray may rewrite a neighbouring line unchanged or drop the
+    blank lines before a removed decorator: those are left out."""
+    minus = [line[1:] for line in diff.splitlines() if line.startswith("-")]
+    plus = [line[1:] for line in diff.splitlines() if line.startswith("+")]
+    while minus and plus and minus[-1] == plus[-1]:
+        minus.pop()
+        plus.pop()
+    while minus and plus and minus[0] == plus[0]:
+        minus.pop(0)
+        plus.pop(0)
+    if not plus:
+        while minus and not minus[0].strip():
+            minus.pop(0)
+        while minus and not minus[-1].strip():
+            minus.pop()
+    return minus, plus
+
+
+def _modules(src: Path) -> list[str]:
+    """The mutated modules as they are in the copy ``src``."""
+    found: set[str] = set()
+    for path in PATHS:
+        where = src / path
+        files = [where] if where.is_file() else sorted(where.rglob("*.py"))
+        found.update(str(f.relative_to(src)) for f in files if f.is_file())
+    return sorted(found)
+
+
+def _matches(lines: list[str], block: list[str]) -> list[int]:
+    """Where ``block`` starts in ``lines`` (indexes from 0)."""
+    n = len(block)
+    return [i for i in range(len(lines) - n + 1) if lines[i : i + n] == block]
+
+
+def _around(lines: list[str], at: int) -> set[str]:
+    window = lines[max(0, at - CONTEXT_LINES) : at + CONTEXT_LINES + 1]
+    return {line.strip() for line in window if line.strip()}
+
+
+def _sampled(commit: str, module: str, cache: dict[str, list[str]]) -> list[str]:
+    """The lines of ``module`` at ``commit`` (none if it had no such file)."""
+    if module not in cache:
+        shown = subprocess.run(
+            ["git", "show", f"{commit}:{module}"], cwd=ROOT, capture_output=True, text=True
+        )
+        cache[module] = shown.stdout.splitlines() if shown.returncode == 0 else []
+    return cache[module]
+
+
+def _locate(
+    src: Path, item: dict[str, Any], block: list[str], sampled: Callable[[str], list[str]]
+) -> tuple[str | None, int | None, str]:
+    """Where the recorded mutation applies now: ``(module, index, note)``, or
+    ``(None, None, reason)`` when its line is in no mutated module.
+
+    The recorded module first; failing that, another mutated module that has
+    more copies of the line than it had at the sampled commit (the line came
+    to it). Among several matches, the one whose surroundings share the most
+    lines with the recorded line's at the sampled commit, then the nearest to
+    the recorded line number (then the same file name, in another module)."""
+    module, line = item["module"], int(item["line"])
+    context = _around(sampled(module), line - 1)
+    here = src / module
+
+    def best(modules: list[str]) -> list[tuple[int, int, bool, str, int]]:
+        found = []
+        for name in modules:
+            lines = (src / name).read_text().splitlines()
+            starts = _matches(lines, block)
+            if name != module and len(starts) <= len(_matches(sampled(name), block)):
+                continue  # it had the line already: not where the code went
+            for i in starts:
+                score = len(context & _around(lines, i))
+                found.append(
+                    (-score, abs(i + 1 - line), Path(name).name != Path(module).name, name, i)
+                )
+        return sorted(found)
+
+    if here.is_file():
+        found = best([module])
+        if found:
+            note = ""
+            if len(found) > 1:
+                note = f"{len(found)} matches, taken by the lines around it"
+            return module, found[0][4], note
+    found = best([name for name in _modules(src) if name != module])
+    if found:
+        _, _, _, other, i = found[0]
+        note = f"moved from {module}"
+        if len(found) > 1:
+            note += "; also at " + ", ".join(f"{f[3]}:{f[4] + 1}" for f in found[1:])
+        return other, i, note
+    reason = f"{module} is gone" if not here.is_file() else f"{module} no longer has the line"
+    changed = _git(
+        "log", "--format=%h %s", "-S", "\n".join(block), f"{item['sampled']}..HEAD", "--", module
+    ).splitlines()
+    if changed:
+        commit, _, subject = changed[0].partition(" ")
+        reason += f" (it went in {commit}: {subject[:60].rstrip()}...)"
+    reason += f", nor has any other module of {', '.join(PATHS)} gained it"
+    elsewhere = [
+        str(f.relative_to(src))
+        for f in sorted((src / "runstore").rglob("*.py"))
+        if str(f.relative_to(src)) != module and _matches(f.read_text().splitlines(), block)
+    ]
+    if elsewhere:
+        reason += f" (it is in {', '.join(elsewhere)})"
+    return None, None, reason
+
+
+def cmd_recheck(args: argparse.Namespace) -> int:
+    state = json.loads(STATE.read_text())
+    done = _results()
+    if args.key:
+        unknown = [key for key in args.key if key not in done]
+        if unknown:
+            print(f"no recorded verdict for {', '.join(unknown)}")
+            return 2
+        order, count, seed = list(args.key), len(args.key), None
+    elif args.seed is None:
+        print("recheck needs --seed (or --key)")
+        return 2
+    else:
+        killed = sorted(key for key, record in done.items() if record["outcome"] == "killed")
+        order, count, seed = list(killed), min(args.count, len(killed)), args.seed
+        random.Random(seed).shuffle(order)
+    head = _git("rev-parse", "HEAD")
+    drawn = f"drawn with seed {seed}, a gone one replaced" if seed is not None else "as given"
+    print(
+        f"{count} of {len(order)} mutants killed at {state['commit'][:10]} to judge again "
+        f"at {head[:10]} ({drawn})",
+        flush=True,
+    )
+    own = WORK / f"recheck-{os.getpid()}"
+    try:
+        src = _extract(head, head, own)
+        return _recheck(src, order, count, done, state["commit"], head, seed, args.minutes)
+    finally:
+        shutil.rmtree(own, ignore_errors=True)
+
+
+def _recheck(
+    src: Path,
+    order: list[str],
+    count: int,
+    done: dict[str, dict[str, Any]],
+    sampled: str,
+    head: str,
+    seed: int | None,
+    minutes: float | None,
+) -> int:
+    deadline = time.monotonic() + minutes * 60 if minutes else math.inf
+    started_all = time.monotonic()
+    judged: list[dict[str, Any]] = []
+    gone: list[dict[str, Any]] = []
+    cache: dict[str, list[str]] = {}
+    for key in order:
+        if len(judged) >= count or time.monotonic() >= deadline:
+            break
+        item = {**done[key], "sampled": sampled}
+        module = item["module"]
+        removed, added = _hunk(item.get("diff", ""))
+        base = {
+            "key": key,
+            "module": module,
+            "line": item["line"],
+            "operator": item["operator"],
+            "occurrence": item["occurrence"],
+            "diff": item.get("diff", ""),
+            "recorded_check": item.get("check", ""),
+            "suite": head[:12],
+            "seed": seed,
+        }
+        if not removed:
+            where, at, note = None, None, "the recorded diff removes no line"
+        else:
+            where, at, note = _locate(
+                src, item, removed, lambda name: _sampled(sampled, name, cache)
+            )
+        if where is None or at is None:
+            record = {
+                **base,
+                "outcome": "gone",
+                "reason": note,
+                "judged_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
+            gone.append(record)
+            _append(RECHECK, record)
+            print(f"{key}: gone, {note}", flush=True)
+            continue
+        path = src / where
+        original = path.read_text()
+        lines = original.splitlines(True)
+        ending = lines[at + len(removed) - 1][len(removed[-1]) :] or "\n"
+        lines[at : at + len(removed)] = [line + ending for line in added]
+        kind = "postgres" if where.startswith("runstore/postgres/") else "sqlite"
+        started = time.monotonic()
+        try:
+            path.write_text("".join(lines))
+            verdict = _judge_copy(src, where, TIMEOUTS[kind], started)
+        finally:
+            path.write_text(original)
+        record = {
+            **base,
+            **verdict,
+            "applied": f"{where}:{at + 1}",
+            "note": note,
+            "judged_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        judged.append(record)
+        _append(RECHECK, record)
+        print(
+            f"{key} at {record['applied']}{f' ({note})' if note else ''}: "
+            f"{record['outcome']} {record.get('check', '')} {record['seconds']}s",
+            flush=True,
+        )
+    survivors = [r for r in judged if r["outcome"] == "survived"]
+    killed = len(judged) - len(survivors)
+    minutes_all = (time.monotonic() - started_all) / 60
+    print(
+        f"killed {killed} of {len(judged)} (wanted {count}); {len(gone)} gone; "
+        f"{minutes_all:.1f} min; verdicts appended to {RECHECK.relative_to(ROOT)}"
+    )
+    for r in gone:
+        print(f"  gone {r['key']}: {r['reason']}")
+    for r in survivors:
+        diff = " / ".join(line.strip() for line in r["diff"].splitlines())
+        print(f"  SURVIVED {r['key']} at {r['applied']}: {diff}")
+    return 1 if survivors else 0
+
+
+def _append(path: Path, record: dict[str, Any]) -> None:
+    with path.open("a") as out:
+        out.write(json.dumps(record, sort_keys=True) + "\n")
 
 
 def wilson(killed: int, total: int, z: float = 1.96) -> tuple[float, float]:
@@ -355,11 +608,26 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--key", action="append", help="only this mutant (repeatable)")
     run.add_argument("--only", help="only modules under this path")
     run.add_argument("--skip", help="skip modules under this path")
+    recheck = commands.add_parser(
+        "recheck", help="judge killed mutants again on the current tree (HEAD)"
+    )
+    recheck.add_argument("--seed", type=int, help="the draw's seed (required unless --key)")
+    recheck.add_argument("--count", type=int, default=40)
+    recheck.add_argument("--minutes", type=float, help="stop drawing after this long")
+    recheck.add_argument(
+        "--key", action="append", help="judge this mutant again instead of drawing (repeatable)"
+    )
     commands.add_parser("report", help="write mutation/RESULTS.md")
     show = commands.add_parser("show", help="one mutant's verdict")
     show.add_argument("key")
     args = parser.parse_args(argv)
-    handler = {"init": cmd_init, "run": cmd_run, "report": cmd_report, "show": cmd_show}
+    handler = {
+        "init": cmd_init,
+        "run": cmd_run,
+        "recheck": cmd_recheck,
+        "report": cmd_report,
+        "show": cmd_show,
+    }
     return handler[args.command](args)
 
 
