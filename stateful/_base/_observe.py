@@ -98,13 +98,39 @@ class Failure:
 
 
 class CampaignOver(BaseException):
-    """Raised (as a ``BaseException``, so Hypothesis lets it through) when an
-    observer's deadline has passed; ends the running campaign at once."""
+    """Raised (as a ``BaseException``, so Hypothesis lets it through) at the
+    start of an example when an observer's deadline has passed; ends the
+    running campaign at once.
+
+    The example it is raised in has drawn nothing and run no step. Hypothesis
+    may still report it as something else (a ``FlakyStrategyDefinition``
+    raised while it propagates, when earlier examples drew more); the
+    campaign recognises either by ``Observer.stopped`` and discards the cut
+    example (see ``stopped_by``).
+    """
+
+
+def stopped_by(error: BaseException) -> bool:
+    """Whether ``error`` is a ``CampaignOver``, or was raised while one
+    propagated (it is in the chain of causes and contexts)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, CampaignOver):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 @attrs.define
 class Observer:
-    """Counts examples, steps and failures; keeps the shortest failing program."""
+    """Counts examples, steps and failures; keeps the shortest failing program.
+
+    ``deadline`` is a reading of ``clock`` (``time.monotonic`` unless a test
+    injects another): an example that starts after it raises
+    ``CampaignOver`` and sets ``stopped``.
+    """
 
     deadline: float | None = None
     progress: Callable[[Observer], None] | None = None
@@ -119,19 +145,26 @@ class Observer:
     cut_after: int | None = None
     #: Failing executions by the check that fired.
     checks: dict[str, int] = attrs.field(factory=dict)
-    started: float = attrs.field(factory=time.monotonic)
-    _last_progress: float = attrs.field(factory=time.monotonic)
+    #: The time source of ``deadline``, ``started`` and ``elapsed``.
+    clock: Callable[[], float] = time.monotonic
+    #: An example was cut: ``CampaignOver`` was raised at its start.
+    stopped: bool = False
+    started: float = attrs.field(default=attrs.Factory(lambda self: self.clock(), takes_self=True))
+    _last_progress: float = attrs.field(
+        default=attrs.Factory(lambda self: self.clock(), takes_self=True)
+    )
 
     @property
     def elapsed(self) -> float:
-        return time.monotonic() - self.started
+        return self.clock() - self.started
 
     def example_started(self) -> None:
-        if self.deadline is not None and time.monotonic() >= self.deadline:
+        if self.deadline is not None and self.clock() >= self.deadline:
             if self.failures and self.cut_after is None:
                 # The deadline ended the campaign while a failure was being
                 # shrunk (Hypothesis then reports the shortest program so far).
                 self.cut_after = self.failures
+            self.stopped = True
             raise CampaignOver
         self.examples += 1
         self._tick()
@@ -149,7 +182,7 @@ class Observer:
             self.failure = failure
 
     def _tick(self) -> None:
-        now = time.monotonic()
+        now = self.clock()
         if self.progress is not None and now - self._last_progress >= self.progress_every_s:
             self._last_progress = now
             self.progress(self)

@@ -39,7 +39,7 @@ from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test
 
 from runstore.attempts import AttemptStore
 
-from .._base._observe import CampaignOver, Failure, Observer, observing
+from .._base._observe import Failure, Observer, observing, stopped_by
 from .._base._profiles import load_profile
 from .._machines import _reach
 from .._machines._attempts import attempt_comparison_for
@@ -124,6 +124,18 @@ def machines_for(
     return machines
 
 
+def _examples_that_fit(observer: Observer, seconds_left: float) -> int:
+    """How many examples to run in the next batch so that it ends within
+    ``seconds_left``, judged by the average cost of the examples so far
+    (batch overheads included); one while nothing has been measured."""
+    if observer.examples == 0:
+        return 1
+    per_example = observer.elapsed / observer.examples
+    if per_example <= 0:
+        return BATCH_EXAMPLES
+    return max(1, min(BATCH_EXAMPLES, int(seconds_left / per_example)))
+
+
 def _database_key(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
 
@@ -199,12 +211,21 @@ def campaign_target(
     stream: TextIO,
     attempt_store: str | None = None,
     shrink: bool = True,
+    clock: Callable[[], float] = time.monotonic,
 ) -> TargetResult:
     """Run one campaign and say what it found.
 
     ``attempt_store`` (``MODULE:FACTORY``) puts that attempt store under test
     in place of ``AttemptStore``, with the attempt machine alone. Without
     ``shrink`` the first failing program is written as it was found.
+
+    The end of the time budget (``seconds``, read on ``clock``) is never a
+    failure. Examples run in batches (one Hypothesis run each), sized by what
+    an example has cost so far so that a batch ends before generation should
+    stop; the campaign stops between batches. When a batch overruns anyway
+    (the machine got slower), the first example to start after the deadline
+    is cut before it draws anything and discarded, and the campaign reports
+    what ran. A failure found late is shrunk until the deadline.
     """
     attempt_factory = None if attempt_store is None else load_factory(attempt_store)
     machines = machines_for(target, attempt_store=attempt_factory)
@@ -212,11 +233,11 @@ def campaign_target(
         raise ValueError(f"target {target.name!r} has nothing to put under test")
     under_test = target.name if attempt_store is None else f"{target.name}+{attempt_store}"
     database = DirectoryBasedExampleDatabase(str(db_dir / _database_key(under_test)))
-    started = time.monotonic()
+    started = clock()
     deadline = None if seconds is None else started + seconds
     stop_generating = None if seconds is None else started + seconds * (1 - SHRINK_RESERVE)
     progress = _Progress(stream, target.name)
-    observer = Observer(deadline=deadline, progress=progress)
+    observer = Observer(deadline=deadline, progress=progress, clock=clock)
     error: BaseException | None = None
     cut = False
     batch = 0
@@ -224,12 +245,15 @@ def campaign_target(
         while True:
             if examples is not None and observer.examples >= examples:
                 break
-            if stop_generating is not None and time.monotonic() >= stop_generating:
-                break
-            machine = machines[batch % len(machines)]
             size = BATCH_EXAMPLES
             if examples is not None:
                 size = max(1, min(size, examples - observer.examples))
+            if stop_generating is not None:
+                now = clock()
+                if now >= stop_generating:
+                    break
+                size = min(size, _examples_that_fit(observer, stop_generating - now))
+            machine = machines[batch % len(machines)]
             test = get_state_machine_test(
                 machine, settings=_settings(database, size, shrink=shrink)
             )
@@ -238,10 +262,17 @@ def campaign_target(
             batch += 1
             try:
                 test()
-            except CampaignOver:
-                cut = observer.failures > 0
-                break
-            except Exception as failure:
+            except BaseException as failure:
+                if observer.stopped and stopped_by(failure):
+                    # The deadline passed inside a batch: the example that
+                    # started after it drew nothing and ran no step, and is
+                    # discarded. Whatever Hypothesis made of the stop (a
+                    # FlakyStrategyDefinition, when the examples before it
+                    # drew more) is not a finding.
+                    cut = observer.failures > 0
+                    break
+                if not isinstance(failure, Exception):
+                    raise  # KeyboardInterrupt and the like
                 error = failure
                 break
     progress(observer)
@@ -371,14 +402,19 @@ def run_campaign(
     stream: TextIO | None = None,
     attempt_store: str | None = None,
     extra: Sequence[str] = (),
+    clock: Callable[[], float] = time.monotonic,
 ) -> int:
     """Fuzz each target in turn, sharing the time budget (one minute when
     neither budget is given), then print one summary; 0 when all ran clean,
-    1 when any failed (a regression file was written for each). Without a
+    1 when any failed (a regression file was written for each). Each target
+    gets an equal share of the time budget, whatever the targets before it
+    did with theirs; the end of a share is never a failure. Without a
     seed, one is chosen and printed, so every campaign can be replayed. With
     ``attempt_store`` (``MODULE:FACTORY``) that attempt store is under test,
     over each target's stores, in place of ``AttemptStore``. ``extra`` are
-    the command-line options the replay line repeats."""
+    the command-line options the replay line repeats. ``clock`` is the time
+    source of the budget (seconds; ``time.monotonic`` unless a test injects
+    another)."""
     stream = sys.stdout if stream is None else stream
     if minutes is None and examples is None:
         minutes = 1.0
@@ -398,6 +434,7 @@ def run_campaign(
                 out_dir=out_dir,
                 stream=stream,
                 attempt_store=attempt_store,
+                clock=clock,
             )
         )
     summarize(results, seed_value, stream, extra)

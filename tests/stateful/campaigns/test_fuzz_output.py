@@ -83,6 +83,38 @@ def slow_after_a_failure(clock: ManualClock, path: Path) -> LateInTheDay:
 slow_after_a_failure.capabilities = Capabilities(reopen=False)  # type: ignore[attr-defined]
 
 
+class CampaignClock:
+    """A campaign's time source in a test (seconds): it stands still, and
+    moves only when an example builds its store, by what ``cost(n)`` says
+    the campaign's ``n``-th example takes. So where the budget ends is
+    decided by the test, not by the machine's load."""
+
+    def __init__(self, cost) -> None:
+        self.now = 0.0
+        self.cost = cost
+
+    def __call__(self) -> float:
+        return self.now
+
+
+#: The clock the ``timed_*`` factories move; each test sets its own.
+CAMPAIGN_CLOCK: CampaignClock | None = None
+
+
+def timed_store(clock: ManualClock, path: Path) -> ModelRunStore:
+    """The reference model as a store, whose examples cost campaign time on
+    ``CAMPAIGN_CLOCK`` (only inside a campaign: the target probe is free)."""
+    observer = _observe.current()
+    if CAMPAIGN_CLOCK is not None and observer is not None:
+        CAMPAIGN_CLOCK.now += CAMPAIGN_CLOCK.cost(observer.examples)
+    return ModelRunStore(clock=clock)
+
+
+timed_store.capabilities = Capabilities(reopen=False)  # type: ignore[attr-defined]
+#: The same factory under another name: a second target.
+timed_store_too = timed_store
+
+
 def _run(spec: str, tmp_path: Path, **options) -> tuple[int, str]:
     stream = io.StringIO()
     code = run_campaign(
@@ -137,6 +169,67 @@ def test_a_shrink_cut_by_the_time_budget_is_said_so(tmp_path: Path):
     assert "shrinking: cut by the time budget" in out
     assert "seed 7" in out
     assert list((tmp_path / "out").glob("test_regression_*.py"))
+
+
+def test_every_target_runs_its_share_of_a_time_budget_and_its_end_is_no_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Examples of one second against a budget of 6 s for two targets: each
+    target runs its 3 s share, the budget ends between examples (the first
+    batch would have run 20), and the campaign exits 0, clean, having run
+    both targets."""
+    clock = CampaignClock(lambda n: 1.0)
+    monkeypatch.setattr(sys.modules[__name__], "CAMPAIGN_CLOCK", clock)
+    stream = io.StringIO()
+    targets = [
+        store_target(f"tests.stateful.campaigns.test_fuzz_output:{name}")
+        for name in ("timed_store", "timed_store_too")
+    ]
+    code = run_campaign(
+        targets,
+        minutes=0.1,
+        seed_value=7,
+        db_dir=tmp_path / "db",
+        out_dir=tmp_path / "out",
+        stream=stream,
+        clock=clock,
+    )
+    out = stream.getvalue()
+    assert code == 0, out
+    assert "FlakyStrategyDefinition" not in out
+    assert "seed 7: nothing found" in out
+    assert "fuzz summary: 2 target(s), 6 examples" in out
+    for name in ("timed_store", "timed_store_too"):
+        assert f"test_fuzz_output:{name}: clean (3 examples" in out
+    assert clock.now == 6.0
+    assert not list((tmp_path / "out").glob("*"))
+
+
+def test_a_budget_that_ends_inside_an_example_mid_batch_discards_the_cut_example(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Examples of 10 ms fill a batch of 20; the 6th takes 100 s, so the
+    budget (6 s) ends inside it, in the middle of the batch. The example that
+    starts next is cut before it draws anything and discarded: the campaign
+    exits 0, clean, reporting the 6 examples that ran."""
+    clock = CampaignClock(lambda n: 100.0 if n == 6 else 0.01)
+    monkeypatch.setattr(sys.modules[__name__], "CAMPAIGN_CLOCK", clock)
+    stream = io.StringIO()
+    result = campaign_target(
+        store_target("tests.stateful.campaigns.test_fuzz_output:timed_store"),
+        seconds=6.0,
+        examples=None,
+        seed_value=7,
+        db_dir=tmp_path / "db",
+        out_dir=tmp_path / "out",
+        stream=stream,
+        clock=clock,
+    )
+    out = stream.getvalue()
+    assert result.found is None, out
+    assert result.examples == 6, out
+    assert out.rstrip().endswith("test_fuzz_output:timed_store: clean"), out
+    assert "FlakyStrategyDefinition" not in out
 
 
 def test_a_clean_campaign_says_nothing_was_found(tmp_path: Path):
