@@ -36,6 +36,7 @@ from pathlib import Path
 
 from runstore._version import __version__
 from runstore.cli import _ops
+from runstore.cli._ops._format import printable_lines
 
 __all__ = ["main"]
 
@@ -135,14 +136,29 @@ def _missing_extra(error: ImportError) -> bool:
     return (error.name or "").split(".")[0] in ("hypothesis", "pytest", "_pytest")
 
 
+def _unreadable(path: Path) -> str | None:
+    """Why ``path`` cannot be read as a regression file, or ``None``."""
+    if path.is_dir():
+        return "it is a folder, not a regression file"
+    try:
+        with path.open("rb"):
+            pass
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as error:
+        return os.strerror(error.errno).lower() if error.errno else type(error).__name__
+    return None
+
+
 def _replay(path: Path) -> int:
     """Run one regression file under pytest, in a fresh interpreter, with the
     current directory importable (regressions may import a project's factory)."""
     if importlib.util.find_spec("pytest") is None:
         sys.stderr.write(_EXTRA_MISSING.format(command="replay"))
         return 2
-    if not path.is_file():
-        sys.stderr.write(f"runstore replay: no such file: {path}\n")
+    problem = _unreadable(path)
+    if problem is not None:
+        sys.stderr.write(printable_lines(f"runstore replay: cannot open {path}: {problem}") + "\n")
         return 2
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))

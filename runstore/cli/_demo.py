@@ -65,6 +65,9 @@ from runstore import (
 )
 from runstore.ownership import LeaseLost, lease_liveness, supervise, takeover_evidence
 
+from ._ops._common import cannot_open, shown
+from ._ops._format import printable_lines
+
 STEPS = 4
 STEP_MS = 2_000
 SCAN_MS = 1_000
@@ -77,15 +80,6 @@ DB_VARIABLE = "RUNSTORE_DEMO_DB"
 def _is_url(target: str | None) -> bool:
     scheme, sep, _ = (target or "").partition("://")
     return bool(sep) and scheme.lower() in ("postgresql", "postgres")
-
-
-def _shown(target: str) -> str:
-    """``target`` as the demo prints it: a URL without its password."""
-    if not _is_url(target):
-        return target
-    from ..postgres._open import redacted
-
-    return redacted(target)
 
 
 class SpedUpClock:
@@ -316,9 +310,15 @@ class _Proc:
 
 
 class _Demo:
-    def __init__(self, options: argparse.Namespace, out: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        options: argparse.Namespace,
+        out: Callable[[str], None],
+        err: Callable[[str], None] | None = None,
+    ) -> None:
         self.options = options
         self.out = out
+        self.err = _to_stderr if err is None else err
         self.events: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue()
         self.procs: dict[str, _Proc] = {}
         self.by_pid: dict[int, str] = {}
@@ -424,18 +424,27 @@ class _Demo:
             else:
                 db = Path(options.db)
                 if db.exists():
-                    self.out(f"runstore demo: {db} already exists; give a new path")
+                    self.err(f"runstore demo: {db} already exists; give a new path")
                     return 2
-            store = stack.enter_context(runstore.open(db, clock=self.clock))
-            if _is_url(str(db)) and store.changes(0):
-                self.out(
-                    f"runstore demo: {_shown(str(db))} already holds runs; give an empty "
-                    "database or schema (?schema=...)"
-                )
+            try:
+                store = stack.enter_context(runstore.open(db, clock=self.clock))
+            except RunStoreError as error:
+                # A failed open is one line and exit 2, as for every command.
+                self.err(f"runstore demo: {cannot_open(str(db), error).text}")
                 return 2
-            for n in range(1, options.runs + 1):
-                store.create(f"{RUN_PREFIX}{n:02d}", json.dumps({"step": 0}))
-            where = _shown(str(db)) if options.db else "a temporary file"
+            try:
+                if _is_url(str(db)) and store.changes(0):
+                    self.err(
+                        f"runstore demo: {shown(str(db))} already holds runs; give an empty "
+                        "database or schema (?schema=...)"
+                    )
+                    return 2
+                for n in range(1, options.runs + 1):
+                    store.create(f"{RUN_PREFIX}{n:02d}", json.dumps({"step": 0}))
+            except RunStoreError as error:
+                self.err(f"runstore demo: cannot create the runs in {shown(str(db))}: {error}")
+                return 2
+            where = shown(str(db)) if options.db else "a temporary file"
             self.out(
                 f"runstore demo: {options.runs} runs of {STEPS} steps in {where},"
                 f" {options.workers} worker processes, demo clock x{options.speed:g}"
@@ -612,6 +621,11 @@ class _Demo:
     @staticmethod
     def _incomplete(store: RunStore, run_ids: list[str]) -> int:
         return sum(1 for run_id in run_ids if store.get(run_id).status != "completed")
+
+
+def _to_stderr(text: str) -> None:
+    sys.stderr.write(printable_lines(text) + "\n")
+    sys.stderr.flush()
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -281,9 +281,22 @@ def _stat_existing(real: str, *, read_only: bool) -> os.stat_result:
         )
     except OSError as error:
         failure = PersistenceFailedError(
-            "open", "could not look up the database file", {"stage": "stat", "errno": error.errno}
+            "open",
+            f"could not look up the database file: {_os_reason(error)}",
+            {"stage": "stat", "errno": error.errno},
         )
     raise failure
+
+
+def _os_reason(error: OSError) -> str:
+    """Why the system refused a file operation, in words that name no path."""
+    if error.errno == errno.ENOENT:
+        return "its folder does not exist"
+    if error.errno == errno.ENOTDIR:
+        return "part of the path is not a folder"
+    if error.errno is None:
+        return type(error).__name__
+    return os.strerror(error.errno).lower()
 
 
 def _stat_or_create(real: str) -> tuple[os.stat_result, bool]:
@@ -307,7 +320,7 @@ def _stat_or_create(real: str) -> tuple[os.stat_result, bool]:
             except OSError as error:
                 failure = PersistenceFailedError(
                     "open",
-                    "could not look up the database file",
+                    f"could not look up the database file: {_os_reason(error)}",
                     {"stage": "stat", "errno": error.errno},
                 )
                 break
@@ -318,7 +331,7 @@ def _stat_or_create(real: str) -> tuple[os.stat_result, bool]:
             except OSError as error:
                 failure = PersistenceFailedError(
                     "open",
-                    "could not create the database file",
+                    f"could not create the database file: {_os_reason(error)}",
                     {"stage": "create", "errno": error.errno},
                 )
                 break
@@ -367,7 +380,7 @@ def _tighten(real: str, suffix: str) -> None:
     except OSError as error:
         failure = PersistenceFailedError(
             "open",
-            "could not make the new database's files private",
+            f"could not make the new database's files private: {_os_reason(error)}",
             {"stage": "secure", "file": suffix or "database", "errno": error.errno},
         )
     if failure is not None:

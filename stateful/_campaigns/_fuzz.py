@@ -55,7 +55,7 @@ from .._targets._builtin import (
     store_target,
     with_capabilities,
 )
-from .._targets._probe import builds_sqlite_stores
+from .._targets._probe import builds_sqlite_stores, open_refusal
 from ._regression import is_suite_defect, suite_defect_invariant, write_regression
 
 #: The targets a campaign without ``--target`` rotates through.
@@ -441,6 +441,35 @@ def run_campaign(
     return 1 if any(r.found is not None for r in results) else 0
 
 
+def _unusable_folder(folder: Path) -> str | None:
+    """Why files cannot be written in ``folder`` (made when it is missing),
+    or ``None``: the nearest part of it that exists must be a folder this
+    process may write."""
+    existing = folder
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable by this process"
+    return None
+
+
+def _check_can_start(targets: Sequence[Target], *, db_dir: Path, out_dir: Path) -> None:
+    """Refuse, with one line (``ValueError``), a campaign that could not keep
+    its example database or write a regression file, or whose store factory
+    cannot open a store at all: those are not findings about the store."""
+    for folder, option in ((db_dir, "--db"), (out_dir, "--out")):
+        problem = _unusable_folder(folder)
+        if problem is not None:
+            raise ValueError(f"cannot use {folder} ({option}): {problem}")
+    for target in targets:
+        if target.kind == "store" and target.store_factory is not None:
+            refusal = open_refusal(target.store_factory)
+            if refusal is not None:
+                raise ValueError(f"cannot open a store of {target.name}: {refusal}")
+
+
 def main_fuzz(args: Any, stream: TextIO | None = None) -> int:
     """``runstore fuzz`` with parsed arguments. ``HYPOTHESIS_PROFILE`` (``ci``,
     ``dev``, ``deep``), when set, is loaded first: its settings (``deep``'s
@@ -463,6 +492,7 @@ def main_fuzz(args: Any, stream: TextIO | None = None) -> int:
     else:
         targets = [BUILTIN_TARGETS[name] for name in DEFAULT_TARGETS]
     targets = [with_capabilities(target, overrides) for target in targets]
+    _check_can_start(targets, db_dir=Path(args.db), out_dir=Path(args.out))
     extra: list[str] = []
     if getattr(args, "attempt_store", None):
         extra.append(f"--attempt-store {args.attempt_store}")

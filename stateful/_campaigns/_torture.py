@@ -418,9 +418,13 @@ def run_torture(config: TortureConfig) -> TortureResult:
     rng = random.Random(seed)
     out = Path(config.out)
     history_dir = out / "history"
-    history_dir.mkdir(parents=True, exist_ok=True)
-    for old in history_dir.glob("*.jsonl"):
-        old.unlink()
+    try:
+        history_dir.mkdir(parents=True, exist_ok=True)
+        for old in history_dir.glob("*.jsonl"):
+            old.unlink()
+    except OSError as error:
+        reason = os.strerror(error.errno) if error.errno else type(error).__name__
+        raise TortureError(f"cannot use {out} (--out): {reason}") from None
 
     if config.store is not None:
         load_store_factory(config.store)

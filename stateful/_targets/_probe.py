@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from runstore._clock import ManualClock
+from runstore._errors import RunStoreError
 
 from .._base._domain import START_MS
 from ._builtin import StoreFactory
@@ -51,3 +52,21 @@ def builds_sqlite_stores(store_factory: StoreFactory) -> bool:
     from runstore._sql._store import SqlRunStore
 
     return probe_store(store_factory, lambda store: isinstance(store, SqlRunStore), False)
+
+
+def open_refusal(store_factory: StoreFactory) -> RunStoreError | None:
+    """The ``RunStoreError`` with which ``store_factory`` refuses to build a
+    store in a scratch directory (its database cannot be opened), or
+    ``None`` when it builds one (closed at once) or fails otherwise (the
+    run-store machine reports that failure)."""
+    refusal: list[RunStoreError] = []
+
+    def build(clock: ManualClock, path: Path) -> Any:
+        try:
+            return store_factory(clock, path)
+        except RunStoreError as error:
+            refusal.append(error)
+            raise
+
+    probe_store(build, lambda store: None, None)
+    return refusal[0] if refusal else None

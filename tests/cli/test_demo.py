@@ -69,7 +69,7 @@ def test_demo_keeps_the_database_it_was_given(tmp_path: Path) -> None:
             assert json.loads(row.state_json)["step"] == STEPS
     again = run_demo("--runs", "1", "--db", str(db))
     assert again.returncode == 2
-    assert "already exists" in again.stdout
+    assert "already exists" in again.stderr
 
 
 @posix_only
