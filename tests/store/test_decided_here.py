@@ -452,3 +452,46 @@ def test_3_a_failing_strategy_surfaces_as_persistence_failed(
     assert (failure.value.code, failure.value.method) == ("persistence_failed", "claim")
     double.armed = False
     assert store.state() == before
+
+
+# --- (4) a store clock past the safe integers ---------------------------------------
+
+
+def test_4_a_store_clock_past_2_53_refuses_every_operation_that_reads_it(
+    store: RunStore, clock: ManualClock
+) -> None:
+    """(4) once the store clock reads 2**53 (past the safe integers), every operation that
+    reads it raises invalid_run naming the clock and writes nothing; reads that do not
+    consult the clock carry on. Upstream carried on: a claim succeeded, a create failed
+    with constraint."""
+    running = activate_new(store, clock, "run-4-running", OWNER_A)
+    store.create("run-4-pending", "{}")
+    before = store.state()
+    clock.set(2**53)
+    now = 1_000  # the callers' own readings stay admissible
+    evidence = stale_evidence(OWNER_A, OWNER_B, now)
+    reading_the_clock: dict[str, Callable[[], object]] = {
+        "create": lambda: store.create("run-4-new", "{}"),
+        "claim": lambda: store.claim("run-4-pending", PENDING, OWNER_B, now),
+        "claim_and_own": lambda: store.claim_and_own("run-4-pending", PENDING, OWNER_B, now),
+        "activate": lambda: store.activate("run-4-pending", OWNER_B, now, PENDING),
+        "steal": lambda: store.steal("run-4-running", running, OWNER_B, now, evidence),
+        "recover_claim": lambda: store.recover_claim(
+            "run-4-pending", OWNER_B, now, OWNER_C, now, stale_evidence(OWNER_B, OWNER_C, now)
+        ),
+        "heartbeat": lambda: store.heartbeat("run-4-running", OWNER_A, now),
+        "reconfirm": lambda: store.reconfirm("run-4-running", OWNER_A, now),
+        "heartbeat_many": lambda: store.heartbeat_many(OWNER_A, ["run-4-running"], now),
+        "claim_next": lambda: store.claim_next(OWNER_B, now),
+        "transition_owned": lambda: store.transition_owned("run-4-running", OWNER_A, "completed"),
+    }
+    for method, call in reading_the_clock.items():
+        with pytest.raises(RunStoreError) as refused:
+            call()
+        assert (refused.value.code, refused.value.cause.get("field")) == ("invalid_run", "clock"), (
+            method
+        )
+    assert store.state() == before
+    # What does not read the clock is unaffected.
+    assert store.get("run-4-running").owner == OWNER_A
+    assert [row.run_id for row in store.list_runs(status="pending").runs] == ["run-4-pending"]
