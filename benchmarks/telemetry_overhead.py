@@ -36,6 +36,7 @@ from typing import Any
 import runstore
 from runstore import ManualClock, OwnerId, RunSnapshot
 from runstore import _telemetry as telemetry
+from runstore._version import install_hint
 from runstore.sqlite import SqliteRunStore
 
 OWNER = OwnerId("bench-host", 1, "bench-nonce")
@@ -143,7 +144,7 @@ def main() -> None:
     parser.add_argument("--no-sdk-phase", action="store_true")
     options = parser.parse_args()
     if not telemetry.AVAILABLE:
-        raise SystemExit("install runstore[otel] (opentelemetry-api) to measure its cost")
+        raise SystemExit(f"needs the otel extra to measure its cost: {install_hint('otel')}")
     report(
         "API installed, no SDK configured (goal: ratio <= 1.05)",
         compare(options.rounds, options.batch_ms),

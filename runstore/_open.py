@@ -28,6 +28,7 @@ from typing import Any, TypeGuard
 from ._clock import Clock
 from ._errors import UnsupportedDatabaseError
 from ._sql._store import SqlRunStore
+from ._version import install_hint
 
 _SCHEMES = ("postgresql", "postgres")
 
@@ -61,7 +62,7 @@ def open(
             from .postgres import open as open_postgres
         except ImportError:
             missing = UnsupportedDatabaseError(
-                "PostgreSQL needs the postgres extra: pip install 'runstore[postgres]'",
+                f"PostgreSQL needs the postgres extra (psycopg): {install_hint('postgres')}",
                 {"stage": "driver"},
             )
         else:

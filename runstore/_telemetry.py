@@ -1,6 +1,6 @@
 """OpenTelemetry for the SQL stores, the attempt store and the heartbeat supervisors.
 
-When the OpenTelemetry API is importable (the ``runstore[otel]`` extra), every
+When the OpenTelemetry API is importable (the ``otel`` extra), every
 operation of a SQL run store and of an ``AttemptStore`` records to the
 *global* providers, with no opt-in call, as OpenTelemetry libraries do: the
 application decides by configuring an SDK, or not. Without the API this

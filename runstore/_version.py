@@ -8,6 +8,7 @@ beside it, and anything else says ``0+unknown`` rather than guessing.
 
 from __future__ import annotations
 
+import shlex
 import tomllib
 from importlib import metadata
 from pathlib import Path
@@ -37,3 +38,17 @@ def package_version() -> str:
 
 
 __version__ = package_version()
+
+
+def install_hint(extra: str) -> str:
+    """A command that adds ``extra`` (``"postgres"``, ``"otel"``,
+    ``"conformance"``) to this installation, for the message that says it is
+    missing. runstore is on no package index, so ``pip install
+    'runstore[extra]'`` would find nothing: an editable install gets the
+    command for its own checkout, anything else the wheel's."""
+    checkout = Path(__file__).resolve().parent.parent
+    if _from_source_tree() is not None:
+        target = shlex.quote(f"{checkout}[{extra}]")
+        return f"python -m pip install -e {target}"
+    wheel = f"runstore-{__version__}-py3-none-any.whl[{extra}]"
+    return f"python -m pip install '{wheel}' (the wheel built from the runstore checkout)"

@@ -2,12 +2,14 @@
 
 import importlib
 
+from runstore._version import install_hint
+
 try:
     for _name in ("hypothesis", "pytest"):
         importlib.import_module(_name)
 except ImportError as missing:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "runstore.stateful needs the conformance extra (Hypothesis and pytest): "
-        "pip install 'runstore[conformance]'",
+        + install_hint("conformance"),
         name=missing.name,
     ) from None

@@ -34,16 +34,20 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runstore._version import __version__
+from runstore._version import __version__, install_hint
 from runstore.cli import _ops
 from runstore.cli._ops._format import printable_lines
 
 __all__ = ["main"]
 
-_EXTRA_MISSING = (
-    "runstore {command}: this command needs the conformance extra "
-    "(Hypothesis and pytest); install it with: pip install 'runstore[conformance]'\n"
-)
+
+def _extra_missing(command: str) -> str:
+    """The one line saying that ``command`` needs the conformance extra, and how
+    to install it into this installation."""
+    return (
+        f"runstore {command}: this command needs the conformance extra "
+        f"(Hypothesis and pytest); install it with: {install_hint('conformance')}\n"
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -154,7 +158,7 @@ def _replay(path: Path) -> int:
     """Run one regression file under pytest, in a fresh interpreter, with the
     current directory importable (regressions may import a project's factory)."""
     if importlib.util.find_spec("pytest") is None:
-        sys.stderr.write(_EXTRA_MISSING.format(command="replay"))
+        sys.stderr.write(_extra_missing("replay"))
         return 2
     problem = _unreadable(path)
     if problem is not None:
@@ -173,7 +177,7 @@ def _torture(argv: list[str]) -> int:
     except ImportError as error:
         if not _missing_extra(error):
             raise
-        sys.stderr.write(_EXTRA_MISSING.format(command="torture"))
+        sys.stderr.write(_extra_missing("torture"))
         return 2
     return int(torture.main(argv))
 
@@ -200,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as error:
         if not _missing_extra(error):
             raise
-        sys.stderr.write(_EXTRA_MISSING.format(command=args.command))
+        sys.stderr.write(_extra_missing(args.command))
         return 2
     try:
         return _fuzz.main_fuzz(args)

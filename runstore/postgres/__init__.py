@@ -1,13 +1,16 @@
 """The PostgreSQL backend: ``runstore.postgres.open(url)`` and its store.
 
-Needs the ``postgres`` extra (``pip install 'runstore[postgres]'``: psycopg 3
-and psycopg-pool). ``runstore.open`` dispatches here for ``postgresql://``
-and ``postgres://`` URLs. The store, its decisions and its fault seam are the
-SQLite store's (``runstore._sql``); this package holds the connection, the
-transactions, the migrations, the error mapping and the SQL text.
+Needs the ``postgres`` extra, psycopg 3 and psycopg-pool: in the runstore
+checkout, ``python -m pip install -e '.[postgres]'`` (or a wheel built there,
+installed with ``[postgres]``; the docs' home page says how). ``runstore.open``
+dispatches here for ``postgresql://`` and ``postgres://`` URLs. The store,
+its decisions and its fault seam are the ones the SQLite store has, shared
+by both backends; this package holds the connection, the transactions, the
+migrations, the error mapping and the SQL text.
 
-May import: ``runstore._sql``, ``runstore.consensus`` and the core modules of
-``runstore``; never ``runstore.sqlite``.
+May import: the SQL store both backends share, ``runstore.consensus`` and the
+core modules of ``runstore``; never ``runstore.sqlite`` ("How the code is laid
+out" in the docs names each room).
 """
 
 from ._open import MINIMUM_POSTGRES as MINIMUM_POSTGRES

@@ -35,6 +35,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from runstore._version import install_hint
+
 #: The variable that points the tests (and the ``postgres-sql`` fuzz target)
 #: at an existing server instead of a throwaway cluster.
 URL_VARIABLE = "RUNSTORE_TEST_POSTGRES"
@@ -428,7 +430,7 @@ def _resolve() -> Server | Unavailable:
     try:
         import psycopg
     except ImportError:
-        return Unavailable("psycopg is not installed (pip install 'runstore[postgres]')")
+        return Unavailable(f"psycopg is not installed ({install_hint('postgres')})")
     url = os.environ.get(URL_VARIABLE)
     if url:
         import psycopg
