@@ -124,6 +124,46 @@ def test_page_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.Monke
     run_page(page)
 
 
+POSTGRES_PAGES = [
+    param for param in PAGES if "DATABASE_URL" in param.values[0].read_text(encoding="utf-8")
+]
+
+
+@pytest.mark.parametrize("page", POSTGRES_PAGES)
+def test_postgres_examples_run_twice_on_one_database_and_date_runs_now(
+    page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader runs a PostgreSQL page's examples twice against one database, as
+    a program runs again: the second run collides with nothing the first left
+    (its run ids are new each time), and every run either created is dated by
+    the wall clock, not 1970 (a ``ManualClock(0)`` against a real server)."""
+    import psycopg
+
+    monkeypatch.chdir(tmp_path)
+    url = _postgres.database_url()
+    monkeypatch.setenv("DATABASE_URL", url)
+    started_ms = runstore.SystemClock().now_ms()
+    run_page(page)
+    run_page(page)
+    with psycopg.connect(url) as connection:
+        schemas = [
+            name
+            for (name,) in connection.execute(
+                "SELECT table_schema FROM information_schema.tables"
+                " WHERE table_name = 'flows_runs' ORDER BY 1"
+            )
+        ]
+    created = []
+    for schema in schemas:
+        with runstore.open(url, schema=schema, read_only=True) as store:
+            page_of_runs = store.list_runs(limit=1000)
+            assert page_of_runs.next is None
+            created += [(schema, row.run_id, row.created_at_ms) for row in page_of_runs.runs]
+    assert created, "the page's examples created no run"
+    too_old = [run for run in created if run[2] < started_ms - 60_000]
+    assert not too_old, too_old
+
+
 def run_page(page: str | Path) -> None:
     """Run a page's python blocks in order in one fresh namespace."""
     page = Path(page)
