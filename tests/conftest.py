@@ -62,9 +62,31 @@ def store(request: pytest.FixtureRequest, clock: ManualClock, tmp_path: Path) ->
         opened.close()
 
 
+#: Under pytest-xdist: each worker's clone figures, gathered by the controller.
+_worker_clone_seconds: list[tuple[list[float], list[float]]] = []
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An xdist worker hands its PostgreSQL clone figures to the controller."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["runstore_clone_seconds"] = _postgres.clone_seconds()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """The controller keeps a finished worker's clone figures (pytest-xdist's hook)."""
+    figures = getattr(node, "workeroutput", {}).get("runstore_clone_seconds")
+    if figures is not None:
+        _worker_clone_seconds.append(figures)
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Say what the PostgreSQL tests cost: databases cloned and how fast."""
+    """Say what the PostgreSQL tests cost: databases cloned and how fast (every
+    worker's, under pytest-xdist; each worker has a cluster of its own)."""
     clones, waits = _postgres.clone_seconds()
+    for worker_clones, worker_waits in _worker_clone_seconds:
+        clones, waits = clones + list(worker_clones), waits + list(worker_waits)
     if clones:
 
         def median_ms(values: list[float]) -> float:
