@@ -29,7 +29,7 @@ Repetition, in brief: ``create`` of an existing id raises ``constraint``;
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from types import TracebackType
 from typing import Literal, Self, TypeAlias
 
@@ -779,23 +779,7 @@ class ModelRunStore:
         cutoff, size = _boundary.admit_purge_settled(before_ms, limit)
         with self._lock:
             draft = self._draft("purge_settled")
-            rows = draft.rows
-            parents = {row.parent_run_id for row in rows.values() if row.parent_run_id is not None}
-            eligible = sorted(
-                (
-                    row
-                    for row in rows.values()
-                    if row.status in TERMINAL_STATUSES
-                    and row.finished_at_ms is not None
-                    and row.finished_at_ms < cutoff
-                    and row.run_id not in parents
-                    and not any(
-                        member.status not in TERMINAL_STATUSES
-                        for member in lineage_members(rows, row.run_id)
-                    )
-                ),
-                key=lambda row: (row.finished_at_ms, row.run_id),
-            )[:size]
+            eligible = _purgeable(draft.rows, cutoff, size)
             purged = sorted(row.run_id for row in eligible)
             for rid in purged:
                 draft.delete_row(rid)
@@ -804,6 +788,15 @@ class ModelRunStore:
         if purged:
             forget_attempts(self, purged)
         return len(purged)
+
+    def purge_candidates(self, before_ms: int, *, limit: int = 1000) -> list[RunRow]:
+        """The runs ``purge_settled(before_ms, limit=limit)`` would purge now,
+        in the order it picks them (oldest finished first, then run id),
+        without their state; nothing is written. Same arguments and
+        refusals as ``purge_settled``."""
+        cutoff, size = _boundary.admit_purge_settled(before_ms, limit, "purge_candidates")
+        with self._lock:
+            return [_stateless(row) for row in _purgeable(self._state.rows, cutoff, size)]
 
     def compact_changes(self, through_revision: int, *, limit: int = 1000) -> int:
         """Drop up to ``limit`` tombstones whose revision is at most
@@ -1006,6 +999,28 @@ def _listed(row: RunRow, query: ListQuery, state: ModelState) -> bool:
 
 def _takeable(row: RunRow, statuses: tuple[str, ...]) -> bool:
     return row.status in statuses and row.claim is None
+
+
+def _purgeable(rows: Mapping[str, RunRow], cutoff: int, size: int) -> list[RunRow]:
+    """Up to ``size`` runs ``purge_settled`` may take: terminal, finished
+    before ``cutoff``, no live round in their lineage, named as parent by no
+    run; oldest finished first, then by run id."""
+    parents = {row.parent_run_id for row in rows.values() if row.parent_run_id is not None}
+    return sorted(
+        (
+            row
+            for row in rows.values()
+            if row.status in TERMINAL_STATUSES
+            and row.finished_at_ms is not None
+            and row.finished_at_ms < cutoff
+            and row.run_id not in parents
+            and not any(
+                member.status not in TERMINAL_STATUSES
+                for member in lineage_members(rows, row.run_id)
+            )
+        ),
+        key=lambda row: (row.finished_at_ms, row.run_id),
+    )[:size]
 
 
 def _stateless(row: RunRow) -> RunRow:

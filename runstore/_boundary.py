@@ -768,9 +768,11 @@ def admit_heartbeat_many(
     return who, ids, now  # type: ignore[return-value]
 
 
-def admit_purge_settled(before_ms: object, limit: object) -> tuple[int, int]:
-    """``purge_settled(before_ms, *, limit)``."""
-    method = "purge_settled"
+def admit_purge_settled(
+    before_ms: object, limit: object, method: str = "purge_settled"
+) -> tuple[int, int]:
+    """``purge_settled(before_ms, *, limit)``, and ``purge_candidates``, which
+    takes the same arguments (``method`` names the one called)."""
     return (
         admit_timestamp(method, "before_ms", before_ms),
         _bound(method, "limit", limit, MAXIMUM_PURGE_BATCH),

@@ -1,7 +1,7 @@
 """``NoopRunStore``: a stand-in store for testing code that uses a store.
 
 Direct operations (``create``, ``get``, ``lineage``, ``latest_round``,
-``request_cancel_lineage``, ``list_runs``, ``purge_settled``,
+``request_cancel_lineage``, ``list_runs``, ``purge_settled``, ``purge_candidates``,
 ``compact_changes``) raise ``persistence_failed``; compare-and-swap
 operations answer their typed loss (``NotFound``, or ``ClaimLost`` for
 ``activate`` and ``abandon_claim``; ``heartbeat_many`` answers ``NotFound``
@@ -55,6 +55,7 @@ _OPERATIONS = frozenset(
         "claim_next",
         "heartbeat_many",
         "purge_settled",
+        "purge_candidates",
         "compact_changes",
         "ownership_facts",
         "revision",
@@ -145,6 +146,9 @@ class NoopRunStore:
 
     def purge_settled(self, *_args: Any, **_kwargs: Any) -> int:
         raise _unavailable("purge_settled")
+
+    def purge_candidates(self, *_args: Any, **_kwargs: Any) -> list[RunRow]:
+        raise _unavailable("purge_candidates")
 
     def compact_changes(self, *_args: Any, **_kwargs: Any) -> int:
         raise _unavailable("compact_changes")

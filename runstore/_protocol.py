@@ -207,6 +207,11 @@ class RunStore(Protocol):
         in the change feed; answers how many."""
         ...
 
+    def purge_candidates(self, before_ms: int, *, limit: int = 1000) -> list[RunRow]:
+        """The runs ``purge_settled(before_ms, limit=limit)`` would purge now,
+        in the order it takes them, without their state; writes nothing."""
+        ...
+
     def compact_changes(self, through_revision: int, *, limit: int = 1000) -> int:
         """Drop up to ``limit`` tombstones at or below ``through_revision``."""
         ...

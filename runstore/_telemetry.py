@@ -122,6 +122,7 @@ RUN_STORE_OPERATIONS: Final[dict[str, Operation]] = {
     "claim_next": Operation("claim_next", None, ("owner", _OWNER)),
     "heartbeat_many": Operation("heartbeat_many", None, ("owner", _OWNER)),
     "purge_settled": Operation("plain"),
+    "purge_candidates": Operation("plain"),
     "compact_changes": Operation("plain"),
     "ownership_facts": Operation("plain", "run_id"),
     "revision": Operation("plain"),
@@ -422,6 +423,8 @@ if AVAILABLE:
                 runs = getattr(result, "runs", None)
                 if isinstance(runs, tuple | list):
                     attributes["runstore.returned"] = len(runs)
+            elif name == "purge_candidates" and isinstance(result, list):
+                attributes["runstore.returned"] = len(result)
             span.set_attributes(attributes)
 
         def traced(span: Any, store: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

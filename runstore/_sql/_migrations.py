@@ -45,6 +45,7 @@ HISTORY: Final[tuple[tuple[int, str], ...]] = (
     (2006, "runstore_lean_checks"),
     (2007, "runstore_claim_next_once"),
     (2008, "runstore_whole_row_checks"),
+    (2009, "runstore_live_rounds"),
 )
 
 _KNOWN: Final = dict(HISTORY)

@@ -1036,6 +1036,21 @@ class SqlRunStore:
 
         return self._tm.write("purge_settled", body)
 
+    def purge_candidates(self, before_ms: int, *, limit: int = 1000) -> list[RunRow]:
+        """The runs ``purge_settled(before_ms, limit=limit)`` would purge now,
+        in its order, without their state (``ModelRunStore.purge_candidates``):
+        one SELECT of purge_settled's candidate query, which reads about as
+        many rows as it returns; it writes and locks nothing, so it works on
+        a read-only store (and lists a run that a concurrent write holds,
+        which the purge would pass over)."""
+        q = self._queries
+        cutoff, size = admit.admit_purge_settled(before_ms, limit, "purge_candidates")
+        rows = self._tm.read(
+            "purge_candidates",
+            lambda c: c.execute(q.PURGE_CANDIDATE_ROWS, (cutoff, size)).fetchall(),
+        )
+        return [decode_run("purge_candidates", row, stateless=True) for row in rows]
+
     def compact_changes(self, through_revision: int, *, limit: int = 1000) -> int:
         """Drop up to ``limit`` tombstones at or below ``through_revision``,
         oldest first (``ModelRunStore.compact_changes``); the revision stays."""

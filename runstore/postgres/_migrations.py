@@ -39,6 +39,8 @@ PostgreSQL's. What differs, and why:
   function (``flows_op_claim_next_once``), nor 2008, which gives each row
   check the row whole (one argument instead of one per column) and names
   every built-in it uses in ``pg_catalog`` instead of pinning a search path.
+- Migration 2009 adds the same index as on SQLite, of the live rounds of
+  lineages, which ``purge_settled``'s lineage lookup reads.
 - Functions that read tables are created with ``SET search_path FROM
   CURRENT``: they always see the schema they were migrated into, whatever the
   search path of the session whose write fires them.
@@ -861,6 +863,14 @@ _WHOLE_ROW_CHECKS: Final = _JSON_VALID.replace(
     _whole_row_check(table, columns, terms) for table, columns, terms in _LEAN_TABLES
 )
 
+# purge_settled's lineage lookup reads only live rounds (see SQLite's step,
+# runstore.sqlite._migrations, _LIVE_ROUNDS): the same index, the same
+# predicate, which the candidate query's text implies.
+_LIVE_ROUNDS: Final = """
+CREATE INDEX flows_runs_live_rounds_idx ON flows_runs (lineage_id)
+  WHERE lineage_id IS NOT NULL AND status NOT IN ('completed', 'failed', 'cancelled');
+"""
+
 _TEXTS: Final = {
     1001: _INITIAL,
     1002: _LINEAGE,
@@ -875,6 +885,7 @@ _TEXTS: Final = {
     2006: _LEAN_CHECKS,
     2007: CLAIM_NEXT_ONCE,
     2008: _WHOLE_ROW_CHECKS,
+    2009: _LIVE_ROUNDS,
 }
 
 #: The chain: the shared history's ids and names, in its order, with PostgreSQL text.

@@ -382,15 +382,27 @@ EXISTING_AMONG: Final = "SELECT run_id FROM flows_runs WHERE run_id = ANY($1::te
 
 # -- purge_settled, compact_changes ------------------------------------------------------
 
-_LIVE_ROUND: Final = f"""(
-    EXISTS (SELECT 1 FROM flows_runs AS m
-            WHERE m.lineage_id = COALESCE(r.lineage_id, r.run_id)
-              AND m.status NOT IN {_TERMINAL})
-    OR EXISTS (SELECT 1 FROM flows_runs AS m
-               WHERE m.run_id = COALESCE(r.lineage_id, r.run_id)
-                 AND (m.lineage_id IS NULL OR m.lineage_id = m.run_id)
-                 AND m.status NOT IN {_TERMINAL})
-)"""
+# As SQLite's (runstore.sqlite._queries): two NOT EXISTS, which the planner
+# turns into anti-joins probing an index once per candidate (the lineage's
+# through flows_runs_live_rounds_idx, which holds only live rounds). Written
+# as one NOT (EXISTS OR EXISTS), it hashed every live run of the table on
+# each call, whatever the limit.
+_NO_LIVE_ROUND: Final = f"""
+  NOT EXISTS (SELECT 1 FROM flows_runs AS m
+              WHERE m.lineage_id = COALESCE(r.lineage_id, r.run_id)
+                AND m.status NOT IN {_TERMINAL})
+  AND NOT EXISTS (SELECT 1 FROM flows_runs AS m
+                  WHERE m.run_id = COALESCE(r.lineage_id, r.run_id)
+                    AND (m.lineage_id IS NULL OR m.lineage_id = m.run_id)
+                    AND m.status NOT IN {_TERMINAL})"""
+_NO_CHILD: Final = "NOT EXISTS (SELECT 1 FROM flows_runs AS c WHERE c.parent_run_id = r.run_id)"
+_PURGEABLE: Final = f"""
+FROM flows_runs AS r
+WHERE r.finished_at_ms < $1::bigint AND r.status IN {_TERMINAL}
+  AND {_NO_CHILD}
+  AND {_NO_LIVE_ROUND}
+ORDER BY r.finished_at_ms, r.run_id LIMIT $2::bigint
+"""
 # Purges of one schema take turns: two at once would each pass over the rows
 # the other holds and judge their parents by a snapshot from before the other
 # deleted their children, so neither would purge a run that became eligible
@@ -402,21 +414,18 @@ PURGE_SERIALIZE: Final = (
 )
 # Locks what it picks; a run another transaction holds (a child being created
 # under it takes a key-share lock) waits for the next call.
-PURGE_CANDIDATES: Final = f"""
-SELECT r.run_id FROM flows_runs AS r
-WHERE r.finished_at_ms < $1::bigint AND r.status IN {_TERMINAL}
-  AND NOT EXISTS (SELECT 1 FROM flows_runs AS c WHERE c.parent_run_id = r.run_id)
-  AND NOT {_LIVE_ROUND}
-ORDER BY r.finished_at_ms, r.run_id LIMIT $2::bigint
-FOR UPDATE OF r SKIP LOCKED
-"""
+PURGE_CANDIDATES: Final = f"SELECT r.run_id {_PURGEABLE} FOR UPDATE OF r SKIP LOCKED"
+# purge_candidates: the same runs, as rows without their state; a read, which
+# locks nothing (a read-only session may not), so it also lists a run that a
+# concurrent write holds and the purge would pass over.
+PURGE_CANDIDATE_ROWS: Final = f"SELECT {LIST_COLUMNS} {_PURGEABLE}"
 # The candidates, locked now, that are still purgeable in a fresh snapshot (a
 # child committed after PURGE_CANDIDATES's snapshot keeps its parent).
 PURGE_RECHECK: Final = f"""
 SELECT r.run_id FROM flows_runs AS r
 WHERE r.run_id = ANY($1::text[])
-  AND NOT EXISTS (SELECT 1 FROM flows_runs AS c WHERE c.parent_run_id = r.run_id)
-  AND NOT {_LIVE_ROUND}
+  AND {_NO_CHILD}
+  AND {_NO_LIVE_ROUND}
 """
 PURGE_ATTEMPTS: Final = "DELETE FROM flows_attempts WHERE run_id = ANY($1::text[])"
 PURGE_FACTS: Final = "DELETE FROM flows_ownership_facts WHERE run_id = ANY($1::text[])"

@@ -27,6 +27,8 @@ id     name                                what it does
                                            ``claim_next`` in one round trip
 2008   ``runstore_whole_row_checks``       nothing on SQLite; PostgreSQL's row checks
                                            take the row as one argument
+2009   ``runstore_live_rounds``            an index of the live rounds of lineages
+                                           (``purge_settled``'s lineage lookup)
 =====  ==================================  =========================================
 
 The pending migrations run, in order, inside one ``BEGIN IMMEDIATE``
@@ -346,6 +348,20 @@ _BULK_REVISIONS: Final = (
 )
 
 
+# purge_settled (and purge_candidates) asks, for each candidate, whether its
+# lineage has a live round. The unique (lineage_id, round_ordinal) index
+# answered by reading every round of the lineage, settled ones included, so a
+# lineage of many settled rounds cost each of its candidates that many rows;
+# this index holds only the live rounds (none, once a lineage has settled), so
+# each candidate costs one lookup. Runs outside a lineage have no entry, so a
+# plain run's writes pay nothing for it. An index only: older releases read
+# and write the table as before.
+_LIVE_ROUNDS: Final = """
+CREATE INDEX flows_runs_live_rounds_idx ON flows_runs (lineage_id)
+  WHERE lineage_id IS NOT NULL AND status NOT IN ('completed', 'failed', 'cancelled');
+"""
+
+
 _TEXTS: Final = {
     1001: _INITIAL,
     1002: _LINEAGE,
@@ -361,6 +377,7 @@ _TEXTS: Final = {
     2006: "",
     2007: "",
     2008: "",
+    2009: _LIVE_ROUNDS,
 }
 
 #: The chain: the shared history's ids and names, in its order, with SQLite text.

@@ -395,24 +395,33 @@ EXISTING_AMONG: Final = (
 
 # -- purge_settled, compact_changes ------------------------------------------------------
 
-_LIVE_ROUND: Final = f"""(
-    EXISTS (SELECT 1 FROM flows_runs AS m
-            WHERE m.lineage_id = COALESCE(r.lineage_id, r.run_id)
-              AND m.status NOT IN {_TERMINAL})
-    OR EXISTS (SELECT 1 FROM flows_runs AS m
-               WHERE m.run_id = COALESCE(r.lineage_id, r.run_id)
-                 AND (m.lineage_id IS NULL OR m.lineage_id = m.run_id)
-                 AND m.status NOT IN {_TERMINAL})
-)"""
-# Up to ?2 settled runs finished before ?1, oldest first, that no run names as
-# parent and whose lineage has no live round (the finished index, in order).
-PURGE_CANDIDATES: Final = f"""
-SELECT r.run_id FROM flows_runs AS r INDEXED BY flows_runs_finished_idx
+# A candidate's lineage has no live round: no live run names its lineage (the
+# live-rounds index holds only those, so the lookup reads none of the
+# lineage's settled rounds), and its root is not live. Two NOT EXISTS, each
+# one key lookup per candidate; one NOT (EXISTS OR EXISTS) made PostgreSQL
+# hash every live run on each call, so both backends write it this way.
+_NO_LIVE_ROUND: Final = f"""
+  NOT EXISTS (SELECT 1 FROM flows_runs AS m INDEXED BY flows_runs_live_rounds_idx
+              WHERE m.lineage_id = COALESCE(r.lineage_id, r.run_id)
+                AND m.status NOT IN {_TERMINAL})
+  AND NOT EXISTS (SELECT 1 FROM flows_runs AS m
+                  WHERE m.run_id = COALESCE(r.lineage_id, r.run_id)
+                    AND (m.lineage_id IS NULL OR m.lineage_id = m.run_id)
+                    AND m.status NOT IN {_TERMINAL})"""
+# Settled runs finished before ?1, oldest first, that no run names as parent
+# and whose lineage has no live round (the finished index, in order): each
+# candidate costs a few key lookups, so a call reads about as many rows as it
+# returns (up to ?2), whatever the store holds.
+_PURGEABLE: Final = f"""
+FROM flows_runs AS r INDEXED BY flows_runs_finished_idx
 WHERE r.finished_at_ms < ?1 AND r.status IN {_TERMINAL}
   AND NOT EXISTS (SELECT 1 FROM flows_runs AS c WHERE c.parent_run_id = r.run_id)
-  AND NOT {_LIVE_ROUND}
+  AND {_NO_LIVE_ROUND}
 ORDER BY r.finished_at_ms, r.run_id LIMIT ?2
 """
+PURGE_CANDIDATES: Final = f"SELECT r.run_id {_PURGEABLE}"
+# purge_candidates: the same runs, as rows without their state (a read).
+PURGE_CANDIDATE_ROWS: Final = f"SELECT {LIST_COLUMNS} {_PURGEABLE}"
 #: Nothing to serialize: ``BEGIN IMMEDIATE`` already makes purges take turns.
 PURGE_SERIALIZE: Final = ""
 #: Nothing to re-check: ``BEGIN IMMEDIATE`` keeps every writer out since

@@ -1,5 +1,6 @@
 """``runstore runs``, ``stats`` and ``purge`` on a SQLite file and on a
-PostgreSQL database (they walk ``list_runs`` and call ``purge_settled``).
+PostgreSQL database (they walk ``list_runs``; ``purge`` asks
+``purge_candidates`` and calls ``purge_settled``).
 
 ``runs`` applies each filter as ``list_runs`` does (status, stale at now,
 claim pending, stale claim, cancellation requested, lineage, parent), pages
@@ -7,18 +8,21 @@ with ``--limit``/``--after`` and walks every page with ``--all``, in aligned
 columns with relative ages or as JSON with the documented fields. ``stats``
 counts by status, stale owners, claims and requests at ``--now``. ``purge``
 lists, without deleting, exactly the runs ``purge_settled`` then deletes
-with ``--yes``.
+with ``--yes``, reading about as many runs as its ``--limit``, not the store.
 """
 
 from __future__ import annotations
 
+import cProfile
 import json
+import pstats
 from typing import Any
 
 import pytest
 
 import runstore
-from runstore import ManualClock
+from runstore import ManualClock, OwnerId, RunSnapshot
+from runstore.cli import main
 
 from ._cli import NOW, SECRET, T0, Db, cli, cli_json, make_db
 
@@ -188,6 +192,42 @@ def test_purge_limit_and_relative_times(db: Db, capsys: pytest.CaptureFixture[st
     assert (dry["before_ms"], dry["runs"]) == (T0, [])
     code, dry = cli_json(capsys, "purge", db.target, "--before", "2100-01-01")
     assert (code, len(dry["runs"])) == (0, 2)
+
+
+def test_purge_reads_its_limit_not_the_store(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``runstore purge --limit 2`` reads 3 runs (one more, to say whether
+    more qualify) from a store of 400, dry run and ``--yes`` alike: it asks
+    the store's ``purge_candidates``, one query over its index, instead of
+    reading every run (which made it quadratic in the store's size). Counted
+    as the rows the command decodes, under ``cProfile``."""
+    path = str(tmp_path / "big.db")
+    clock = ManualClock(T0)
+    owner = OwnerId("host-a", 1, "a1")
+    with runstore.open(path, clock=clock, durability="normal") as store:
+        for n in range(400):
+            store.create(f"r{n:04d}", "{}")
+            if n % 2 == 0:
+                store.claim_and_own(f"r{n:04d}", RunSnapshot("pending", None, None), owner, T0)
+                store.transition_owned(f"r{n:04d}", owner, "completed")
+    for extra in ((), ("--yes",)):
+        profile = cProfile.Profile()
+        capsys.readouterr()
+        code = profile.runcall(
+            main, ["purge", path, "--before", str(T0 + 1), "--limit", "2", "--json", *extra]
+        )
+        document = json.loads(capsys.readouterr().out)
+        assert code == 0
+        assert [run["run_id"] for run in document["runs"]] == ["r0000", "r0002"]
+        assert document["more"] is True
+        counts: dict[Any, Any] = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+        decoded = sum(
+            calls
+            for (_file, _line, name), (_, calls, *_rest) in counts.items()
+            if name == "decode_run"
+        )
+        assert decoded == 3, decoded
 
 
 def test_listing_output_never_holds_state(db: Db, capsys: pytest.CaptureFixture[str]) -> None:

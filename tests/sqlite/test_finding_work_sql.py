@@ -6,6 +6,12 @@
   plans (``EXPLAIN QUERY PLAN`` on SQLite, ``EXPLAIN`` on PostgreSQL with
   sequential scans and sorts priced out) name that index and neither scan the
   table nor sort it, so dropping or breaking an index fails here.
+- A purge (``purge_settled``'s candidate query, and ``purge_candidates``)
+  checks each candidate by key lookups, the live rounds of its lineage
+  through their own index (migration 2009): on SQLite it runs the same
+  number of instructions on a store 8 times larger; on PostgreSQL, with
+  statistics, ``EXPLAIN ANALYZE`` counts about two rows read per candidate,
+  no sequential scan and no hashed subplan.
 - ``heartbeat_many`` and ``purge_settled`` write their runs in run id order:
   the revisions they take follow the ids, whatever the creation order.
 - ``heartbeat_many`` asks a strategy that has the batch method once, and one
@@ -108,11 +114,78 @@ def test_sqlite_claim_next_and_purge_read_their_indexes() -> None:
     with runstore.open(":memory:", clock=ManualClock(0)) as store:
         pick = _sqlite_plan(store, sqlite_queries.CLAIM_NEXT_PICK, (-1, "", "pending", "pending"))
         purge = _sqlite_plan(store, sqlite_queries.PURGE_CANDIDATES, (10, 100))
+        rows = _sqlite_plan(store, sqlite_queries.PURGE_CANDIDATE_ROWS, (10, 100))
     assert "flows_runs_claimable_idx" in pick[0], pick
-    assert "flows_runs_finished_idx" in purge[0], purge
-    for plan in (pick, purge):
+    for plan in (purge, rows):
+        assert "flows_runs_finished_idx" in plan[0], plan
+        # Each check of a candidate is one key lookup: its children, the live
+        # rounds of its lineage (not every round: migration 2009), its root.
+        searches = [line for line in plan[1:] if line.startswith(("SEARCH", "SCAN"))]
+        assert searches == [
+            "SEARCH c USING COVERING INDEX flows_runs_parent_run_id_idx (parent_run_id=?)",
+            "SEARCH m USING INDEX flows_runs_live_rounds_idx (lineage_id=?)",
+            "SEARCH m USING PRIMARY KEY (run_id=?)",
+        ], plan
+    for plan in (pick, purge, rows):
         assert not any(line.startswith("SCAN") and "USING" not in line for line in plan), plan
         assert not any("TEMP B-TREE" in line for line in plan), plan
+
+
+def _purge_backlog(store: Any, clock: ManualClock, rounds: int, live: int) -> None:
+    """A lineage of ``rounds`` settled rounds (the oldest finished runs) and
+    ``live`` pending runs: a purge's candidates are the lineage's rounds,
+    each of which must be checked for a live round of its lineage."""
+    store.create("L", "{}")
+    for n in range(rounds):
+        store.create(f"L-{n:04d}", "{}", lineage_id="L", round_ordinal=n + 2)
+    for n in range(live):
+        store.create(f"live-{n:04d}", "{}")
+    for rid in ["L"] + [f"L-{n:04d}" for n in range(rounds)]:
+        assert store.claim_and_own(rid, PENDING, A, clock.now_ms()) == Activated()
+        assert type(store.transition_owned(rid, A, "completed")).__name__ == "Transitioned"
+        clock.advance(1)
+
+
+def _sqlite_steps(store: Any, sql: str, params: tuple[Any, ...]) -> int:
+    """How many virtual machine instructions SQLite runs for ``sql``: a count
+    of the work done, the same on every run, unlike a time."""
+    steps = 0
+
+    def tick() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    sqlite3.Connection.set_progress_handler(store._connection, tick, 1)
+    try:
+        sqlite3.Connection.execute(store._connection, sql, params).fetchall()
+    finally:
+        sqlite3.Connection.set_progress_handler(store._connection, None, 1)
+    return steps
+
+
+def test_sqlite_purge_costs_its_limit_not_the_store() -> None:
+    """purge_settled's and purge_candidates's query does the same work on a
+    store 8 times larger, its limit alike: the candidates' lineage of settled
+    rounds and the live runs grow, the instructions run do not (with the
+    lineage index alone, each candidate read every round of its lineage)."""
+    counts = []
+    for size in (50, 400):
+        clock = ManualClock(1_000)
+        with runstore.open(":memory:", clock=clock) as store:
+            _purge_backlog(store, clock, rounds=size, live=size)
+            assert len(store.purge_candidates(clock.now_ms(), limit=5)) == 5
+            counts.append(
+                [
+                    _sqlite_steps(store, statement, (clock.now_ms(), 5))
+                    for statement in (
+                        sqlite_queries.PURGE_CANDIDATES,
+                        sqlite_queries.PURGE_CANDIDATE_ROWS,
+                    )
+                ]
+            )
+    small, large = counts
+    assert large == small, counts
 
 
 def test_sqlite_batch_statements_seek_each_run_by_its_key() -> None:
@@ -168,11 +241,67 @@ def test_postgres_claim_next_and_purge_read_their_indexes(postgres: Any) -> None
 
     pick = _postgres_plan(postgres, postgres_queries.CLAIM_NEXT_PICK, (-1, "", "pending", "x"))
     purge = _postgres_plan(postgres, postgres_queries.PURGE_CANDIDATES, (10, 100))
+    rows = _postgres_plan(postgres, postgres_queries.PURGE_CANDIDATE_ROWS, (10, 100))
     assert "Index Scan using flows_runs_claimable_idx" in pick, pick
-    assert "Index Scan using flows_runs_finished_idx" in purge, purge
-    for plan in (pick, purge):
+    for plan in (purge, rows):
+        assert "Index Scan using flows_runs_finished_idx" in plan, plan
+        assert "flows_runs_live_rounds_idx" in plan, plan
+        assert "SubPlan" not in plan, plan  # anti-joins, never a hashed subplan
+    for plan in (pick, purge, rows):
         assert "Seq Scan" not in plan, plan
         assert "Sort " not in plan.replace("Sort Key", ""), plan
+
+
+def _rows_read(connection: Any, sql: str, params: tuple[Any, ...]) -> tuple[int, list[str]]:
+    """``EXPLAIN ANALYZE``'s count of the flows_runs rows ``sql`` read (rows
+    returned and rows filtered out, times loops, over every node that reads
+    the table), and those nodes: a count of the work, not a time."""
+    ((plan,),) = connection.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchall()
+    total = 0
+    nodes: list[str] = []
+
+    def visit(node: dict[str, Any]) -> None:
+        nonlocal total
+        if node.get("Relation Name") == "flows_runs":
+            read = node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
+            total += read * node["Actual Loops"]
+            nodes.append(
+                f"{node['Node Type']} {node.get('Index Name')}: {read} x {node['Actual Loops']}"
+            )
+        if "hashed SubPlan" in node.get("Filter", ""):
+            nodes.append(f"hashed subplan in {node['Node Type']} {node.get('Index Name')}")
+        for child in node.get("Plans", []):
+            visit(child)
+
+    visit(plan[0]["Plan"])
+    return total, nodes
+
+
+def test_postgres_purge_costs_its_limit_not_the_store() -> None:
+    """On a store holding a lineage of 200 settled rounds (the oldest finished
+    runs) and 200 live runs, with statistics, a purge of 5 (and its
+    candidates' read) reads about 2 rows per candidate: every check is an
+    index probe per candidate. Written as one NOT (EXISTS OR EXISTS), the
+    query hashed all 200 live runs on every call; with the lineage index
+    alone, each candidate read every round of its lineage."""
+    from runstore.postgres import _queries as postgres_queries
+
+    clock = ManualClock(1_000)
+    with _postgres.open_store(clock) as store:
+        _purge_backlog(store, clock, rounds=200, live=200)
+        connection = store._connection
+        connection.execute("ANALYZE flows_runs")
+        params = (clock.now_ms(), 5)
+        for statement in (postgres_queries.PURGE_CANDIDATE_ROWS, postgres_queries.PURGE_CANDIDATES):
+            connection.execute("BEGIN")  # PURGE_CANDIDATES locks what it picks
+            try:
+                read, nodes = _rows_read(connection, statement, params)
+            finally:
+                connection.execute("ROLLBACK")
+            assert read <= 3 * 5, nodes
+            assert not any(node.startswith(("Seq Scan", "hashed")) for node in nodes), nodes
+        listed = [row.run_id for row in store.purge_candidates(clock.now_ms(), limit=5)]
+        assert listed == ["L", "L-0000", "L-0001", "L-0002", "L-0003"]
 
 
 def test_every_listing_assembly_runs_on_postgres(postgres: Any) -> None:

@@ -1,5 +1,6 @@
 """Finding work, renewing many leases, purging: ``list_runs``, ``claim_next``,
-``heartbeat_many``, ``purge_settled`` and ``compact_changes`` on every store.
+``heartbeat_many``, ``purge_settled``, ``purge_candidates`` and
+``compact_changes`` on every store.
 
 The model defines them (``runstore.model.ModelRunStore``); every store that
 offers them must answer the same. A store that does not offer an operation yet
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from runstore import (
@@ -524,6 +526,67 @@ def test_compact_changes_drops_old_tombstones_only(store: Any, clock: ManualCloc
     store.check_invariants()
 
 
+def test_purge_candidates_lists_what_purge_settled_then_takes(
+    store: Any, clock: ManualClock
+) -> None:
+    """Batch after batch, ``purge_candidates`` answers exactly the runs the
+    next ``purge_settled`` with the same arguments deletes, in its order
+    (oldest finished first, then run id), as rows without state, and writes
+    nothing: over plain runs, a lineage held by a live round, a settled
+    lineage, a parent waiting for its child, and runs finished too late."""
+    needs(store, "purge_settled", "purge_candidates")
+    for run_id in ("p-2", "p-1", "p-3", "live", "late"):
+        store.create(run_id, '{"secret": 1}')
+    store.create("held-root", "{}")
+    store.create("held-2", "{}", lineage_id="held-root", round_ordinal=2)
+    store.create("held-3", "{}", lineage_id="held-root", round_ordinal=3)
+    store.create("done-root", "{}")
+    store.create("done-2", "{}", lineage_id="done-root", round_ordinal=2)
+    store.create("parent", "{}")
+    store.create("child", "{}", parent_run_id="parent")
+    for at, run_id in (
+        (100, "p-1"),
+        (100, "p-3"),
+        (110, "held-root"),
+        (120, "parent"),
+        (130, "done-2"),
+        (140, "p-2"),
+        (150, "held-2"),
+        (160, "done-root"),
+        (170, "child"),
+        (900, "late"),
+    ):
+        clock.set(at)
+        settle(store, clock, run_id)
+    cutoff = 500
+    assert [row.run_id for row in store.purge_candidates(cutoff)] == [
+        "p-1",
+        "p-3",
+        "done-2",
+        "p-2",
+        "done-root",
+        "child",
+    ]
+    batches: list[list[str]] = []
+    while True:
+        before = store.state()
+        listed = store.purge_candidates(cutoff, limit=2)
+        assert store.state() == before  # nothing written
+        for row in listed:
+            assert row.state_json is None
+            assert row == attrs.evolve(store.get(row.run_id), state_json=None)
+        revision = store.revision()
+        assert store.purge_settled(cutoff, limit=2) == len(listed)
+        deleted = [change.run_id for change in store.changes(revision) if change.deleted]
+        assert sorted(deleted) == sorted(row.run_id for row in listed)
+        if not listed:
+            break
+        batches.append([row.run_id for row in listed])
+    assert batches == [["p-1", "p-3"], ["done-2", "p-2"], ["done-root", "child"], ["parent"]]
+    left = sorted(row.run_id for row in store.state().rows)
+    assert left == ["held-2", "held-3", "held-root", "late", "live"]
+
+
 def test_purge_and_compact_admit_their_arguments(store: Any) -> None:
     needs(store, "purge_settled", "compact_changes")
     store.create("r", "{}")
@@ -531,6 +594,12 @@ def test_purge_and_compact_admit_their_arguments(store: Any) -> None:
     refused(lambda: store.purge_settled(-1), "before_ms")
     refused(lambda: store.purge_settled(10, limit=0), "limit")
     refused(lambda: store.purge_settled(10, limit=10_001), "limit")
+    if callable(getattr(store, "purge_candidates", None)):
+        refused(lambda: store.purge_candidates(-1), "before_ms")
+        refused(lambda: store.purge_candidates(10, limit=10_001), "limit")
+        with pytest.raises(RunStoreError) as caught:
+            store.purge_candidates(10, limit=0)
+        assert caught.value.method == "purge_candidates"
     refused(lambda: store.compact_changes(True), "through_revision")
     refused(lambda: store.compact_changes(1, limit=None), "limit")
     assert store.state() == before

@@ -10,13 +10,11 @@ import os
 import re
 import secrets
 import sqlite3
-from collections.abc import Sequence
 from typing import Any, Final
 
 from ... import _open
 from ..._constants import MAX_SAFE_INTEGER, MAXIMUM_PURGE_BATCH
 from ..._errors import RunStoreError
-from ..._values import TERMINAL_STATUSES, RunRow
 from ._common import (
     FOUND,
     OK,
@@ -32,7 +30,6 @@ from ._common import (
     store_error,
 )
 from ._format import ago, instant, table
-from ._look import walk
 
 _UNITS: Final = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 _DURATION: Final = re.compile(r"^(\d+)\s*(ms|s|min|m|h|d)$")
@@ -74,27 +71,6 @@ def _in_range(value: int) -> int:
     return value
 
 
-def purge_candidates(rows: Sequence[RunRow], before: int, limit: int) -> list[RunRow]:
-    """What ``purge_settled(before, limit=limit)`` takes from ``rows`` (the
-    whole store): settled runs finished before ``before`` with no live round
-    in their lineage and no child, oldest finished first."""
-    from ...model._rows import lineage_members
-
-    by_id = {row.run_id: row for row in rows}
-    parents = {row.parent_run_id for row in rows if row.parent_run_id is not None}
-    eligible = [
-        row
-        for row in rows
-        if row.status in TERMINAL_STATUSES
-        and row.finished_at_ms is not None
-        and row.finished_at_ms < before
-        and row.run_id not in parents
-        and all(member.status in TERMINAL_STATUSES for member in lineage_members(by_id, row.run_id))
-    ]
-    eligible.sort(key=lambda row: (row.finished_at_ms, row.run_id))
-    return eligible[:limit]
-
-
 def purge(args: argparse.Namespace) -> Result:
     if not 1 <= args.limit <= MAXIMUM_PURGE_BATCH:
         raise Failure(f"--limit must be between 1 and {MAXIMUM_PURGE_BATCH}")
@@ -102,9 +78,16 @@ def purge(args: argparse.Namespace) -> Result:
     before = when(args.before, now)
     options: dict[str, Any] = {"read_only": True} if not args.yes else {"migrate": False}
     with open_store(args.db, **options) as store:
-        rows = list(walk(store))
-        candidates = purge_candidates(rows, before, args.limit + 1)
-        more = len(candidates) > args.limit
+        # The store's own read of what purge_settled takes (one query over
+        # its index, about as many rows as it lists): one run more than the
+        # limit, to say whether more qualify, except at the largest limit,
+        # where a full batch is taken to mean more.
+        probe = min(args.limit + 1, MAXIMUM_PURGE_BATCH)
+        try:
+            candidates = store.purge_candidates(before, limit=probe)
+        except RunStoreError as error:
+            raise store_error(error) from None
+        more = len(candidates) > args.limit or len(candidates) == MAXIMUM_PURGE_BATCH
         candidates = candidates[: args.limit]
         purged: int | None = None
         if args.yes:
