@@ -11,11 +11,13 @@ is the reference model it is tested against; ``runstore.stateful`` is the
 conformance suite. Lost races are outcome values; ``RunStoreError`` is only for
 misuse and infrastructure failure.
 
-This module and ``runstore._open`` are the face of the library. May import:
-every other room of ``runstore``: its core modules (values, outcomes, errors,
-clocks, admission, the protocol, telemetry), ``runstore.consensus``,
-``runstore._sql``, the backends, ``runstore.attempts``, ``runstore.ownership``
-and ``runstore.model``; never ``runstore.cli`` nor ``runstore.stateful``.
+This module and the ``open`` it re-exports are the face of the library.
+May import: every other room of ``runstore``: its core modules (values,
+outcomes, errors, clocks, admission, the protocol, telemetry),
+``runstore.consensus``, the SQL store the backends share, the backends,
+``runstore.attempts``, ``runstore.ownership`` and ``runstore.model``; never
+``runstore.cli`` nor ``runstore.stateful`` ("How the code is laid out" in the
+docs names each room).
 """
 
 from ._clock import Clock as Clock

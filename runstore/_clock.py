@@ -28,11 +28,11 @@ class Clock(Protocol):
         ...
 
     def sleep_until(self, deadline_ms: int) -> None:
-        """Block the calling thread until ``now_ms() >= deadline_ms``."""
+        """Block the calling thread until ``now_ms()`` reaches ``deadline_ms``."""
         ...
 
     async def asleep_until(self, deadline_ms: int) -> None:
-        """Suspend the calling task until ``now_ms() >= deadline_ms``."""
+        """Suspend the calling task until ``now_ms()`` reaches ``deadline_ms``."""
         ...
 
 
@@ -40,13 +40,18 @@ class SystemClock:
     """The wall clock, in floored milliseconds since the epoch."""
 
     def now_ms(self) -> int:
+        """Milliseconds since the Unix epoch, floored, read from ``time.time_ns()``."""
         return time.time_ns() // 1_000_000
 
     def sleep_until(self, deadline_ms: int) -> None:
+        """Block the calling thread until the wall clock reads ``deadline_ms`` or
+        later; a deadline already passed returns at once."""
         while (remaining := deadline_ms - self.now_ms()) > 0:
             time.sleep(remaining / 1000)
 
     async def asleep_until(self, deadline_ms: int) -> None:
+        """Suspend the calling task until the wall clock reads ``deadline_ms`` or
+        later; a deadline already passed returns at once."""
         while (remaining := deadline_ms - self.now_ms()) > 0:
             await asyncio.sleep(remaining / 1000)
 
@@ -62,6 +67,9 @@ class ManualClock:
     the new time reaches is woken, whichever thread moved the clock.
     ``wait_for_sleepers`` lets a test wait, in real time, until the code under
     test is parked on the clock before advancing it.
+
+    ``ManualClock(start_ms)`` starts at ``start_ms`` (default 0), a
+    non-negative int; anything else raises ``ValueError``.
     """
 
     def __init__(self, start_ms: int = 0) -> None:
@@ -73,18 +81,21 @@ class ManualClock:
         self._async_waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
     def now_ms(self) -> int:
+        """The time the clock was last set or advanced to (``start_ms`` until then)."""
         with self._cond:
             return self._now
 
     def advance(self, ms: int) -> int:
-        """Move forward by ``ms`` (>= 0) and return the new time."""
+        """Move forward by ``ms`` (an int >= 0, else ``ValueError``), wake every
+        waiter whose deadline is reached, and return the new time."""
         if type(ms) is not int or ms < 0:
             raise ValueError("a ManualClock only moves forward by a non-negative int")
         with self._cond:
             return self._move(self._now + ms)
 
     def set(self, ms: int) -> int:
-        """Move to ``ms``, which must not be earlier than now; return it."""
+        """Move to ``ms``, an int not earlier than now (else ``ValueError``),
+        wake every waiter whose deadline is reached, and return it."""
         if type(ms) is not int:
             raise ValueError("a ManualClock is set to an int")
         with self._cond:
@@ -108,9 +119,11 @@ class ManualClock:
             return self._sleepers + len(self._async_waiters)
 
     def wait_for_sleepers(self, count: int, timeout_s: float = 5.0) -> bool:
-        """Block (in real time) until at least ``count`` waiters are parked.
+        """Block (in real time) until at least ``count`` threads and tasks are
+        parked in ``sleep_until``/``asleep_until``.
 
-        Returns False if that did not happen within ``timeout_s``.
+        Returns True once they are, False if that did not happen within
+        ``timeout_s`` seconds of real time.
         """
         deadline = time.monotonic() + timeout_s
         with self._cond:
@@ -122,6 +135,8 @@ class ManualClock:
             return True
 
     def sleep_until(self, deadline_ms: int) -> None:
+        """Block the calling thread until the clock is moved to ``deadline_ms`` or
+        later, by any thread; at once if it already is."""
         with self._cond:
             if self._now >= deadline_ms:
                 return
@@ -134,6 +149,8 @@ class ManualClock:
                 self._sleepers -= 1
 
     async def asleep_until(self, deadline_ms: int) -> None:
+        """Suspend the calling task until the clock is moved to ``deadline_ms`` or
+        later, by any thread or task; at once if it already is."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         entry = (deadline_ms, loop, future)

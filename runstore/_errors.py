@@ -23,6 +23,9 @@ from typing import Any, Literal, TypeAlias
 ErrorCode: TypeAlias = Literal[
     "invalid_run", "not_found_row", "constraint", "decode_failed", "persistence_failed"
 ]
+"""The five error codes: ``invalid_run`` (an argument breaks the contract), ``not_found_row`` (no
+such run), ``constraint`` (the database refused a write), ``decode_failed`` (a stored row is
+broken) and ``persistence_failed`` (storage or the strategy failed)."""
 ERROR_CODES: frozenset[str] = frozenset(
     {"invalid_run", "not_found_row", "constraint", "decode_failed", "persistence_failed"}
 )
@@ -32,12 +35,20 @@ class RunStoreError(Exception):
     """Raised by every store operation on misuse or infrastructure failure.
 
     Use ``except RunStoreError`` and branch on ``.code``; the subclasses exist
-    so callers can also catch the builtin their situation suggests.
+    so callers can also catch the builtin their situation suggests. Stores
+    build them; a store of your own builds one as ``RunStoreError(code,
+    method, text, cause)``: ``code`` an ``ErrorCode``, ``method`` the
+    operation's snake-case name, ``text`` the human half of the message (never
+    run state or a secret), ``cause`` the payload-free details (copied).
     """
 
     code: ErrorCode
+    """What kind of failure, an ``ErrorCode``: branch on this."""
     method: str
+    """The snake-case name of the operation that raised it (``"claim"``, ``"open"``)."""
     cause: dict[str, Any]
+    """Payload-free details: field names, lengths, validity flags, reasons, SQLSTATEs;
+    never run state, attempt values or a driver's message."""
 
     def __init__(
         self, code: ErrorCode, method: str, text: str, cause: dict[str, Any] | None = None
@@ -89,6 +100,9 @@ class InvalidRunError(RunStoreError, ValueError):
     The message names the argument and the rule it broke (``"invalid_run:
     claim: expected must be a RunSnapshot or RunRow"``), never the value, which
     may be run state or a credential. Nothing is written. Raised ``from None``.
+    Built as ``InvalidRunError(method, cause)``: ``method`` is the operation's
+    name, ``cause`` the details, whose ``"field"`` names the argument and
+    ``"detail"`` the rule.
     """
 
     def __init__(self, method: str, cause: dict[str, Any]) -> None:
@@ -96,7 +110,9 @@ class InvalidRunError(RunStoreError, ValueError):
 
 
 class RunNotFoundError(RunStoreError, LookupError):
-    """Raised by ``get`` and ``latest_round`` when no run has the id."""
+    """Raised by ``get`` and ``latest_round`` when no run has the id. Built as
+    ``RunNotFoundError(method, run_id)``: ``method`` is the operation's name and
+    ``run_id`` the id asked for (kept as ``cause["run_id"]``)."""
 
     def __init__(self, method: str, run_id: str) -> None:
         super().__init__("not_found_row", method, "run was not found", {"run_id": run_id})
@@ -116,6 +132,8 @@ class ConstraintError(RunStoreError):
 
     ``cause["constraint"]``, when known, names which (``"run_id"``,
     ``"parent_run_id"``, ``"lineage_round"``) and the message says it in words.
+    Built as ``ConstraintError(method, cause)``: ``method`` is the operation's
+    name, ``cause`` the details (``"category": "constraint"`` is added).
     """
 
     def __init__(self, method: str, cause: dict[str, Any] | None = None) -> None:
@@ -128,7 +146,10 @@ class ConstraintError(RunStoreError):
 
 class DecodeFailedError(RunStoreError):
     """Raised by reads when a stored row breaks the schema or its invariants,
-    typically because something edited it behind the store's back."""
+    typically because something edited it behind the store's back. Built as
+    ``DecodeFailedError(method, text, cause)``: ``method`` is the operation's
+    name, ``text`` says what is wrong with the row and ``cause`` which row and
+    column, never its content."""
 
     def __init__(self, method: str, text: str, cause: dict[str, Any]) -> None:
         super().__init__("decode_failed", method, text, cause)
@@ -136,7 +157,11 @@ class DecodeFailedError(RunStoreError):
 
 class PersistenceFailedError(RunStoreError):
     """Raised when storage or the consensus strategy fails. The whole operation
-    rolled back and nothing it did is visible, unless ``outcome_unknown``."""
+    rolled back and nothing it did is visible, unless ``outcome_unknown``.
+    Built as ``PersistenceFailedError(method, text, cause)``: ``method`` is the
+    operation's name, ``text`` the message (default "database operation
+    failed") and ``cause`` the details; on PostgreSQL ``cause["reason"]`` names
+    what failed (``connection-lost``, ``statement-timeout``, ...)."""
 
     def __init__(
         self,
@@ -160,7 +185,10 @@ class PersistenceFailedError(RunStoreError):
 class UnsupportedDatabaseError(PersistenceFailedError):
     """Raised by ``runstore.open`` when the file must not be used: its schema is
     newer than this version, it is not a runstore database, WAL cannot be
-    enabled, or SQLite is too old."""
+    enabled, or SQLite is too old (PostgreSQL: too old, not UTF8, or the
+    driver is missing). Built as ``UnsupportedDatabaseError(reason, cause)``:
+    ``reason`` is the message's text and ``cause`` the details, whose
+    ``"stage"`` says which check refused. Its ``method`` is ``"open"``."""
 
     def __init__(self, reason: str, cause: dict[str, Any] | None = None) -> None:
         super().__init__("open", reason, cause)

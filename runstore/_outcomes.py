@@ -19,6 +19,8 @@ class Claimed:
     """The claim columns were written; ``claimed_at_ms`` is the fence token."""
 
     claimed_at_ms: int
+    """The claim's token, the ``now_ms`` it was made at: pass it to ``activate``,
+    ``abandon_claim`` or ``recover_claim``."""
 
 
 @attrs.frozen
@@ -107,6 +109,7 @@ class CancelRequested:
     """Cancellation intent was recorded at ``requested_at_ms``."""
 
     requested_at_ms: int
+    """The ``now_ms`` of this request, now the run's ``cancel_requested_at_ms``."""
 
 
 @attrs.frozen
@@ -114,6 +117,7 @@ class AlreadyRequested:
     """Cancellation was already requested; ``requested_at_ms`` is the original time."""
 
     requested_at_ms: int
+    """When the first request was recorded; a repeat never moves it."""
 
 
 @attrs.frozen
@@ -121,18 +125,35 @@ class Terminal:
     """The run had already settled with ``status``; nothing was recorded."""
 
     status: TerminalStatus
+    """The status the run settled with: ``completed``, ``failed`` or ``cancelled``."""
 
 
 ClaimOutcome: TypeAlias = Claimed | NotFound | AlreadyClaimed | HeartbeatFresh | SnapshotChanged
+"""What ``claim`` answers: ``Claimed``, ``NotFound``, ``AlreadyClaimed``, ``HeartbeatFresh`` or
+``SnapshotChanged``."""
 StealOutcome: TypeAlias = ClaimOutcome | LivenessUnconfirmed
+"""What ``steal`` answers: a ``ClaimOutcome``, or ``LivenessUnconfirmed`` when the evidence does not
+match."""
 ClaimAndOwnOutcome: TypeAlias = (
     Activated | NotFound | AlreadyClaimed | HeartbeatFresh | SnapshotChanged | EvidenceRequired
 )
+"""What ``claim_and_own`` answers: ``Activated``, ``NotFound``, ``AlreadyClaimed``,
+``HeartbeatFresh``, ``SnapshotChanged`` or ``EvidenceRequired``."""
 ActivateOutcome: TypeAlias = Activated | ClaimLost | SnapshotChanged
+"""What ``activate`` answers: ``Activated``, ``ClaimLost`` or ``SnapshotChanged``."""
 AbandonClaimOutcome: TypeAlias = Abandoned | ClaimLost
+"""What ``abandon_claim`` answers: ``Abandoned`` or ``ClaimLost``."""
 RecoverClaimOutcome: TypeAlias = (
     Recovered | NotFound | ClaimFresh | ClaimChanged | LivenessUnconfirmed
 )
+"""What ``recover_claim`` answers: ``Recovered``, ``NotFound``, ``ClaimFresh``, ``ClaimChanged`` or
+``LivenessUnconfirmed``."""
 HeartbeatOutcome: TypeAlias = Updated | FenceLost | NotFound
+"""What ``heartbeat``, ``reconfirm`` and each entry of ``heartbeat_many`` answer: ``Updated``,
+``FenceLost`` or ``NotFound``."""
 TransitionOutcome: TypeAlias = Transitioned | FenceLost | NotFound | GuardFailed
+"""What ``transition_owned`` answers: ``Transitioned``, ``FenceLost``, ``NotFound`` or
+``GuardFailed``."""
 RequestCancelOutcome: TypeAlias = CancelRequested | AlreadyRequested | NotFound | Terminal
+"""What ``request_cancel`` and ``request_cancel_lineage`` answer: ``CancelRequested``,
+``AlreadyRequested``, ``NotFound`` or ``Terminal``."""

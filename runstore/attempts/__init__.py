@@ -22,8 +22,9 @@ Misuse and infrastructure failures raise ``AttemptStoreError`` (its own root,
 not a ``RunStoreError``). ``runstore.model.ModelAttemptStore`` is the
 reference model with the same surface.
 
-May import: ``runstore._sql`` and the core modules of ``runstore``; never a
-backend: each hands in its own queries.
+May import: the SQL store the backends share and the core modules of
+``runstore``; never a backend: each hands in its own queries ("How the code is
+laid out" in the docs names each room).
 """
 
 from ._boundary import DEFAULT_MAX_CHECKPOINT_BYTES as DEFAULT_MAX_CHECKPOINT_BYTES

@@ -58,13 +58,13 @@ from ._values import (
     PutMode,
 )
 
-#: The largest checkpoint cap a store may be built with (16 MiB), and the cap
-#: every stored checkpoint is checked against on read.
 MAXIMUM_CHECKPOINT_BYTES: Final = 16 * 1024 * 1024
-#: The default checkpoint cap (1 MiB).
+"""The largest checkpoint cap a store may be built with (16 MiB), and the cap
+every stored checkpoint is checked against on read."""
 DEFAULT_MAX_CHECKPOINT_BYTES: Final = 1024 * 1024
-#: The most in-progress states a store may be built with.
+"""The default checkpoint cap (1 MiB), in UTF-8 bytes of the stored encoding."""
 MAXIMUM_IN_PROGRESS_STATES: Final = 256
+"""The most in-progress states a store may be built with."""
 DEFAULT_IN_PROGRESS_STATES: Final = ("running",)
 DEFAULT_PUT_MODE: Final = "insert"
 

@@ -26,6 +26,8 @@ from .. import _telemetry
 AttemptErrorCode: TypeAlias = Literal[
     "invalid_attempt", "constraint", "decode_failed", "persistence_failed", "unknown"
 ]
+"""The attempt store's error codes: ``invalid_attempt``, ``constraint``, ``decode_failed``,
+``persistence_failed`` and ``unknown``."""
 ATTEMPT_ERROR_CODES: frozenset[str] = frozenset(
     {"invalid_attempt", "constraint", "decode_failed", "persistence_failed", "unknown"}
 )
@@ -38,11 +40,19 @@ class AttemptStoreError(Exception):
 
     Branch on ``.code``; ``.method`` is the operation (``put``, ``get``,
     ``heartbeat``, ``finish``, ``patch``, or ``options`` for construction).
+    Built as ``AttemptStoreError(code, method, text, cause)``: ``code`` an
+    ``AttemptErrorCode``, ``method`` the operation, ``text`` the human half of
+    the message (never a value), ``cause`` the payload-free details (copied).
     """
 
     code: AttemptErrorCode
+    """What kind of failure, an ``AttemptErrorCode``: branch on this."""
     method: str
+    """The operation that raised it: ``put``, ``get``, ``heartbeat``, ``finish``,
+    ``patch``, ``state``, ``check_invariants``, or ``options`` when building the store."""
     cause: dict[str, Any]
+    """Payload-free details: field and column names, fixed complaints, lengths;
+    never attempt values, run state or a driver's message."""
 
     def __init__(
         self,

@@ -59,6 +59,12 @@ class Patched:
 
 
 PutOutcome: TypeAlias = Inserted | Upserted | ExistingSame | Conflict | FenceLost | RunNotFound
+"""What ``put`` answers: ``Inserted``, ``Upserted``, ``ExistingSame``, ``Conflict``, ``FenceLost``
+or ``RunNotFound``."""
 AttemptHeartbeatOutcome: TypeAlias = Updated | FenceLost | NotFound | StateChanged
+"""What an attempt ``heartbeat`` answers: ``Updated``, ``FenceLost``, ``NotFound`` or
+``StateChanged``."""
 FinishOutcome: TypeAlias = Finished | FenceLost | NotFound | StateChanged
+"""What ``finish`` answers: ``Finished``, ``FenceLost``, ``NotFound`` or ``StateChanged``."""
 PatchOutcome: TypeAlias = Patched | NotFound | FenceLost
+"""What ``patch`` answers: ``Patched``, ``NotFound`` or ``FenceLost``."""

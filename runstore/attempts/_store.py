@@ -161,7 +161,7 @@ class AttemptStore:
 
     @property
     def options(self) -> AttemptOptions:
-        """The admitted options."""
+        """The options this store was built with, as admitted (an ``AttemptOptions``)."""
         return self._options
 
     # -- plumbing ------------------------------------------------------------------
@@ -187,7 +187,7 @@ class AttemptStore:
     # -- operations ------------------------------------------------------------------
 
     def put(self, attempt: Attempt, owner: OwnerId) -> PutOutcome:
-        """Insert the attempt if it is new and the caller holds the fence.
+        """Insert ``attempt`` if it is new and ``owner`` holds the run's fence.
 
         Otherwise, in upsert mode, replace it (every column) while it is in
         progress and fenced (``Upserted``). Otherwise: ``RunNotFound`` when the
@@ -227,8 +227,8 @@ class AttemptStore:
         return self._write("put", record.id.run_id, body)
 
     def get(self, attempt_id: AttemptId | Attempt) -> Attempt | None:
-        """The attempt, or None when there is none. Not fenced. An ``Attempt``
-        stands for its own id."""
+        """The attempt ``attempt_id`` names (an ``AttemptId``, or an ``Attempt``
+        standing for its own id), or None when there is none. Not fenced."""
         ident = admit_get(attempt_id)
         params = _id_params(ident)
 
@@ -247,8 +247,10 @@ class AttemptStore:
         now_ms: int,
         checkpoint: JsonValue | Absent = ABSENT,
     ) -> AttemptHeartbeatOutcome:
-        """Advance an in-progress attempt's heartbeat to ``max(old, now_ms)``
-        and, when given, replace its checkpoint.
+        """Advance the heartbeat of the in-progress attempt that ``run_id``,
+        ``step_key_digest`` and ``attempt`` name to the later of its stamp and
+        ``now_ms``, under ``owner``'s fence, and replace its checkpoint with
+        ``checkpoint`` unless that is ``ABSENT``.
 
         ``now_ms`` is the caller's reading: any timestamp, no skew rule. An
         older reading still answers ``Updated`` without moving the stamp.
@@ -279,8 +281,9 @@ class AttemptStore:
         return self._write("heartbeat", ident.run_id, body)
 
     def finish(self, finish: FinishAttempt, owner: OwnerId) -> FinishOutcome:
-        """Settle an in-progress attempt: write its state and finish time, and
-        replace error, outcome and meta where given.
+        """Settle the in-progress attempt ``finish`` names, under ``owner``'s
+        fence: write its state and finish time, and replace error, outcome and
+        meta where given.
 
         The state must not be an in-progress state (``invalid_attempt``).
         Otherwise as ``heartbeat``: ``NotFound``, ``FenceLost``,
@@ -311,7 +314,8 @@ class AttemptStore:
     def patch(
         self, attempt_id: AttemptId | Attempt, patch: AttemptPatch, owner: OwnerId
     ) -> PatchOutcome:
-        """Replace the given fields of an attempt in any state, under the fence.
+        """Replace the fields ``patch`` gives on the attempt ``attempt_id`` names
+        (an ``AttemptId`` or an ``Attempt``), in any state, under ``owner``'s fence.
 
         An empty patch writes nothing new and still answers ``Patched`` when
         fenced. Otherwise ``NotFound`` (no such attempt), then ``FenceLost``.

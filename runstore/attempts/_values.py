@@ -31,8 +31,12 @@ from typing import Final, Literal, TypeAlias
 import attrs
 
 JsonValue: TypeAlias = "dict[str, JsonValue] | list[JsonValue] | str | int | float | bool | None"
+"""A plain JSON value as Python holds it: ``dict`` (string keys), ``list``, ``str``, ``int``,
+``float`` (finite), ``bool`` or ``None``."""
 
 PutMode: TypeAlias = Literal["insert", "upsert"]
+"""What ``put`` does with an attempt that already exists: ``"insert"`` compares it (``ExistingSame``
+or ``Conflict``), ``"upsert"`` replaces it while it is in progress."""
 PUT_MODES: frozenset[str] = frozenset({"insert", "upsert"})
 
 
@@ -43,13 +47,14 @@ class Absent(enum.Enum):
     """
 
     ABSENT = "absent"
+    """The one member, exported as ``runstore.attempts.ABSENT``."""
 
     def __repr__(self) -> str:
         return "ABSENT"
 
 
-#: A JSON field that was not given (as opposed to JSON ``null``, which is ``None``).
 ABSENT: Final = Absent.ABSENT
+"""A JSON field that was not given (as opposed to JSON ``null``, which is ``None``)."""
 
 
 def strict_json_key(value: object) -> object:
@@ -88,7 +93,10 @@ def strict_json_key(value: object) -> object:
 
 
 def strict_json_equal(left: object, right: object) -> bool:
-    """Whether two values are the same JSON value with types kept strict."""
+    """Whether ``left`` and ``right`` are the same JSON value with types kept
+    strict: ``True``, ``1`` and ``1.0`` all differ, object key order does not
+    matter, array order does. Two ``ABSENT`` are equal; a value that is not
+    JSON equals only itself."""
     return strict_json_key(left) == strict_json_key(right)
 
 
@@ -105,8 +113,11 @@ class AttemptId:
     """
 
     run_id: str
+    """The run the attempt belongs to."""
     step_key_digest: str
+    """The caller's stable name for the step (an identifier: 1 to 1024 UTF-16 code units)."""
     attempt: int
+    """The try's number: a non-negative safe integer; gaps are allowed."""
 
 
 @attrs.frozen
@@ -120,22 +131,35 @@ class Attempt:
     """
 
     run_id: str
+    """The run the attempt belongs to; it must exist and be owned by the writer."""
     step_key_digest: str
+    """The caller's stable name for the step."""
     attempt: int
+    """The try's number."""
     state: str
+    """The caller's name for the attempt's state; the store's ``in_progress_states`` say which are
+    in progress."""
     started_at_ms: int
+    """When the attempt started, by the caller's clock."""
     finished_at_ms: int | None = attrs.field(default=None, kw_only=True)
+    """When it finished, by the caller's clock, or ``None``."""
     heartbeat_at_ms: int | None = attrs.field(default=None, kw_only=True)
+    """Its last heartbeat, by the caller's clock, or ``None``; ``heartbeat`` only moves it forward.
+    """
     checkpoint: JsonValue | Absent = attrs.field(
         default=ABSENT, eq=strict_json_key, repr=_json_repr, kw_only=True
     )
+    """Where to resume from: any JSON value within the store's checkpoint cap, or ``ABSENT``."""
     error: JsonValue | Absent = attrs.field(
         default=ABSENT, eq=strict_json_key, repr=_json_repr, kw_only=True
     )
+    """The error the attempt ended with, as JSON, or ``ABSENT``."""
     outcome: JsonValue | Absent = attrs.field(
         default=ABSENT, eq=strict_json_key, repr=_json_repr, kw_only=True
     )
+    """The attempt's result, as JSON, or ``ABSENT``."""
     meta: JsonValue | Absent = attrs.field(kw_only=True, eq=strict_json_key, repr=_json_repr)
+    """The caller's metadata, as JSON; required (use ``{}`` for none)."""
 
     @property
     def id(self) -> AttemptId:
@@ -152,19 +176,27 @@ class FinishAttempt:
     """
 
     run_id: str
+    """The run of the attempt to settle."""
     step_key_digest: str
+    """The step of the attempt to settle."""
     attempt: int
+    """The number of the attempt to settle."""
     state: str
+    """The settled state to write: not one of the store's in-progress states."""
     finished_at_ms: int
+    """When it finished, by the caller's clock."""
     error: JsonValue | Absent = attrs.field(
         default=ABSENT, eq=strict_json_key, repr=_json_repr, kw_only=True
     )
+    """The error to store, or ``ABSENT`` to keep the stored one."""
     outcome: JsonValue | Absent = attrs.field(
         default=ABSENT, eq=strict_json_key, repr=_json_repr, kw_only=True
     )
+    """The result to store, or ``ABSENT`` to keep the stored one."""
     meta: JsonValue | Absent = attrs.field(
         default=ABSENT, eq=strict_json_key, repr=_json_repr, kw_only=True
     )
+    """The metadata to store, or ``ABSENT`` to keep the stored one."""
 
     @property
     def id(self) -> AttemptId:
@@ -182,15 +214,19 @@ class AttemptPatch:
     checkpoint: JsonValue | Absent = attrs.field(
         default=ABSENT, eq=strict_json_key, repr=_json_repr, kw_only=True
     )
+    """The checkpoint to store, or ``ABSENT`` to keep the stored one."""
     error: JsonValue | Absent = attrs.field(
         default=ABSENT, eq=strict_json_key, repr=_json_repr, kw_only=True
     )
+    """The error to store, or ``ABSENT`` to keep the stored one."""
     outcome: JsonValue | Absent = attrs.field(
         default=ABSENT, eq=strict_json_key, repr=_json_repr, kw_only=True
     )
+    """The result to store, or ``ABSENT`` to keep the stored one."""
     meta: JsonValue | Absent = attrs.field(
         default=ABSENT, eq=strict_json_key, repr=_json_repr, kw_only=True
     )
+    """The metadata to store, or ``ABSENT`` to keep the stored one."""
 
 
 @attrs.frozen
@@ -198,5 +234,8 @@ class AttemptOptions:
     """An attempt store's admitted options (see ``AttemptStore``)."""
 
     in_progress_states: tuple[str, ...]
+    """The states ``heartbeat`` and ``finish`` act on and an upsert may replace."""
     max_checkpoint_bytes: int
+    """The checkpoint cap, in UTF-8 bytes of the stored encoding."""
     put_mode: PutMode
+    """``"insert"`` or ``"upsert"``: what ``put`` does with an attempt that exists."""
