@@ -2,14 +2,13 @@
 
 import importlib
 
-from runstore._version import install_hint
-
 try:
     for _name in ("hypothesis", "pytest"):
         importlib.import_module(_name)
 except ImportError as missing:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "runstore.stateful needs the conformance extra (Hypothesis and pytest): "
-        + install_hint("conformance"),
+        "python -m pip install -e '.[conformance]' in the runstore checkout, or the "
+        "runstore wheel installed with [conformance]",
         name=missing.name,
     ) from None
