@@ -68,7 +68,11 @@ class ModelConsensus:
     # -- the Consensus protocol ----------------------------------------------
 
     def claim(self, tx: Transaction, run_id: str, claimant: OwnerId, now_ms: int) -> GrantOutcome:
-        """Reserve an unowned, unclaimed run; the grant time is ``now_ms``."""
+        """Reserve ``run_id`` for ``claimant`` inside the store's write transaction ``tx``, if the
+        run has neither an owner nor a pending claim; ``now_ms`` (the caller's reading) becomes
+        the claim's token. Returns ``Granted(now_ms)``, ``Rejected("already_claimed")`` while
+        another claim is pending, or ``Rejected("owner_held")`` while someone owns the run. The
+        reference rule; any change registers its undo with ``tx.on_rollback``."""
         with self._lock:
             outcome, lease = _leases.claim(self._get(run_id), run_id, claimant, now_ms)
             self._put(tx, run_id, lease)
@@ -82,7 +86,14 @@ class ModelConsensus:
         now_ms: int,
         evidence: LivenessEvidence,
     ) -> GrantOutcome:
-        """Claim a run over its stale owner named by matching ``evidence``."""
+        """Claim ``run_id`` for ``claimant`` over its stale owner, inside ``tx``. ``evidence`` must
+        name the lease's owner, be taken at exactly ``now_ms`` and be of a kind ``claimant`` may
+        observe (``same-host-pid-dead`` only from the owner's host,
+        ``cross-host-unreachable-stale`` only from another, ``lease-expired`` from anywhere), and
+        the owner's heartbeat must be more than ``HEARTBEAT_STALE_AFTER_MS`` older than
+        ``now_ms``. Returns ``Granted(now_ms)``; else ``Rejected`` with ``"evidence_invalid"``,
+        ``"already_claimed"`` (a claim is pending) or ``"owner_live"`` (the heartbeat is fresh).
+        The reference rule; any change registers its undo with ``tx.on_rollback``."""
         with self._lock:
             outcome, lease = _leases.steal(self._get(run_id), run_id, claimant, now_ms, evidence)
             self._put(tx, run_id, lease)
@@ -91,21 +102,31 @@ class ModelConsensus:
     def activate(
         self, tx: Transaction, run_id: str, owner: OwnerId, granted_at_ms: int, now_ms: int
     ) -> PromoteOutcome:
-        """Turn the exact claim into ownership with heartbeat ``now_ms``."""
+        """Turn the exact pending claim of ``owner`` made at ``granted_at_ms`` on ``run_id`` into
+        ownership, with heartbeat ``now_ms``, inside ``tx``. Returns ``Promoted()``, or
+        ``Lost()`` when that claim is not the one pending; the grant is spent, so presenting it
+        again is ``Lost()``. The reference rule; any change registers its undo with
+        ``tx.on_rollback``."""
         with self._lock:
             outcome, lease = _leases.activate(self._get(run_id), owner, granted_at_ms, now_ms)
             self._put(tx, run_id, lease)
             return outcome
 
     def heartbeat(self, tx: Transaction, run_id: str, owner: OwnerId, now_ms: int) -> RenewOutcome:
-        """Renew the owner's lease to ``max(old, now_ms)``."""
+        """Renew ``owner``'s lease on ``run_id`` to the later of its stamp and ``now_ms``, inside
+        ``tx``; a pending claim does not matter. Returns ``Renewed(stamp)``, or ``Lost()`` when
+        ``owner`` does not hold the run. Repeat it freely. The reference rule; any change
+        registers its undo with ``tx.on_rollback``."""
         with self._lock:
             outcome, lease = _leases.heartbeat(self._get(run_id), owner, now_ms)
             self._put(tx, run_id, lease)
             return outcome
 
     def reconfirm(self, tx: Transaction, run_id: str, owner: OwnerId, now_ms: int) -> RenewOutcome:
-        """Like ``heartbeat``, but ``Lost`` while any claim is pending."""
+        """Like ``heartbeat`` for ``owner`` on ``run_id`` at ``now_ms`` inside ``tx``, but
+        ``Lost()`` while any claim is pending on the run (someone is taking it over). Returns
+        ``Renewed(stamp)`` or ``Lost()``. The reference rule; any change registers its undo with
+        ``tx.on_rollback``."""
         with self._lock:
             outcome, lease = _leases.reconfirm(self._get(run_id), owner, now_ms)
             self._put(tx, run_id, lease)
@@ -121,7 +142,13 @@ class ModelConsensus:
         now_ms: int,
         evidence: LivenessEvidence,
     ) -> RecoverOutcome:
-        """Clear a third party's exact claim once it is stale."""
+        """Clear ``stale_claimant``'s exact claim made at ``granted_at_ms`` on ``run_id``, inside
+        ``tx``, once it is more than ``HEARTBEAT_STALE_AFTER_MS`` older than ``now_ms``;
+        ownership is untouched. ``evidence`` must name ``stale_claimant``, be taken at ``now_ms``
+        and be of a kind ``observer`` may observe. Returns ``Cleared()``, else ``Rejected`` with
+        ``"evidence_invalid"``, ``"claim_changed"`` (that claim is not the pending one, also once
+        it was cleared) or ``"claim_fresh"``. The reference rule; any change registers its undo
+        with ``tx.on_rollback``."""
         with self._lock:
             outcome, lease = _leases.recover(
                 self._get(run_id), stale_claimant, granted_at_ms, observer, now_ms, evidence
@@ -132,23 +159,30 @@ class ModelConsensus:
     def release_claim(
         self, tx: Transaction, run_id: str, claimant: OwnerId, granted_at_ms: int
     ) -> None:
-        """Drop exactly that claim; ownership is never touched."""
+        """Drop ``claimant``'s exact claim made at ``granted_at_ms`` on ``run_id``, inside ``tx``;
+        ownership is never touched. If that claim is not there, silently do nothing. The
+        reference rule; any change registers its undo with ``tx.on_rollback``."""
         with self._lock:
             self._put(tx, run_id, _leases.release_claim(self._get(run_id), claimant, granted_at_ms))
 
     def release_ownership(self, tx: Transaction, run_id: str, owner: OwnerId) -> None:
-        """If ``owner`` holds the run, drop its ownership and any pending claim."""
+        """If ``owner`` holds ``run_id``, drop its ownership and any pending claim (whoever made
+        it), inside ``tx``. Otherwise silently do nothing. The reference rule; any change
+        registers its undo with ``tx.on_rollback``."""
         with self._lock:
             self._put(tx, run_id, _leases.release_ownership(self._get(run_id), owner))
 
     def guard(self, tx: Transaction, run_id: str, owner: OwnerId) -> None:
-        """Raise ``FenceLostError`` unless ``owner`` holds the run's lease."""
+        """Return when ``owner`` holds the lease on ``run_id`` (a pending claim is not a lease);
+        otherwise raise ``FenceLostError``. Stores call it inside ``tx`` before every fenced
+        write."""
         with self._lock:
             if not _leases.holds(self._get(run_id), owner):
                 raise FenceLostError(run_id)
 
     def lease(self, tx: Transaction, run_id: str) -> Lease | None:
-        """The run's lease, or ``None`` when it has none."""
+        """The strategy's view of ``run_id`` as a ``Lease``, or ``None`` when nobody owns or claims
+        it; read inside ``tx``, for comparison and invariants."""
         with self._lock:
             return self._get(run_id)
 

@@ -91,14 +91,11 @@ class LocalConsensus:
         tx.on_rollback(undo)
 
     def on_open(self, tx: Transaction) -> None:
-        """Forget every lease and rebuild them from the run rows
-        (``run_ownership(tx)``): one lease per running run or run with a
-        pending claim.
-
-        A running row's owner gets its heartbeat as both grant and heartbeat
-        time (``RunOwnership.lease``, the lease-backfill rule). Calling it again
-        rebuilds again; a rollback restores the leases held before.
-        """
+        """Forget every lease and rebuild them from the run rows, read through ``tx`` with
+        ``run_ownership(tx)``: one lease per running run or run with a pending claim. A running
+        row's owner gets its heartbeat as both grant and heartbeat time (``RunOwnership.lease``,
+        the lease-backfill rule). Calling it again rebuilds again; a rollback of ``tx`` restores
+        the leases held before."""
         rebuilt: dict[str, Lease] = {}
         for row in run_ownership(tx):
             lease = row.lease
@@ -117,7 +114,11 @@ class LocalConsensus:
     # -- the strategy --------------------------------------------------------
 
     def claim(self, tx: Transaction, run_id: str, claimant: OwnerId, now_ms: int) -> GrantOutcome:
-        """Reserve an unowned, unclaimed run for ``claimant`` at ``now_ms``."""
+        """Reserve ``run_id`` for ``claimant`` inside the store's write transaction ``tx``, if the
+        run has neither an owner nor a pending claim; ``now_ms`` (the caller's reading) becomes
+        the claim's token. Returns ``Granted(now_ms)``, ``Rejected("already_claimed")`` while
+        another claim is pending, or ``Rejected("owner_held")`` while someone owns the run.
+        Registers the undo of any change with ``tx.on_rollback``."""
         with self._lock:
             lease = self._leases.get(run_id)
             if lease is not None and lease.claim is not None:
@@ -135,8 +136,14 @@ class LocalConsensus:
         now_ms: int,
         evidence: LivenessEvidence,
     ) -> GrantOutcome:
-        """Claim a run over its owner when the evidence matches and the owner's
-        heartbeat is more than ``HEARTBEAT_STALE_AFTER_MS`` old."""
+        """Claim ``run_id`` for ``claimant`` over its stale owner, inside ``tx``. ``evidence`` must
+        name the lease's owner, be taken at exactly ``now_ms`` and be of a kind ``claimant`` may
+        observe (``same-host-pid-dead`` only from the owner's host,
+        ``cross-host-unreachable-stale`` only from another, ``lease-expired`` from anywhere), and
+        the owner's heartbeat must be more than ``HEARTBEAT_STALE_AFTER_MS`` older than
+        ``now_ms``. Returns ``Granted(now_ms)``; else ``Rejected`` with ``"evidence_invalid"``,
+        ``"already_claimed"`` (a claim is pending) or ``"owner_live"`` (the heartbeat is fresh).
+        Registers the undo of any change with ``tx.on_rollback``."""
         with self._lock:
             if not _evidence_matches(evidence.expected_owner, claimant, now_ms, evidence):
                 return Rejected("evidence_invalid")
@@ -168,8 +175,10 @@ class LocalConsensus:
     def activate(
         self, tx: Transaction, run_id: str, owner: OwnerId, granted_at_ms: int, now_ms: int
     ) -> PromoteOutcome:
-        """Turn the exact claim ``(owner, granted_at_ms)`` into ownership with
-        heartbeat ``now_ms``. The grant is spent: presenting it again is ``Lost``."""
+        """Turn the exact pending claim of ``owner`` made at ``granted_at_ms`` on ``run_id`` into
+        ownership, with heartbeat ``now_ms``, inside ``tx``. Returns ``Promoted()``, or
+        ``Lost()`` when that claim is not the one pending; the grant is spent, so presenting it
+        again is ``Lost()``. Registers the undo of any change with ``tx.on_rollback``."""
         with self._lock:
             lease = self._leases.get(run_id)
             if lease is None or lease.claim != owner or lease.claimed_at_ms != granted_at_ms:
@@ -203,12 +212,17 @@ class LocalConsensus:
             return Renewed(renewed)
 
     def heartbeat(self, tx: Transaction, run_id: str, owner: OwnerId, now_ms: int) -> RenewOutcome:
-        """Renew the owner's lease to ``max(old, now_ms)``; a pending claim does
-        not matter, and a claim alone is not a lease."""
+        """Renew ``owner``'s lease on ``run_id`` to the later of its stamp and ``now_ms``, inside
+        ``tx``; a pending claim does not matter. Returns ``Renewed(stamp)``, or ``Lost()`` when
+        ``owner`` does not hold the run. Repeat it freely. Registers the undo of any change with
+        ``tx.on_rollback``."""
         return self._renew(tx, run_id, owner, now_ms, claim_ok=True)
 
     def reconfirm(self, tx: Transaction, run_id: str, owner: OwnerId, now_ms: int) -> RenewOutcome:
-        """Like ``heartbeat``, but ``Lost`` while any claim is pending."""
+        """Like ``heartbeat`` for ``owner`` on ``run_id`` at ``now_ms`` inside ``tx``, but
+        ``Lost()`` while any claim is pending on the run (someone is taking it over). Returns
+        ``Renewed(stamp)`` or ``Lost()``. Registers the undo of any change with
+        ``tx.on_rollback``."""
         return self._renew(tx, run_id, owner, now_ms, claim_ok=False)
 
     def recover(
@@ -221,8 +235,13 @@ class LocalConsensus:
         now_ms: int,
         evidence: LivenessEvidence,
     ) -> RecoverOutcome:
-        """Clear the exact claim ``(stale_claimant, granted_at_ms)`` when the
-        evidence matches and the claim is more than ``HEARTBEAT_STALE_AFTER_MS`` old."""
+        """Clear ``stale_claimant``'s exact claim made at ``granted_at_ms`` on ``run_id``, inside
+        ``tx``, once it is more than ``HEARTBEAT_STALE_AFTER_MS`` older than ``now_ms``;
+        ownership is untouched. ``evidence`` must name ``stale_claimant``, be taken at ``now_ms``
+        and be of a kind ``observer`` may observe. Returns ``Cleared()``, else ``Rejected`` with
+        ``"evidence_invalid"``, ``"claim_changed"`` (that claim is not the pending one, also once
+        it was cleared) or ``"claim_fresh"``. Registers the undo of any change with
+        ``tx.on_rollback``."""
         with self._lock:
             if not _evidence_matches(stale_claimant, observer, now_ms, evidence):
                 return Rejected("evidence_invalid")
@@ -245,8 +264,9 @@ class LocalConsensus:
     def release_claim(
         self, tx: Transaction, run_id: str, claimant: OwnerId, granted_at_ms: int
     ) -> None:
-        """Drop exactly the claim ``(claimant, granted_at_ms)``; ownership is
-        never touched. If that claim is not there, silently do nothing."""
+        """Drop ``claimant``'s exact claim made at ``granted_at_ms`` on ``run_id``, inside ``tx``;
+        ownership is never touched. If that claim is not there, silently do nothing. Registers
+        the undo of any change with ``tx.on_rollback``."""
         with self._lock:
             lease = self._leases.get(run_id)
             if lease is None or lease.claim != claimant or lease.claimed_at_ms != granted_at_ms:
@@ -258,8 +278,9 @@ class LocalConsensus:
             )
 
     def release_ownership(self, tx: Transaction, run_id: str, owner: OwnerId) -> None:
-        """If ``owner`` holds the run, drop its ownership and any pending claim
-        (whoever made it). Otherwise silently do nothing."""
+        """If ``owner`` holds ``run_id``, drop its ownership and any pending claim (whoever made
+        it), inside ``tx``. Otherwise silently do nothing. Registers the undo of any change with
+        ``tx.on_rollback``."""
         with self._lock:
             lease = self._leases.get(run_id)
             if lease is None or lease.owner != owner:
@@ -267,18 +288,22 @@ class LocalConsensus:
             self._put(tx, run_id, None)
 
     def guard(self, tx: Transaction, run_id: str, owner: OwnerId) -> None:
-        """Raise ``FenceLostError`` unless ``owner`` holds the run."""
+        """Return when ``owner`` holds the lease on ``run_id`` (a pending claim is not a lease);
+        otherwise raise ``FenceLostError``. Stores call it inside ``tx`` before every fenced
+        write."""
         with self._lock:
             lease = self._leases.get(run_id)
             if lease is None or lease.owner != owner:
                 raise FenceLostError(run_id)
 
     def lease(self, tx: Transaction, run_id: str) -> Lease | None:
-        """The run's current lease, or ``None`` when nobody owns or claims it."""
+        """The strategy's view of ``run_id`` as a ``Lease``, or ``None`` when nobody owns or claims
+        it; read inside ``tx``, for comparison and invariants."""
         with self._lock:
             return self._leases.get(run_id)
 
     def leases(self, tx: Transaction) -> list[Lease]:
-        """Every lease, by run id (``state()`` uses it when a strategy has it)."""
+        """Every lease this process holds, sorted by run id (a store's ``state()`` uses it; ``tx``
+        is not read)."""
         with self._lock:
             return [self._leases[run_id] for run_id in sorted(self._leases)]

@@ -48,11 +48,17 @@ class RunOwnership:
     """
 
     run_id: str
+    """The run's id."""
     status: RunStatus
+    """The run's status: ``running``, or (with a pending claim) ``pending`` or ``suspended``."""
     owner: OwnerId | None
+    """The owner of record; set exactly when ``status`` is ``running``."""
     heartbeat_at_ms: int | None
+    """The owner's last heartbeat; set exactly when ``status`` is ``running``."""
     claim: OwnerId | None
+    """The claimant of a pending claim, or ``None``."""
     claimed_at_ms: int | None
+    """The pending claim's token, or ``None``."""
 
     @property
     def lease(self) -> Lease:
@@ -109,8 +115,9 @@ def _decode(row: tuple[Any, ...]) -> RunOwnership:
 def run_ownership(tx: Transaction) -> Iterator[RunOwnership]:
     """Every run row that is owned (``running``) or claimed, in run id order.
 
-    Reads ``tx.connection`` inside the caller's transaction, with the query
-    of ``tx.dialect`` (``"sqlite"`` when the transaction has no ``dialect``).
+    Reads ``tx.connection`` inside the caller's transaction ``tx`` (the one a
+    strategy's ``on_open`` is given), with the query of ``tx.dialect``
+    (``"sqlite"`` when the transaction has no ``dialect``).
     The query runs before this returns, so the answer is the rows as the
     transaction sees them now. Database errors propagate unchanged, so the
     store classifies (and retries) them as it does its own; a row that breaks

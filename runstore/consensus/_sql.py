@@ -150,6 +150,13 @@ class SqlConsensus:
         raise ConsensusError("persistence_failed", "lease storage failed") from failure
 
     def claim(self, tx: Transaction, run_id: str, claimant: OwnerId, now_ms: int) -> GrantOutcome:
+        """Reserve ``run_id`` for ``claimant`` inside the store's write transaction ``tx``, if the
+        run has neither an owner nor a pending claim; ``now_ms`` (the caller's reading) becomes
+        the claim's token. Returns ``Granted(now_ms)``, ``Rejected("already_claimed")`` while
+        another claim is pending, or ``Rejected("owner_held")`` while someone owns the run. Reads
+        and writes the run's ``flows_consensus_leases`` row through ``tx.connection``; a storage
+        failure raises ``ConsensusError("persistence_failed")``."""
+
         def run(s: ModuleType) -> GrantOutcome:
             execute = tx.connection.execute
             granted = execute(
@@ -167,11 +174,11 @@ class SqlConsensus:
     def claim_and_activate(
         self, tx: Transaction, run_id: str, owner: OwnerId, now_ms: int
     ) -> GrantOutcome:
-        """``claim`` then ``activate`` of that grant, in one statement: the
-        store takes an unowned run with it when its strategy is exactly
-        ``SqlConsensus`` (``claim_and_own``, ``claim_next``). ``Granted(now_ms)``
-        means ``owner`` now owns the lease, granted and heartbeated at
-        ``now_ms``; a refusal is ``claim``'s."""
+        """``claim`` then ``activate`` of that grant for ``owner`` on ``run_id`` at ``now_ms``, in
+        one statement inside ``tx``: the store takes an unowned run with it when its strategy is
+        exactly ``SqlConsensus`` (``claim_and_own``, ``claim_next``). ``Granted(now_ms)`` means
+        ``owner`` now owns the lease, granted and heartbeated at ``now_ms``; a refusal is
+        ``claim``'s."""
         s = _statements(tx)
         try:
             execute = tx.connection.execute
@@ -194,6 +201,15 @@ class SqlConsensus:
         now_ms: int,
         evidence: LivenessEvidence,
     ) -> GrantOutcome:
+        """Claim ``run_id`` for ``claimant`` over its stale owner, inside ``tx``. ``evidence`` must
+        name the lease's owner, be taken at exactly ``now_ms`` and be of a kind ``claimant`` may
+        observe (``same-host-pid-dead`` only from the owner's host,
+        ``cross-host-unreachable-stale`` only from another, ``lease-expired`` from anywhere), and
+        the owner's heartbeat must be more than ``HEARTBEAT_STALE_AFTER_MS`` older than
+        ``now_ms``. Returns ``Granted(now_ms)``; else ``Rejected`` with ``"evidence_invalid"``,
+        ``"already_claimed"`` (a claim is pending) or ``"owner_live"`` (the heartbeat is fresh).
+        Reads and writes the run's ``flows_consensus_leases`` row through ``tx.connection``; a
+        storage failure raises ``ConsensusError("persistence_failed")``."""
         expected = evidence.expected_owner
         if not evidence_matches(expected, claimant, now_ms, evidence):
             return Rejected("evidence_invalid")
@@ -231,6 +247,12 @@ class SqlConsensus:
     def activate(
         self, tx: Transaction, run_id: str, owner: OwnerId, granted_at_ms: int, now_ms: int
     ) -> PromoteOutcome:
+        """Turn the exact pending claim of ``owner`` made at ``granted_at_ms`` on ``run_id`` into
+        ownership, with heartbeat ``now_ms``, inside ``tx``. Returns ``Promoted()``, or
+        ``Lost()`` when that claim is not the one pending; the grant is spent, so presenting it
+        again is ``Lost()``. Reads and writes the run's ``flows_consensus_leases`` row through
+        ``tx.connection``; a storage failure raises ``ConsensusError("persistence_failed")``."""
+
         def run(s: ModuleType) -> PromoteOutcome:
             promoted = tx.connection.execute(
                 s.ACTIVATE,
@@ -264,17 +286,27 @@ class SqlConsensus:
         raise ConsensusError("persistence_failed", "lease storage failed") from failure
 
     def heartbeat(self, tx: Transaction, run_id: str, owner: OwnerId, now_ms: int) -> RenewOutcome:
+        """Renew ``owner``'s lease on ``run_id`` to the later of its stamp and ``now_ms``, inside
+        ``tx``; a pending claim does not matter. Returns ``Renewed(stamp)``, or ``Lost()`` when
+        ``owner`` does not hold the run. Repeat it freely. Reads and writes the run's
+        ``flows_consensus_leases`` row through ``tx.connection``; a storage failure raises
+        ``ConsensusError("persistence_failed")``."""
         return self._renew(1, tx, run_id, owner, now_ms)
 
     def reconfirm(self, tx: Transaction, run_id: str, owner: OwnerId, now_ms: int) -> RenewOutcome:
+        """Like ``heartbeat`` for ``owner`` on ``run_id`` at ``now_ms`` inside ``tx``, but
+        ``Lost()`` while any claim is pending on the run (someone is taking it over). Returns
+        ``Renewed(stamp)`` or ``Lost()``. Reads and writes the run's ``flows_consensus_leases``
+        row through ``tx.connection``; a storage failure raises
+        ``ConsensusError("persistence_failed")``."""
         return self._renew(0, tx, run_id, owner, now_ms)
 
     def heartbeat_many(
         self, tx: Transaction, run_ids: Sequence[str], owner: OwnerId, now_ms: int
     ) -> dict[str, RenewOutcome]:
-        """``heartbeat`` of each run, in one set-based UPDATE: the leases
-        ``owner`` holds among ``run_ids`` are renewed, every other run is
-        ``Lost``."""
+        """``heartbeat`` of each of ``run_ids`` for ``owner`` at ``now_ms``, in one set-based UPDATE
+        inside ``tx``: the leases ``owner`` holds among them are renewed (``Renewed``), every
+        other run is ``Lost()``. Returns a dict keyed by run id."""
 
         def run(s: ModuleType) -> dict[str, RenewOutcome]:
             execute = tx.connection.execute
@@ -304,6 +336,14 @@ class SqlConsensus:
         now_ms: int,
         evidence: LivenessEvidence,
     ) -> RecoverOutcome:
+        """Clear ``stale_claimant``'s exact claim made at ``granted_at_ms`` on ``run_id``, inside
+        ``tx``, once it is more than ``HEARTBEAT_STALE_AFTER_MS`` older than ``now_ms``;
+        ownership is untouched. ``evidence`` must name ``stale_claimant``, be taken at ``now_ms``
+        and be of a kind ``observer`` may observe. Returns ``Cleared()``, else ``Rejected`` with
+        ``"evidence_invalid"``, ``"claim_changed"`` (that claim is not the pending one, also once
+        it was cleared) or ``"claim_fresh"``. Reads and writes the run's
+        ``flows_consensus_leases`` row through ``tx.connection``; a storage failure raises
+        ``ConsensusError("persistence_failed")``."""
         if not evidence_matches(stale_claimant, observer, now_ms, evidence):
             return Rejected("evidence_invalid")
 
@@ -333,6 +373,11 @@ class SqlConsensus:
     def release_claim(
         self, tx: Transaction, run_id: str, claimant: OwnerId, granted_at_ms: int
     ) -> None:
+        """Drop ``claimant``'s exact claim made at ``granted_at_ms`` on ``run_id``, inside ``tx``;
+        ownership is never touched. If that claim is not there, silently do nothing. Reads and
+        writes the run's ``flows_consensus_leases`` row through ``tx.connection``; a storage
+        failure raises ``ConsensusError("persistence_failed")``."""
+
         def run(s: ModuleType) -> None:
             execute = tx.connection.execute
             released = execute(
@@ -347,6 +392,11 @@ class SqlConsensus:
         self._run(tx, run)
 
     def release_ownership(self, tx: Transaction, run_id: str, owner: OwnerId) -> None:
+        """If ``owner`` holds ``run_id``, drop its ownership and any pending claim (whoever made
+        it), inside ``tx``. Otherwise silently do nothing. Reads and writes the run's
+        ``flows_consensus_leases`` row through ``tx.connection``; a storage failure raises
+        ``ConsensusError("persistence_failed")``."""
+
         def run(s: ModuleType) -> None:
             tx.connection.execute(
                 s.RELEASE_OWNERSHIP, (run_id, owner.host_id, owner.pid, owner.nonce)
@@ -355,6 +405,11 @@ class SqlConsensus:
         self._run(tx, run)
 
     def guard(self, tx: Transaction, run_id: str, owner: OwnerId) -> None:
+        """Return when ``owner`` holds the lease on ``run_id`` (a pending claim is not a lease);
+        otherwise raise ``FenceLostError``. Stores call it inside ``tx`` before every fenced
+        write. Reads and writes the run's ``flows_consensus_leases`` row through
+        ``tx.connection``; a storage failure raises ``ConsensusError("persistence_failed")``."""
+
         def run(s: ModuleType) -> bool:
             row = tx.connection.execute(
                 s.GUARD, (run_id, owner.host_id, owner.pid, owner.nonce)
@@ -365,6 +420,11 @@ class SqlConsensus:
             raise FenceLostError(run_id)
 
     def lease(self, tx: Transaction, run_id: str) -> Lease | None:
+        """The strategy's view of ``run_id`` as a ``Lease``, or ``None`` when nobody owns or claims
+        it; read inside ``tx``, for comparison and invariants. Reads and writes the run's
+        ``flows_consensus_leases`` row through ``tx.connection``; a storage failure raises
+        ``ConsensusError("persistence_failed")``."""
+
         def run(s: ModuleType) -> Lease | None:
             row = tx.connection.execute(s.LEASE, (run_id,)).fetchone()
             return None if row is None else _lease(run_id, row)
@@ -372,7 +432,8 @@ class SqlConsensus:
         return self._run(tx, run)
 
     def leases(self, tx: Transaction) -> list[Lease]:
-        """Every lease, by run id (one query; ``state()`` uses it when present)."""
+        """Every lease, sorted by run id, read in one query through ``tx`` (a store's ``state()``
+        uses it when a strategy has it)."""
 
         def run(s: ModuleType) -> list[Lease]:
             rows = tx.connection.execute(s.ALL_LEASES).fetchall()
