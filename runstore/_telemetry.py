@@ -19,6 +19,10 @@ What is recorded (``docs/guides/observe.md`` is the reader's account):
   values, other identifiers, messages, URLs;
 - upstream's counters ``flows_run_claims{op, outcome}``,
   ``flows_run_heartbeats{outcome}`` and ``flows_run_transitions{outcome, to}``;
+- ``runstore_takeovers{op, evidence}``: every takeover a store made (a grant
+  that displaced another owner on liveness evidence), by the operation and
+  the evidence kind; its span says ``runstore.takeover`` and every span of an
+  operation given evidence says ``runstore.evidence`` (the kind, never more);
 - ``runstore_supervisor_events{event, supervisor}`` and a span event on the
   span that was current where supervision began.
 
@@ -46,7 +50,8 @@ from typing import Any, Final, NamedTuple, TypeVar
 
 from ._boundary import is_identifier
 from ._errors import RunStoreError
-from ._values import RUN_STATUSES, OwnerId
+from ._outcomes import Activated, Claimed
+from ._values import EVIDENCE_KINDS, RUN_STATUSES, OwnerId
 from ._version import __version__
 
 C = TypeVar("C", bound=type)
@@ -78,6 +83,17 @@ CLAIM_OPS: Final = {
     "steal": "steal",
     "claim_next": "claim_next",
 }
+
+
+#: ``runstore_takeovers``'s ``op``: the operations that can take a run over
+#: from another owner, with the answer that says they did and the parameter
+#: naming who took it.
+TAKEOVER_OPS: Final = {
+    "claim_and_own": (Activated, "owner"),
+    "steal": (Claimed, "claimant"),
+}
+#: The operations whose spans carry ``runstore.evidence``.
+_EVIDENCE_OPS: Final = frozenset({"claim_and_own", "steal", "recover_claim"})
 
 
 class Operation(NamedTuple):
@@ -231,6 +247,35 @@ def _identifier(value: object) -> str | None:
     return value if is_identifier(value) else None  # type: ignore[return-value]
 
 
+def _evidence_kind(evidence: object) -> str | None:
+    """The kind of a ``LivenessEvidence`` argument, when it is one of the
+    closed set (anything else is left out, never echoed)."""
+    kind = getattr(evidence, "kind", None)
+    return kind if type(kind) is str and kind in EVIDENCE_KINDS else None
+
+
+def takeover_kind(name: str, result: object, read: Callable[[str], Any]) -> str | None:
+    """The evidence kind when this call of ``name`` took its run over from
+    another owner, else None. ``read(parameter)`` reads the call's argument.
+
+    A takeover is a grant (``claim_and_own`` answering ``Activated``,
+    ``steal`` answering ``Claimed``) of a run whose expected snapshot names
+    an owner other than the taker: the answer means the row matched that
+    snapshot, so that owner was displaced (the store recorded ``stolen``).
+    A first claim, a re-own of one's own stale run and a self-steal displace
+    nobody. Read from the call and its answer, so every path that makes the
+    decision (SQLite, PostgreSQL's general and one-round-trip paths) is
+    judged alike.
+    """
+    found = TAKEOVER_OPS.get(name)
+    if found is None or type(result) is not found[0]:
+        return None
+    previous = getattr(read("expected"), "owner", None)
+    if not isinstance(previous, OwnerId) or previous == read(found[1]):
+        return None
+    return _evidence_kind(read("evidence"))
+
+
 if AVAILABLE:
     from opentelemetry.trace import Status, StatusCode
 
@@ -250,6 +295,11 @@ if AVAILABLE:
         "runstore_supervisor_events",
         description="Heartbeat supervisor events (reconfirmed, lapsed, fence_lost, ...)",
     )
+    _takeovers = _meter.create_counter(
+        "runstore_takeovers",
+        description="Runs taken over from another owner, by operation and evidence kind",
+    )
+    _takeover_cache: dict[tuple[str, str], dict[str, str]] = {}
     _ERROR_STATUS = Status(StatusCode.ERROR)
     # While no tracer provider is set, the API's proxy tracer hands out
     # non-recording spans, and while no meter provider is set its proxy
@@ -301,12 +351,23 @@ if AVAILABLE:
             op = CLAIM_OPS[name]
             add_claim = _claims.add
             claim_cache: dict[str, dict[str, str]] = {}
+            takes_over = _takes_over(name, read)
+            add_takeover = _takeovers.add
 
-            def count_claim(outcome: str, _result: object, _args: Any, _kwargs: Any) -> None:
+            def count_claim(
+                outcome: str, result: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+            ) -> None:
                 found = claim_cache.get(outcome)
                 if found is None:
                     found = _cached(claim_cache, outcome, op=op, outcome=outcome)
                 add_claim(1, found)
+                if takes_over and outcome != FAILURE and outcome != INTERRUPT:
+                    evidence = takeover_kind(name, result, lambda p: read(p, args, kwargs))
+                    if evidence is not None:
+                        add_takeover(
+                            1,
+                            _cached(_takeover_cache, (op, evidence), op=op, evidence=evidence),
+                        )
 
             return count_claim
         add_heartbeats = _heartbeats.add
@@ -356,6 +417,19 @@ if AVAILABLE:
             return count_each
         return None
 
+    def _takes_over(name: str, read: Callable[[str, tuple[Any, ...], dict[str, Any]], Any]) -> bool:
+        """Whether calls of ``name`` can take a run over (and have the
+        parameters that say so)."""
+        found = TAKEOVER_OPS.get(name)
+        if found is None:
+            return False
+        try:
+            for parameter in ("expected", found[1], "evidence"):
+                read(parameter, (), {})
+        except KeyError:
+            return False
+        return True
+
     def _outcome_for(kind: str) -> Callable[[object], str]:
         """The outcome attribute of an answer of an operation of this kind."""
         if kind == "plain" or kind == "heartbeat_many":
@@ -384,6 +458,8 @@ if AVAILABLE:
             raise TypeError(f"{span_name} has no parameter {run!r}")
         count = _counter_for(name, kind, read) if prefix == "RunStore" else None
         outcome_of = _outcome_for(kind)
+        given_evidence = prefix == "RunStore" and name in _EVIDENCE_OPS and "evidence" in parameters
+        takes_over = prefix == "RunStore" and _takes_over(name, read)
 
         def annotate(
             span: Any,
@@ -393,7 +469,7 @@ if AVAILABLE:
             args: tuple[Any, ...],
             kwargs: dict[str, Any],
         ) -> None:
-            attributes: dict[str, str | int] = {"runstore.outcome": outcome}
+            attributes: dict[str, str | int | bool] = {"runstore.outcome": outcome}
             dialect = dialect_of(store)
             if type(dialect) is str:
                 attributes["db.system"] = dialect
@@ -425,6 +501,12 @@ if AVAILABLE:
                     attributes["runstore.returned"] = len(runs)
             elif name == "purge_candidates" and isinstance(result, list):
                 attributes["runstore.returned"] = len(result)
+            if given_evidence:
+                evidence = _evidence_kind(read("evidence", args, kwargs))
+                if evidence is not None:
+                    attributes["runstore.evidence"] = evidence
+                if takes_over and takeover_kind(name, result, lambda p: read(p, args, kwargs)):
+                    attributes["runstore.takeover"] = True
             span.set_attributes(attributes)
 
         def traced(span: Any, store: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -176,6 +176,10 @@ def beats(outcome: str, amount: int = 1) -> dict[str, int]:
     return {f"flows_run_heartbeats{{outcome={outcome}}}": amount}
 
 
+def takeovers(op: str, evidence: str) -> dict[str, int]:
+    return {f"runstore_takeovers{{evidence={evidence},op={op}}}": 1}
+
+
 def moves(outcome: str, to: str) -> dict[str, int]:
     return {f"flows_run_transitions{{outcome={outcome},to={to}}}": 1}
 
@@ -318,6 +322,62 @@ def _(ctx: Ctx) -> Callable[[], object]:
     row = ctx.running()
     ctx.clock.advance(STALE)
     return lambda: ctx.store.claim_and_own(row.run_id, row.snapshot, OWNER_B, ctx.now)
+
+
+@scenario(
+    "claim-and-own-takeover",
+    "RunStore.claim_and_own",
+    "activated",
+    {**claims("claim_and_own", "activated"), **takeovers("claim_and_own", "same-host-pid-dead")},
+)
+def _(ctx: Ctx) -> Callable[[], object]:
+    """The documented takeover: a stale owner's run, taken with evidence."""
+    row = ctx.running()
+    ctx.clock.advance(STALE)
+    now = ctx.now
+    proof = evidence(OWNER_A, OWNER_B, now)
+    return lambda: ctx.store.claim_and_own(row.run_id, row.snapshot, OWNER_B, now, proof)
+
+
+@scenario(
+    "claim-and-own-takeover-lease-expired",
+    "RunStore.claim_and_own",
+    "activated",
+    {**claims("claim_and_own", "activated"), **takeovers("claim_and_own", "lease-expired")},
+)
+def _(ctx: Ctx) -> Callable[[], object]:
+    row = ctx.running()
+    ctx.clock.advance(STALE)
+    now = ctx.now
+    proof = LivenessEvidence(OWNER_A, now, "lease-expired")
+    return lambda: ctx.store.claim_and_own(row.run_id, row.snapshot, OWNER_C, now, proof)
+
+
+@scenario(
+    "claim-and-own-re-own",
+    "RunStore.claim_and_own",
+    "activated",
+    claims("claim_and_own", "activated"),
+)
+def _(ctx: Ctx) -> Callable[[], object]:
+    """Re-owning one's own stale run displaces nobody: no takeover."""
+    row = ctx.running()
+    ctx.clock.advance(STALE)
+    return lambda: ctx.store.claim_and_own(row.run_id, row.snapshot, OWNER_A, ctx.now)
+
+
+@scenario(
+    "claim-and-own-refused-with-evidence",
+    "RunStore.claim_and_own",
+    "heartbeat_fresh",
+    claims("claim_and_own", "heartbeat_fresh"),
+)
+def _(ctx: Ctx) -> Callable[[], object]:
+    """Evidence against a fresh heartbeat: refused, and no takeover counted."""
+    row = ctx.running()
+    now = ctx.now
+    proof = evidence(OWNER_A, OWNER_B, now)
+    return lambda: ctx.store.claim_and_own(row.run_id, row.snapshot, OWNER_B, now, proof)
 
 
 @scenario(
@@ -502,13 +562,28 @@ def _(ctx: Ctx) -> Callable[[], object]:
 # --- steal ----------------------------------------------------------------------------------
 
 
-@scenario("steal-claimed", "RunStore.steal", "claimed", claims("steal", "claimed"))
+@scenario(
+    "steal-claimed",
+    "RunStore.steal",
+    "claimed",
+    {**claims("steal", "claimed"), **takeovers("steal", "cross-host-unreachable-stale")},
+)
 def _(ctx: Ctx) -> Callable[[], object]:
     row = ctx.running()
     ctx.clock.advance(STALE)
     now = ctx.now
     proof = evidence(OWNER_A, OWNER_C, now)
     return lambda: ctx.store.steal(row.run_id, row.snapshot, OWNER_C, now, proof)
+
+
+@scenario("steal-self", "RunStore.steal", "claimed", claims("steal", "claimed"))
+def _(ctx: Ctx) -> Callable[[], object]:
+    """An owner stealing its own stale run displaces nobody: no takeover."""
+    row = ctx.running()
+    ctx.clock.advance(STALE)
+    now = ctx.now
+    proof = LivenessEvidence(OWNER_A, now, "lease-expired")
+    return lambda: ctx.store.steal(row.run_id, row.snapshot, OWNER_A, now, proof)
 
 
 @scenario(

@@ -7,7 +7,10 @@ SQLite, PostgreSQL's one-round-trip path, its general path), which imports
 runstore and opens its store *before* it configures the SDK's in-memory span
 exporter and metric reader, as an application would. Each scenario there
 drives one outcome deliberately and names the span, the outcome and exactly
-the counter increments it must cause; here every scenario is held to that,
+the counter increments it must cause (a takeover, by ``claim_and_own``
+with evidence or by ``steal``, moves ``runstore_takeovers`` with its
+evidence kind; a first claim, a re-own, a self-steal or a refusal does
+not); here every scenario is held to that,
 the span attributes are held to the documented set, and the whole export is
 scanned for markers placed in run state, attempt values and the database
 password. The checks are shown to catch two planted defects. Without the
@@ -54,6 +57,8 @@ ALLOWED_ATTRIBUTES = {
     "runstore.purged",
     "runstore.error_code",
     "runstore.error_type",
+    "runstore.evidence",
+    "runstore.takeover",
 }
 
 #: Backend configurations: the pytest id, the backend name, the fast_path option.
@@ -167,11 +172,37 @@ EXACT = {
         "runstore.run_id": "claim-and-own-activated-",
         "runstore.owner_host_id": "host-a",
     },
+    "claim-and-own-takeover": {
+        "runstore.run_id": "claim-and-own-takeover-",
+        "runstore.owner_host_id": "host-a",
+        "runstore.evidence": "same-host-pid-dead",
+        "runstore.takeover": True,
+    },
+    "claim-and-own-re-own": {
+        "runstore.run_id": "claim-and-own-re-own-",
+        "runstore.owner_host_id": "host-a",
+    },
+    "claim-and-own-refused-with-evidence": {
+        "runstore.run_id": "claim-and-own-refused-with-evidence-",
+        "runstore.owner_host_id": "host-a",
+        "runstore.evidence": "same-host-pid-dead",
+    },
     "recover-claim-recovered": {
         "runstore.run_id": "recover-claim-recovered-",
         "runstore.observer_host_id": "host-a",
+        "runstore.evidence": "same-host-pid-dead",
     },
-    "steal-claimed": {"runstore.run_id": "steal-claimed-", "runstore.claimant_host_id": "host-c"},
+    "steal-claimed": {
+        "runstore.run_id": "steal-claimed-",
+        "runstore.claimant_host_id": "host-c",
+        "runstore.evidence": "cross-host-unreachable-stale",
+        "runstore.takeover": True,
+    },
+    "steal-self": {
+        "runstore.run_id": "steal-self-",
+        "runstore.claimant_host_id": "host-a",
+        "runstore.evidence": "lease-expired",
+    },
     "heartbeat-fence-lost": {
         "runstore.run_id": "heartbeat-fence-lost-",
         "runstore.owner_host_id": "host-a",
