@@ -68,12 +68,22 @@ class LeaseLost(Exception):
 
     Inside a threaded block the same exception may arrive asynchronously, at
     any point where the work thread runs Python code; let it propagate.
+
+    Supervisors build it as ``LeaseLost(message, run_id=..., reason=...,
+    unconfirmed_ms=..., outcome=...)``: ``run_id``, ``reason``,
+    ``unconfirmed_ms`` and ``outcome`` become the attributes below, and
+    ``message`` defaults to "the run's lease was lost".
     """
 
     run_id: str | None
+    """The run whose lease was lost."""
     reason: EndReason | None
+    """``"lapsed"`` or ``"fence_lost"``."""
     unconfirmed_ms: int | None
+    """At a lapse, how long the lease had gone unconfirmed, in ms; else ``None``."""
     outcome: object
+    """When the fence was lost, the store's answer that showed it (``FenceLost()``,
+    ``NotFound()``); else ``None``."""
 
     def __init__(
         self,
@@ -148,13 +158,22 @@ class Supervision:
     ``cancel_requested`` is set once a pulse has seen cancellation intent (only
     watched when ``on_cancel_requested`` was given). ``last_confirmed_ms`` is the
     timestamp of the last write that renewed the lease (or the start).
+
+    Supervisors build it as ``Supervision(run_id, owner, start_ms)``: the
+    supervised ``run_id`` and ``owner``, and ``start_ms``, the clock reading
+    supervision started at.
     """
 
     def __init__(self, run_id: str, owner: OwnerId, start_ms: int) -> None:
         self.run_id = run_id
+        """The supervised run."""
         self.owner = owner
+        """The owner whose lease is kept."""
         self.lost = threading.Event()
+        """Set when the lease is lost and the work is being interrupted."""
         self.cancel_requested = threading.Event()
+        """Set once a pulse has seen cancellation intent on the run (watched only
+        when ``on_cancel_requested`` was given)."""
         self._last_confirmed_ms = start_ms
         self._error: LeaseLost | None = None
         self._lock = threading.Condition()
@@ -167,6 +186,8 @@ class Supervision:
 
     @property
     def last_confirmed_ms(self) -> int:
+        """The store-clock reading of the last write that renewed the lease, or the start of
+        supervision before any did."""
         with self._lock:
             return self._last_confirmed_ms
 
@@ -183,12 +204,13 @@ class Supervision:
             raise error
 
     def wait_idle(self, timeout_s: float = 5.0) -> bool:
-        """Block until the supervisor has nothing to do at the clock's current
-        time: both of its loops wait for a moment still in the future and no
-        store call or callback is in flight (or supervision has ended).
+        """Block until the supervisor has nothing to do at the clock's current time: both of its
+        loops wait for a moment still in the future and no store call or callback is in flight
+        (or supervision has ended).
 
-        A test that drives a ``ManualClock`` calls it after each move to know
-        the supervisor has finished reacting. Returns False on timeout.
+        A test that drives a ``ManualClock`` calls it after each move to know the supervisor has
+        finished reacting. Returns True then, or False when that did not happen within
+        ``timeout_s`` seconds of real time.
         """
         looks = max(1, int(timeout_s / _IDLE_POLL_S))
         with self._lock:

@@ -95,7 +95,11 @@ def _admit(store: object, run_id: object, owner: object, method: str) -> tuple[s
 
 
 class ThreadSupervisor:
-    """The context manager ``supervise`` returns. Use it once."""
+    """The context manager ``supervise`` returns; enter it once (a second ``with`` raises
+    ``RuntimeError``). Build it with ``supervise``, which takes the same parameters: ``store``,
+    ``run_id``, ``owner``, ``clock``, ``on_reconfirm``, ``on_lapse``, ``on_cancel_requested`` and
+    ``interrupt_thread``. Entering starts the helper thread and gives the block its
+    ``Supervision``."""
 
     def __init__(
         self,
@@ -203,7 +207,11 @@ class ThreadSupervisor:
 
 
 class AsyncSupervisor:
-    """The async context manager ``asupervise`` returns. Use it once."""
+    """The async context manager ``asupervise`` returns; enter it once (a second ``async with``
+    raises ``RuntimeError``, and so does entering it outside an asyncio task). Build it with
+    ``asupervise``, which takes the same parameters: ``store``, ``run_id``, ``owner``, ``clock``,
+    ``on_reconfirm``, ``on_lapse`` and ``on_cancel_requested``. Entering starts the supervising
+    task and gives the block its ``Supervision``."""
 
     def __init__(
         self,
@@ -300,7 +308,11 @@ def supervise(
     on_cancel_requested: Callback | None = None,
     interrupt_thread: bool = True,
 ) -> ThreadSupervisor:
-    """Keep ``owner``'s lease on ``run_id`` alive while a ``with`` block works.
+    """Keep ``owner``'s lease on ``run_id`` in ``store`` alive while a ``with``
+    block works: ``with supervise(store, run_id, owner, clock=clock) as lease:``.
+    ``store`` is anything with ``heartbeat``, ``reconfirm``, ``ownership_facts``
+    and ``acknowledge_cancel`` (else ``InvalidRunError``, as for an
+    inadmissible ``run_id`` or ``owner``); the block gets a ``Supervision``.
 
     The block runs in the caller's thread; a helper thread heartbeats every
     ``HEARTBEAT_INTERVAL_MS`` on ``clock`` (the store's clock). The work is
@@ -352,7 +364,11 @@ def asupervise(
     on_lapse: Callback | None = None,
     on_cancel_requested: Callback | None = None,
 ) -> AsyncSupervisor:
-    """The asyncio face of ``supervise``: ``async with asupervise(...) as lease:``.
+    """The asyncio face of ``supervise``: ``async with asupervise(store, run_id,
+    owner, clock=clock) as lease:`` keeps ``owner``'s lease on ``run_id`` in
+    ``store`` alive, heartbeating on ``clock``, with the same
+    ``on_reconfirm``, ``on_lapse`` and ``on_cancel_requested`` callbacks and
+    the same ``LeaseLost`` rules.
 
     The supervisor runs as a task on the running loop; every store call runs in
     a worker thread, so the loop never waits on the database. A lost lease

@@ -82,6 +82,12 @@ class Fleet:
     thread. ``add`` and ``discard`` change the runs it keeps (a worker adds
     the runs ``claim_next`` gives it); ``fleet[run_id]`` is a run's
     ``Supervision``.
+
+    ``Fleet(store, owner, clock=..., on_lost=..., interrupt_thread=...)``:
+    ``owner``'s leases in ``store`` are kept on ``clock``; ``on_lost(error)``
+    is called with each run's ``LeaseLost``; ``interrupt_thread`` (CPython)
+    raises it in the thread holding that run (``hold``), as ``supervise``
+    does.
     """
 
     def __init__(
@@ -145,9 +151,10 @@ class Fleet:
 
     @contextlib.contextmanager
     def hold(self, run_id: str) -> Iterator[Supervision]:
-        """The owned work of one run, in the calling thread: ``LeaseLost`` is
-        raised here when that run's lease is lost, and from the exit; leaving
-        the block stops keeping the run."""
+        """The owned work of ``run_id``, in the calling thread: ``with fleet.hold(run_id) as
+        lease:`` keeps the run (``add``), gives its ``Supervision``, raises ``LeaseLost`` here
+        when that run's lease is lost (asynchronously with ``interrupt_thread``) and from the
+        exit; leaving the block stops keeping the run."""
         supervision = self.add(run_id)
         with self._lock:
             member = self._members[supervision.run_id]
@@ -220,8 +227,9 @@ class Fleet:
             loop.close()
 
     def wait_idle(self, timeout_s: float = 5.0) -> bool:
-        """Block until the fleet waits for a moment still in the future with
-        no store call in flight (or has stopped). For ``ManualClock`` tests."""
+        """Block until the fleet waits for a moment still in the future with no store call in flight
+        (or has stopped); True then, False when that did not happen within ``timeout_s`` seconds
+        of real time. For ``ManualClock`` tests."""
         looks = max(1, int(timeout_s / _IDLE_POLL_S))
         with self._lock:
             for _ in range(looks):
@@ -439,8 +447,11 @@ def supervise_many(
     on_lost: Callable[[LeaseLost], object] | None = None,
     interrupt_thread: bool = True,
 ) -> Fleet:
-    """Keep ``owner``'s leases on ``run_ids`` (and any added later) alive with
-    one ``heartbeat_many`` per pulse: ``with supervise_many(...) as fleet:``.
+    """Keep ``owner``'s leases on ``run_ids`` (and any added later) in ``store``
+    alive with one ``heartbeat_many`` per pulse on ``clock``: ``with
+    supervise_many(...) as fleet:``. ``store`` needs ``heartbeat_many``,
+    ``reconfirm`` and ``ownership_facts`` (else ``InvalidRunError``);
+    ``on_lost`` and ``interrupt_thread`` are ``Fleet``'s.
 
     Each run keeps ``supervise``'s rules (see ``Fleet``): a lost fence or a
     lapse ends that run's supervision with ``LeaseLost`` (``fleet[run_id]``,

@@ -31,8 +31,11 @@ class LivenessContext:
     """
 
     claimant: OwnerId
+    """The process that wants the run."""
     heartbeat_at_ms: int | None
+    """The run's persisted heartbeat, or ``None`` when it has none."""
     now_ms: int
+    """The reading the takeover will be made against."""
 
 
 class LivenessCheck(Protocol):
@@ -75,7 +78,8 @@ def lease_liveness(stale_after_ms: int = HEARTBEAT_STALE_AFTER_MS) -> LivenessCh
 
 
 def same_host_pid_probe(expected_owner: OwnerId, context: LivenessContext, /) -> bool:
-    """A check that asks the operating system whether the owner's pid exists.
+    """A check that asks the operating system whether ``expected_owner``'s pid
+    exists, for the claimant ``context`` names. True means alive.
 
     - An owner on another host is never probed: the answer is ``False``, which
       proves nothing by itself and leaves the decision to the lease (the store
@@ -123,14 +127,14 @@ def takeover_evidence(
     check: LivenessCheck = same_host_pid_probe,
     lease_expired: bool = False,
 ) -> LivenessEvidence | None:
-    """The evidence for taking ``expected``'s owner's run, or ``None``.
+    """The evidence for ``claimant`` to take ``expected``'s owner's run, or ``None``.
 
     ``None`` when the snapshot has no owner (there is nobody to replace and no
     evidence is needed) or when ``check`` says the owner is alive. Otherwise the
     evidence names the snapshot's owner, is bound to ``now_ms`` (pass the same
     reading to the ``claim_and_own``, ``steal`` or ``recover_claim`` that
     consumes it; one millisecond later it is refused), and has the kind the
-    host relation calls for: ``same-host-pid-dead`` when the claimant shares
+    host relation calls for: ``same-host-pid-dead`` when ``claimant`` shares
     the owner's host, ``cross-host-unreachable-stale`` when it does not. With
     ``lease_expired=True`` the kind is ``lease-expired``, which any host may
     present and which asserts only that the heartbeat is past the cutoff (pair
