@@ -968,6 +968,14 @@ def _(ctx: Ctx) -> Callable[[], object]:
     return lambda: ctx.store.purge_settled(ctx.now, limit=1)
 
 
+@scenario("purge-candidates-success", "RunStore.purge_candidates", "success")
+def _(ctx: Ctx) -> Callable[[], object]:
+    row = ctx.running()
+    ctx.store.transition_owned(row.run_id, OWNER_A, "completed")
+    ctx.clock.advance(1)
+    return lambda: ctx.store.purge_candidates(ctx.now, limit=1)
+
+
 @scenario("compact-changes-success", "RunStore.compact_changes", "success")
 def _(ctx: Ctx) -> Callable[[], object]:
     return lambda: ctx.store.compact_changes(ctx.store.revision())

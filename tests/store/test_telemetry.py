@@ -235,6 +235,7 @@ EXACT = {
         "runstore.error_code": "invalid_attempt",
     },
     "purge-settled-success": {"runstore.purged": 1},
+    "purge-candidates-success": {"runstore.returned": 1},
 }
 
 
