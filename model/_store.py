@@ -153,12 +153,16 @@ class ModelRunStore:
         lineage_id: str | None = None,
         round_ordinal: int | None = None,
     ) -> None:
-        """Insert a ``pending`` run stamped with the store clock.
+        """Insert the ``pending`` run ``run_id`` with ``state_json`` (strict JSON text, stored byte
+        for byte), stamped ``created_at_ms`` by the store clock. ``parent_run_id`` names the run
+        it was forked from, which must exist; ``lineage_id`` with ``round_ordinal`` makes it that
+        round of a lineage (the lineage's first run has the lineage's id). Returns None.
 
-        A duplicate id, a parent that names no run (a run may name itself, as
-        SQLite checks the foreign key after the insert) or a taken
-        ``(lineage_id, round_ordinal)`` raises ``ConstraintError``; creating
-        the same id twice therefore fails the second time.
+        Raises ``ConstraintError`` for a duplicate id, a parent that does not exist or a taken
+        ``(lineage_id, round_ordinal)``, so creating the same id twice fails the second time;
+        ``InvalidRunError`` for an inadmissible argument, a ``lineage_id`` without a
+        ``round_ordinal`` or a run id starting with ``flows.companion/``. In the model a run may
+        name itself as its parent, as SQLite checks the foreign key after the insert.
         """
         rid, state, parent, lineage, ordinal = _boundary.admit_create(
             run_id, state_json, parent_run_id, lineage_id, round_ordinal
@@ -196,7 +200,9 @@ class ModelRunStore:
             self._commit(draft)
 
     def get(self, run_id: str) -> RunRow:
-        """The run, or ``RunNotFoundError``; ``DecodeFailedError`` for a broken row."""
+        """The run ``run_id`` as a ``RunRow``, with its state. Raises ``RunNotFoundError``
+        (``not_found_row``) when there is none and ``DecodeFailedError`` when its stored row is
+        broken."""
         rid = _boundary.admit_run_id("get", run_id)
         with self._lock:
             row = self._state.rows.get(rid)
@@ -205,15 +211,17 @@ class ModelRunStore:
         return decoded("get", row)
 
     def lineage(self, run_id: str) -> list[RunRow]:
-        """Every round of the run's lineage in round order; ``[]`` if unknown."""
+        """Every round of the lineage that contains ``run_id``, in round order: the runs naming that
+        lineage, and the run whose id it is. A run outside any lineage is a lineage of one; an
+        unknown ``run_id`` gives ``[]``."""
         rid = _boundary.admit_run_id("lineage", run_id)
         with self._lock:
             members = lineage_members(self._state.rows, rid)
         return [decoded("lineage", row) for row in members]
 
     def latest_round(self, run_id: str) -> RunRow:
-        """The highest round of the run's lineage (the run itself when it has
-        none), or ``RunNotFoundError``."""
+        """The highest round of the lineage that contains ``run_id`` (the run itself when it has no
+        lineage). Raises ``RunNotFoundError`` when no run has that id."""
         rid = _boundary.admit_run_id("latest_round", run_id)
         with self._lock:
             row = latest_round_row(self._state.rows, rid)
@@ -224,11 +232,10 @@ class ModelRunStore:
     # -- cancellation ----------------------------------------------------------
 
     def request_cancel(self, run_id: str, now_ms: int) -> RequestCancelOutcome:
-        """Record cancellation intent on a live run that has none.
-
-        A repeat answers ``AlreadyRequested`` with the original time; a settled
-        run answers ``Terminal``; an unknown run ``NotFound``.
-        """
+        """Record cancellation intent on the live run ``run_id`` at ``now_ms`` (the caller's
+        reading). Returns ``CancelRequested(now_ms)``; a repeat answers ``AlreadyRequested`` with
+        the original time, a settled run ``Terminal(status)`` and an unknown run ``NotFound()``.
+        Only intent is recorded: the owner sees it (``acknowledge_cancel``) and settles the run."""
         rid, now = _boundary.admit_request_cancel("request_cancel", run_id, now_ms)
         with self._lock:
             draft = self._draft("request_cancel")
@@ -244,13 +251,11 @@ class ModelRunStore:
             return _classify_cancellation_miss("request_cancel", rid, [] if row is None else [row])
 
     def request_cancel_lineage(self, run_id: str, now_ms: int) -> RequestCancelOutcome:
-        """Record intent on every live, unrequested round of the lineage.
-
-        Marking at least one round answers ``CancelRequested(now_ms)`` (earlier
-        requests are kept). Otherwise a live round's earlier request dominates
-        (``AlreadyRequested``), all settled answers ``Terminal`` of the last
-        round, an unknown run ``NotFound``.
-        """
+        """Record cancellation intent at ``now_ms`` on every live, unrequested round of the lineage
+        that contains ``run_id``. Returns ``CancelRequested(now_ms)`` when at least one round was
+        marked (earlier requests keep their time); otherwise ``AlreadyRequested`` with a live
+        round's earlier time, ``Terminal`` with the last round's status when every round has
+        settled, or ``NotFound()``."""
         rid, now = _boundary.admit_request_cancel("request_cancel_lineage", run_id, now_ms)
         with self._lock:
             draft = self._draft("request_cancel_lineage")
@@ -271,12 +276,10 @@ class ModelRunStore:
             return _classify_cancellation_miss("request_cancel_lineage", rid, members)
 
     def acknowledge_cancel(self, run_id: str, owner: OwnerId, now_ms: int) -> bool:
-        """Record the owner's first observation of cancellation intent.
-
-        True when the run is running under ``owner`` with a request on it; a
-        repeat keeps the first acknowledgement, still writes the row and still
-        answers True. False (nothing written) otherwise.
-        """
+        """Record that ``owner`` has seen the cancellation request on ``run_id``, at ``now_ms``.
+        Returns True when the run is running under ``owner`` with a request on it (a repeat keeps
+        the first acknowledgement, still writes the row and answers True again); False, writing
+        nothing, when there is no request or ``owner`` does not own the run."""
         rid, who, now = _boundary.admit_acknowledge_cancel(run_id, owner, now_ms)
         with self._lock:
             draft = self._draft("acknowledge_cancel")
@@ -293,9 +296,16 @@ class ModelRunStore:
     def claim(
         self, run_id: str, expected: RunSnapshot | RunRow, claimant: OwnerId, now_ms: int
     ) -> ClaimOutcome:
-        """Reserve an exact, unclaimed pending or suspended snapshot.
+        """Reserve the run ``run_id`` for ``claimant`` while it still matches ``expected`` (a
+        ``RunSnapshot``, or a ``RunRow`` standing for its snapshot) and is pending or suspended
+        with no claim; ``now_ms`` becomes the claim's token. Follow with ``activate`` (or
+        ``abandon_claim``).
 
-        A second claim on the same run answers ``AlreadyClaimed``.
+        Returns ``Claimed(now_ms)``; ``NotFound()``; ``AlreadyClaimed()`` while another claim is
+        pending (a second claim answers this too); ``HeartbeatFresh()`` when the run is running
+        with a fresh heartbeat; ``SnapshotChanged()`` when it no longer matches ``expected``, is
+        running with a stale heartbeat (``claim`` never takes a running run: see ``steal``) or
+        has settled.
         """
         rid, snapshot, who, now = _boundary.admit_claim(
             run_id, expected, claimant, now_ms, self._clock
@@ -328,14 +338,17 @@ class ModelRunStore:
         now_ms: int,
         evidence: LivenessEvidence | None = None,
     ) -> ClaimAndOwnOutcome:
-        """Claim and activate in one step, with the caller's ``now_ms`` as the
-        heartbeat (and the start, if the run never started).
+        """Claim and activate ``run_id`` for ``owner`` in one step while it still matches
+        ``expected``, with ``now_ms`` as the heartbeat (and as the start, if the run never
+        started). Taking a run from another running owner needs that owner's heartbeat to be
+        stale and ``evidence`` (a ``LivenessEvidence`` taken at ``now_ms``) that names it;
+        re-owning one's own stale run drops the old grant and takes a fresh one.
 
-        Taking a run from another running owner needs a stale heartbeat and
-        matching evidence; without evidence a stale, unchanged snapshot answers
-        ``EvidenceRequired`` (a read only). Re-owning one's own stale run drops
-        the old grant and takes a fresh one. Once owned, a repeat answers
-        ``SnapshotChanged`` or ``HeartbeatFresh``.
+        Returns ``Activated()``; ``NotFound()``; ``AlreadyClaimed()``; ``HeartbeatFresh()`` (the
+        run is running with a fresh heartbeat, the caller's own included); ``SnapshotChanged()``
+        (the run moved or settled; also a repeat once owned); ``EvidenceRequired()`` when the
+        snapshot holds and its other owner is stale but no fitting evidence came (a read only:
+        nothing was written).
         """
         rid, snapshot, who, now, proof = _boundary.admit_claim_and_own(
             run_id, expected, owner, now_ms, evidence, self._clock
@@ -418,11 +431,14 @@ class ModelRunStore:
         claimed_at_ms: int,
         expected: RunSnapshot | RunRow,
     ) -> ActivateOutcome:
-        """Trade the exact claim for ownership while ``expected`` still holds.
+        """Trade ``claimant``'s exact claim, the one ``claim`` or ``steal`` answered with
+        ``claimed_at_ms``, for ownership of ``run_id`` while the run still matches ``expected``.
+        The store clock stamps the heartbeat (and the start, the first time).
 
-        If the snapshot moved, the claim is cleared and released
-        (``SnapshotChanged``). A spent or foreign token answers ``ClaimLost``
-        and changes nothing.
+        Returns ``Activated()``; ``ClaimLost()`` when that claim is not on the run (abandoned,
+        recovered, already activated, or a wrong token), changing nothing; ``SnapshotChanged()``
+        when the run moved since ``expected`` (typically the owner that was stolen from
+        heartbeated), in which case the claim is released.
         """
         rid, who, token, snapshot = _boundary.admit_activate(
             run_id, claimant, claimed_at_ms, expected
@@ -467,10 +483,9 @@ class ModelRunStore:
     def abandon_claim(
         self, run_id: str, claimant: OwnerId, claimed_at_ms: int
     ) -> AbandonClaimOutcome:
-        """Drop the caller's exact claim; ownership is untouched.
-
-        A repeat answers ``ClaimLost``.
-        """
+        """Drop ``claimant``'s exact claim on ``run_id``, the one made at ``claimed_at_ms``;
+        ownership is untouched. Returns ``Abandoned()``, or ``ClaimLost()`` when there is no such
+        claim (a repeat answers this)."""
         rid, who, token = _boundary.admit_abandon_claim(run_id, claimant, claimed_at_ms)
         with self._lock:
             draft = self._draft("abandon_claim")
@@ -492,10 +507,14 @@ class ModelRunStore:
         now_ms: int,
         evidence: LivenessEvidence,
     ) -> RecoverClaimOutcome:
-        """Clear a dead claimant's stale claim; the run is not handed over.
+        """Clear ``stale_claimant``'s claim on ``run_id`` made at ``claimed_at_ms``, once it is
+        stale at ``now_ms``, on ``evidence`` that ``observer`` holds about the claimant (taken at
+        ``now_ms``). The run is not handed to ``observer``.
 
-        Mismatched evidence answers ``LivenessUnconfirmed`` before the run is
-        looked at. A repeat answers ``ClaimChanged``.
+        Returns ``Recovered()``; ``NotFound()``; ``ClaimFresh()`` while the claim is at most
+        ``HEARTBEAT_STALE_AFTER_MS`` old; ``ClaimChanged()`` when that claim is not the one on
+        the run (a repeat answers this); ``LivenessUnconfirmed()`` when the evidence does not
+        fit, before the run is looked at.
         """
         rid, stale, token, who, now, proof = _boundary.admit_recover_claim(
             run_id, stale_claimant, claimed_at_ms, observer, now_ms, evidence, self._clock
@@ -521,12 +540,16 @@ class ModelRunStore:
             return Recovered()
 
     def heartbeat(self, run_id: str, owner: OwnerId, now_ms: int) -> HeartbeatOutcome:
-        """Renew the owner's lease to ``max(old, now_ms)``; a pending claim
-        does not stop it. An older ``now_ms`` still answers ``Updated``."""
+        """Renew ``owner``'s lease on ``run_id`` to the later of its stamp and ``now_ms``; a pending
+        claim does not stop it. Returns ``Updated()`` (also for an older ``now_ms``, which does
+        not move the stamp back), ``FenceLost()`` when ``owner`` does not own the run, or
+        ``NotFound()``. Repeat it freely: every ``HEARTBEAT_INTERVAL_MS`` while the work runs."""
         return self._renew("heartbeat", run_id, owner, now_ms)
 
     def reconfirm(self, run_id: str, owner: OwnerId, now_ms: int) -> HeartbeatOutcome:
-        """``heartbeat``, but ``FenceLost`` while any claim is pending."""
+        """Like ``heartbeat`` for ``owner`` on ``run_id`` at ``now_ms``, but ``FenceLost()`` while
+        any claim is pending on the run: the check a supervisor makes before it trusts a lease it
+        could not renew for a while. Returns ``Updated()``, ``FenceLost()`` or ``NotFound()``."""
         return self._renew("reconfirm", run_id, owner, now_ms)
 
     def _renew(
@@ -548,11 +571,14 @@ class ModelRunStore:
         state_json: str | None = None,
         guard: TransitionGuard | None = None,
     ) -> TransitionOutcome:
-        """Move an owned run, replacing its state when ``state_json`` is given.
+        """Move the run ``run_id`` that ``owner`` owns to ``to_status`` (any status but
+        ``pending``), replacing its state with ``state_json`` when that is given, if ``guard`` (a
+        ``TransitionGuard``) holds. ``running`` keeps ownership; any other status releases it and
+        any pending claim, and a terminal one stamps ``finished_at_ms`` from the store clock.
 
-        ``running`` keeps ownership; any other status releases it (and any
-        pending claim), and a terminal one stamps ``finished_at_ms`` from the
-        store clock. After a release a repeat answers ``FenceLost``.
+        Returns ``Transitioned()``; ``FenceLost()`` when ``owner`` does not own the run (also a
+        repeat after a release), writing nothing; ``NotFound()``; ``GuardFailed()`` when
+        ``owner`` owns the run but ``guard`` does not hold.
         """
         rid, who, to, state, requirement = _boundary.admit_transition_owned(
             run_id, owner, to_status, state_json, guard
@@ -602,9 +628,16 @@ class ModelRunStore:
         now_ms: int,
         evidence: LivenessEvidence,
     ) -> StealOutcome:
-        """Claim a stale running run whose owner the evidence names; follow
-        with ``activate``. Mismatched evidence answers ``LivenessUnconfirmed``
-        before the run is looked at; a repeat answers ``AlreadyClaimed``."""
+        """Claim the stale running run ``run_id`` for ``claimant`` while it still matches
+        ``expected``, on ``evidence`` (taken at ``now_ms``) that names its owner; ``now_ms``
+        becomes the claim's token. The old owner stays on the row until ``activate``.
+
+        Returns ``Claimed(now_ms)``; ``NotFound()``; ``AlreadyClaimed()`` while another claim is
+        pending (a repeat answers this); ``HeartbeatFresh()`` while the owner's heartbeat is
+        fresh, whatever the evidence; ``SnapshotChanged()`` when the run moved or settled;
+        ``LivenessUnconfirmed()`` when ``evidence`` does not fit (wrong owner, another instant, a
+        kind that does not fit the host relation), before the run is looked at.
+        """
         rid, snapshot, who, now, proof = _boundary.admit_steal(
             run_id, expected, claimant, now_ms, evidence, self._clock
         )
@@ -646,30 +679,26 @@ class ModelRunStore:
         after: str | None = None,
         with_state: bool = False,
     ) -> RunPage:
-        """One page of the runs matching every given filter, oldest first.
+        """One page of the runs matching every filter given, oldest first, from one snapshot. Runs
+        are listed by ``(created_at_ms, run_id)``, a key no write changes, so walking pages with
+        ``after=page.next`` returns every run that matched throughout the walk exactly once.
 
-        Runs are listed by ``(created_at_ms, run_id)``, a key no write changes,
-        so walking pages with ``after=page.next`` returns every run that
-        matched throughout the walk exactly once. Filters (all that are given
-        must hold):
+        - ``status``: one ``RunStatus`` or a collection of them;
+        - ``claimable_at``: (any admissible time; only its presence counts) pending or suspended
+          and unclaimed, so ``claim`` or ``claim_and_own`` can take it (a pending claim blocks,
+          however old: find stale ones with ``claim_stale_at``);
+        - ``stale_at``: running with a heartbeat older than ``stale_at -
+          HEARTBEAT_STALE_AFTER_MS`` (takeover candidates);
+        - ``claim_stale_at``: holding a claim granted before ``claim_stale_at -
+          HEARTBEAT_STALE_AFTER_MS`` (``recover_claim`` candidates);
+        - ``cancel_requested``: True for runs whose cancellation was requested and not yet
+          acknowledged, False for every other run;
+        - ``lineage_id``: the rounds of that lineage;
+        - ``parent_run_id``: the runs forked from that run.
 
-        - ``status``: one status or a collection of them;
-        - ``claimable_at=t``: pending or suspended and unclaimed, so ``claim``
-          or ``claim_and_own`` can take it (a claim blocks, however old: find
-          stale ones with ``claim_stale_at``);
-        - ``stale_at=t``: running with a heartbeat older than
-          ``t - HEARTBEAT_STALE_AFTER_MS`` (takeover candidates);
-        - ``claim_stale_at=t``: holding a claim granted before
-          ``t - HEARTBEAT_STALE_AFTER_MS`` (``recover_claim`` candidates);
-        - ``cancel_requested=True``: cancellation requested and not yet
-          acknowledged; ``False``: every other run;
-        - ``lineage_id=L``: the rounds of lineage ``L`` (as ``lineage(L)``);
-        - ``parent_run_id=P``: the runs forked from ``P``.
-
-        ``limit`` (1 to 1000) caps the page; ``next`` is the cursor of the
-        page's last row when more rows match, else ``None``. Rows carry
-        ``state_json=None`` unless ``with_state=True``; otherwise each is what
-        ``get`` returns. One snapshot: the page reflects one committed state.
+        ``limit`` (1 to 1000, default 100) caps the page; ``after`` is the cursor of the previous
+        page. Returns a ``RunPage`` whose rows carry ``state_json=None`` unless ``with_state`` is
+        True, and whose ``next`` is ``None`` on the last page.
         """
         query = _boundary.admit_list_runs(
             status,
@@ -700,8 +729,9 @@ class ModelRunStore:
     def claim_next_candidates(
         self, *, status: RunStatus | Collection[RunStatus] = CLAIMABLE_STATUSES
     ) -> list[str]:
-        """The runs ``claim_next`` may take now, oldest first (a model-only read
-        for the machines: a store under contention may take any of them)."""
+        """The ids of the runs ``claim_next(..., status=status)`` may take now, oldest first: those
+        whose status is one of ``status`` and that have no claim (a model-only read for the
+        machines: a store under contention may take any of them)."""
         statuses = _boundary.claim_statuses("claim_next", status)
         with self._lock:
             state = self._state
@@ -715,17 +745,15 @@ class ModelRunStore:
         status: RunStatus | Collection[RunStatus] = CLAIMABLE_STATUSES,
         choose: str | None = None,
     ) -> RunRow | None:
-        """Claim and activate the oldest run that ``status`` names (pending and
-        suspended by default) with no claim, as ``claim_and_own`` with its
-        current snapshot would; return its row (with state) or None when there
-        is none.
+        """Claim and activate, for ``owner`` at ``now_ms``, the oldest run whose status is one of
+        ``status`` (pending and suspended by default) and that has no claim, as ``claim_and_own``
+        with its current snapshot would; concurrent callers get different runs. Returns its
+        ``RunRow`` with state, or None when there is none. A run whose stored state no longer
+        decodes raises ``DecodeFailedError`` and nothing is written.
 
-        A run whose stored state no longer decodes raises ``decode_failed``
-        and nothing is written.
-
-        ``choose`` (model only) takes that candidate instead of the oldest, so
-        the machines can follow a store that skipped runs other callers held;
-        a ``choose`` that is not a candidate raises ``ValueError``.
+        ``choose`` (model only) takes that candidate instead of the oldest, so the machines can
+        follow a store that skipped runs other callers held; a ``choose`` that is not a candidate
+        raises ``ValueError``.
         """
         who, now, statuses = _boundary.admit_claim_next(owner, now_ms, status, self._clock)
         with self._lock:
@@ -750,13 +778,11 @@ class ModelRunStore:
     def heartbeat_many(
         self, owner: OwnerId, run_ids: Sequence[str], now_ms: int
     ) -> dict[str, HeartbeatOutcome]:
-        """Renew ``owner``'s leases on many runs in one transaction.
-
-        Each answer is what ``heartbeat(run_id, owner, now_ms)`` alone would
-        give (a lost fence or a missing run does not fail the others); keys in
-        ``run_ids`` order. The renewed rows are written in run id order (one
-        revision each). A repeated or inadmissible id refuses the whole call.
-        """
+        """Renew ``owner``'s leases on all of ``run_ids`` at ``now_ms`` in one transaction. Returns
+        a dict keyed in ``run_ids`` order, each value what ``heartbeat(run_id, owner, now_ms)``
+        alone would answer (a lost fence or a missing run does not fail the others). A repeated
+        or inadmissible id refuses the whole call with ``InvalidRunError``, writing nothing. The
+        renewed rows are written in run id order, one revision each."""
         who, ids, now = _boundary.admit_heartbeat_many(owner, run_ids, now_ms, self._clock)
         with self._lock:
             draft = self._draft("heartbeat_many")
@@ -766,16 +792,11 @@ class ModelRunStore:
         return {rid: answers[rid] for rid in ids}
 
     def purge_settled(self, before_ms: int, *, limit: int = 1000) -> int:
-        """Delete up to ``limit`` settled runs that finished before ``before_ms``.
-
-        A run is purged with its state, facts, acknowledgement and attempts
-        when it is terminal, ``finished_at_ms < before_ms``, no round of its
-        lineage is still live, and no run names it as parent (children go
-        first; a later call takes the parent). The oldest finished go first;
-        each deletion takes a revision (in run id order) and leaves a
-        tombstone in the change feed; the id may be created again. Answers
-        how many runs were purged.
-        """
+        """Delete up to ``limit`` (at most 10 000) settled runs that finished before ``before_ms``,
+        oldest finished first, each with its state, facts, acknowledgement and attempts. A run is
+        kept while a round of its lineage is live or a run names it as parent (children go first;
+        a later call takes the parent). Each deletion takes a revision and leaves a tombstone in
+        the change feed; the id may be created again. Returns how many runs were purged."""
         cutoff, size = _boundary.admit_purge_settled(before_ms, limit)
         with self._lock:
             draft = self._draft("purge_settled")
@@ -790,21 +811,18 @@ class ModelRunStore:
         return len(purged)
 
     def purge_candidates(self, before_ms: int, *, limit: int = 1000) -> list[RunRow]:
-        """The runs ``purge_settled(before_ms, limit=limit)`` would purge now,
-        in the order it picks them (oldest finished first, then run id),
-        without their state; nothing is written. Same arguments and
+        """The runs ``purge_settled`` would purge now with the same ``before_ms`` and ``limit``, in
+        the order it takes them, as ``RunRow``s without their state; writes nothing. Same
         refusals as ``purge_settled``."""
         cutoff, size = _boundary.admit_purge_settled(before_ms, limit, "purge_candidates")
         with self._lock:
             return [_stateless(row) for row in _purgeable(self._state.rows, cutoff, size)]
 
     def compact_changes(self, through_revision: int, *, limit: int = 1000) -> int:
-        """Drop up to ``limit`` tombstones whose revision is at most
-        ``through_revision``, oldest first; live entries are never touched and
-        the revision does not move. A consumer whose cursor is below
-        ``through_revision`` may then miss those deletions: compact only below
-        every consumer's cursor. Answers how many tombstones were dropped.
-        """
+        """Drop up to ``limit`` tombstones whose revision is at most ``through_revision``, oldest
+        first; live entries are never touched and the revision does not move. A consumer whose
+        cursor is below ``through_revision`` may then miss those deletions: compact only below
+        every consumer's cursor. Returns how many tombstones were dropped."""
         through, size = _boundary.admit_compact_changes(through_revision, limit)
         with self._lock:
             draft = self._draft("compact_changes")
@@ -820,25 +838,30 @@ class ModelRunStore:
     # -- introspection ---------------------------------------------------------
 
     def ownership_facts(self, run_id: str) -> list[OwnershipFact]:
-        """The run's ownership transitions in order; ``[]`` for an unknown run."""
+        """The ownership transitions of ``run_id`` as ``OwnershipFact``s, in order (positions 1, 2,
+        3, ...); ``[]`` for an unknown run. Replaying them rebuilds the run's owner and claim."""
         rid = _boundary.admit_run_id("ownership_facts", run_id)
         with self._lock:
             return list(self._state.facts.get(rid, ()))
 
     def revision(self) -> int:
-        """The database revision: how many run rows were ever written."""
+        """The database's execution revision: how many run rows were ever written (inserted, updated
+        or deleted), whatever the operations answered."""
         with self._lock:
             return self._state.revision
 
     def changes(self, after_revision: int) -> list[RunChange]:
-        """The latest revision of each run id above ``after_revision``, ascending."""
+        """The latest change of each run id whose revision is above ``after_revision``, as
+        ``RunChange``s in ascending revision order; a purged run shows as a tombstone
+        (``deleted=True``). Pass the last revision you processed to read what happened since."""
         after = _boundary.admit_changes(after_revision)
         with self._lock:
             state = self._state
         return _feed_from(state, after)
 
     def state(self) -> StoreState:
-        """Everything the model holds, sorted for comparison with ``==``."""
+        """Everything the store holds (rows, leases, facts, revision, changes, acknowledgements) as
+        a ``StoreState``, sorted so two stores compare with ``==``."""
         with self._lock:
             state = self._state
         return StoreState(
@@ -854,7 +877,10 @@ class ModelRunStore:
         )
 
     def check_invariants(self) -> None:
-        """Raise ``AssertionError`` naming the first broken invariant."""
+        """Return when every invariant holds; raise ``AssertionError`` naming the first broken one
+        (a row that breaks its shape, a lease that disagrees with its row, facts that do not
+        replay to the row, ...). The model checks its rows, leases, facts, revisions and
+        acknowledgements against each other."""
         with self._lock:
             state = self._state
         check_state(state)
@@ -862,7 +888,7 @@ class ModelRunStore:
     # -- test hooks --------------------------------------------------------------
 
     def raw_write_state(self, run_id: str, text: str) -> bool:
-        """Store ``text`` as the run's state with no admission, as a raw SQL
+        """Store ``text`` as the state of ``run_id`` with no admission, as a raw SQL
         ``UPDATE`` behind the store's back would (one more revision).
 
         Reads of that run raise ``DecodeFailedError`` while the text breaks
@@ -882,7 +908,8 @@ class ModelRunStore:
     # -- lifetime ----------------------------------------------------------------
 
     def close(self) -> None:
-        """Do nothing: the model holds no resources. Repeatable."""
+        """Release the store's resources. Closing twice does nothing; stores are also context
+        managers that close on exit. The model holds no resources: it does nothing."""
 
     def __enter__(self) -> Self:
         return self
