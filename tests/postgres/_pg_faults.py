@@ -320,13 +320,22 @@ class Proxy:
     def close(self) -> None:
         """Stop forwarding and drop every connection (bytes in flight are lost)."""
         self._stop.set()
-        with self._lock:
-            sockets, threads = list(self._sockets), list(self._threads)
-        for one in sockets:
-            with contextlib.suppress(OSError):
-                one.shutdown(socket.SHUT_RDWR)
-        for thread in threads:
-            thread.join(5)
+        # The accept loop may still take one connection and start its pumps
+        # after the stop: join every thread until none is new, so the last
+        # look at the sockets sees them all (one left open is a
+        # ResourceWarning in whichever later test collects it).
+        joined = 0
+        while True:
+            with self._lock:
+                sockets, threads = list(self._sockets), self._threads[joined:]
+            for one in sockets:
+                with contextlib.suppress(OSError):
+                    one.shutdown(socket.SHUT_RDWR)
+            if not threads:
+                break
+            for thread in threads:
+                thread.join(5)
+            joined += len(threads)
         for one in sockets:
             one.close()
         self.listener.close()
