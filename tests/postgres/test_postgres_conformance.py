@@ -10,6 +10,10 @@ Each example gets a fresh database. The PostgreSQL examples are fewer than the
 loaded profile's (at most ``EXAMPLES``): every one of them pays for a database
 and a round trip per statement, and the SQLite runs cover the profile's full
 count of the same machines.
+
+The store machines' runs take a minute or more each: they are a campaign
+(``-m campaign``, a step of its own in ``.ci/run``), which the README's
+``python -m pytest`` leaves out.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ EXAMPLES = 40
 SESSION_EXAMPLES = 8
 
 
+@pytest.mark.campaign
 @pytest.mark.parametrize("fast_path", [True, False], ids=["one-round-trip", "general"])
 def test_postgres_store_conforms(fast_path: bool) -> None:
     """PostgresRunStore over SqlConsensus matches ModelRunStore step by step,

@@ -2,11 +2,17 @@
 or store, under its default budget (or the profile ``HYPOTHESIS_PROFILE``
 names, when set). The unmutated built-in strategies and stores pass it: the
 default budget raises no false alarm. (SqlConsensus's default run is in
-test_conformance_reach.py, which also measures its reach.)"""
+test_conformance_reach.py, which also measures its reach.)
+
+The built-ins' default runs take a minute or more each: they are a campaign
+(``-m campaign``, a step of its own in ``.ci/run``), which the README's
+``python -m pytest`` leaves out."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 
 import runstore
 from runstore import ManualClock
@@ -15,6 +21,7 @@ from runstore.model import ModelRunStore
 from runstore.stateful import Capabilities, run_conformance
 
 
+@pytest.mark.campaign
 def test_local_consensus_conforms():
     """LocalConsensus conforms too, including rollback and rebuilding its
     leases from the rows when the store reopens, and with attempts interleaved."""
@@ -25,6 +32,7 @@ def in_memory_store(clock: ManualClock, path: Path) -> runstore.SqliteRunStore:
     return runstore.open(":memory:", clock=clock)
 
 
+@pytest.mark.campaign
 def test_sqlite_store_in_memory_conforms():
     """A store factory alone: the in-memory adapter, which cannot reopen but
     offers the fault seam (and, being the adapter, also gets the attempt machine)."""

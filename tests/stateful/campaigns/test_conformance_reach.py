@@ -5,7 +5,9 @@ alarm).
 
 One default run of ``run_conformance(consensus_factory=SqlConsensus)`` (the
 strategy machine, the SQLite adapter over it on a file with crashes, faults
-and corrupted rows, then with attempts) is recorded once for the module.
+and corrupted rows, then with attempts) is recorded once for the module. The
+tests that read it are a campaign (``-m campaign``, a step of its own in
+``.ci/run``): the README's ``python -m pytest`` leaves them out.
 """
 
 from __future__ import annotations
@@ -36,12 +38,14 @@ def default_run() -> tuple[Reach, BaseException | None]:
     return reach, failure
 
 
+@pytest.mark.campaign
 def test_sql_consensus_conforms_under_the_default_budget(default_run) -> None:
     """SqlConsensus and the SQLite adapter over it pass the default run."""
     _, failure = default_run
     assert failure is None, f"false alarm: {failure!r}"
 
 
+@pytest.mark.campaign
 def test_default_budget_reaches_every_reachable_cell_but_the_known_gaps(default_run) -> None:
     """Every cell no reason rules out is reached at least once, except those
     listed in ``KNOWN_GAPS`` (reachable cells the default budget does not
@@ -55,6 +59,7 @@ def test_default_budget_reaches_every_reachable_cell_but_the_known_gaps(default_
     assert not closed, "reached now, drop from KNOWN_GAPS:\n" + "\n".join(closed)
 
 
+@pytest.mark.campaign
 def test_no_cell_ruled_out_is_ever_reached(default_run) -> None:
     """A reason that rules out a cell the run reached is wrong."""
     reach, _ = default_run
@@ -75,6 +80,7 @@ def test_every_unreachable_cell_is_listed_with_its_reason() -> None:
     assert reachable | {cell for cell, _ in ruled_out} == every
 
 
+@pytest.mark.campaign
 def test_reach_tables_render_counts_gaps_and_ruled_out_cells(default_run) -> None:
     """``reach_tables`` prints one table per operation: counts, ``0`` for a
     reachable cell not reached, ``-`` for a ruled-out one."""
