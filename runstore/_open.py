@@ -50,13 +50,27 @@ def open(
     migrate: bool = True,
     **options: Any,
 ) -> SqlRunStore:
-    """Open the run store at ``target``: a SQLite file (``":memory:"`` for a
-    private in-memory one) or a PostgreSQL database named by a
-    ``postgresql://`` URL. See ``runstore.sqlite.open`` and
-    ``runstore.postgres.open`` for each backend's options, and the module
-    docstring for ``read_only`` and ``migrate``. The store is a
-    ``runstore.SqliteRunStore`` or a ``runstore.postgres.PostgresRunStore``
-    (both ``runstore._sql.SqlRunStore``, whose ``dialect`` says which)."""
+    """Open the run store at ``target``: a SQLite file path (a ``str`` or
+    ``os.PathLike``; ``":memory:"`` for a private in-memory one) or a
+    PostgreSQL database named by a ``postgresql://`` URL.
+
+    ``clock`` is the store clock (``SystemClock()`` when None) and
+    ``consensus`` the strategy (``SqlConsensus()`` when None). With
+    ``read_only=True`` the store never writes, migrates or changes a file's
+    mode: every write operation raises ``persistence_failed``; with
+    ``migrate=False`` a database that needs migrating is refused
+    (``UnsupportedDatabaseError``) instead of migrated. ``options`` are the
+    backend's own, passed through: ``runstore.sqlite.open``'s (such as
+    ``durability``) or ``runstore.postgres.open``'s (such as ``schema``).
+
+    Returns a ``runstore.SqliteRunStore`` or a
+    ``runstore.postgres.PostgresRunStore``, whose ``dialect`` says which.
+    Raises ``InvalidRunError`` for an inadmissible argument,
+    ``UnsupportedDatabaseError`` for a database it must not use (and for a
+    PostgreSQL URL without the ``postgres`` extra, naming the command that
+    installs it) and ``PersistenceFailedError`` when the database cannot be
+    opened.
+    """
     if is_postgres_url(target):
         try:
             from .postgres import open as open_postgres

@@ -67,11 +67,18 @@ _IOERR = 10  # SQLITE_IOERR
 
 @attrs.frozen
 class Fault:
-    """One injected failure: where it fires and whether a retry may succeed."""
+    """One injected failure: where it fires and whether a retry may succeed.
+    Building one with a ``point`` outside the three, or an ``index`` that is
+    not a non-negative int, raises ``ValueError``."""
 
     point: FaultPoint
+    """Where it fires: ``"statement"`` (a SQL statement of the operation),
+    ``"strategy"`` (a consensus call) or ``"commit"``."""
     index: int = 0
+    """Which one of those it fires at, counting from 0 within the attempt."""
     transient: bool = False
+    """True: it fails like a busy database (``SQLITE_BUSY``), so a retry may
+    succeed; False: like an I/O error, which fails the operation."""
 
     def __attrs_post_init__(self) -> None:
         if self.point not in ("statement", "strategy", "commit"):
@@ -92,9 +99,13 @@ class RetryPolicy:
     """
 
     max_attempts: int = 200
+    """The most attempts one operation gets, the first included."""
     budget_ms: int = 5000
+    """How long after its first attempt an operation may still sleep and retry, in ms."""
     base_delay_ms: float = 1.0
+    """The first backoff's upper bound, in ms; it doubles with each attempt."""
     max_delay_ms: float = 50.0
+    """The largest backoff, in ms."""
 
 
 class InjectedFault(sqlite3.OperationalError):
@@ -108,7 +119,12 @@ class InjectedFault(sqlite3.OperationalError):
 
 
 class FaultPlan:
-    """A queue of faults; each write attempt takes the next one."""
+    """A queue of faults; each write attempt takes the next one.
+
+    ``FaultPlan(*faults)`` queues ``faults`` in order (anything but a
+    ``Fault`` raises ``TypeError``); arm it with the store's fault seam, as
+    ``run_conformance`` does with ``Capabilities(fault_injection=True)``.
+    """
 
     def __init__(self, *faults: Fault) -> None:
         for fault in faults:
@@ -116,10 +132,14 @@ class FaultPlan:
                 raise TypeError("a FaultPlan holds Fault values")
         self._queue: deque[Fault] = deque(faults)
         self.fired: list[Fault] = []
+        """The faults that fired, in order."""
         self.missed: list[Fault] = []
+        """The faults taken by an attempt that never reached their point (an
+        operation with fewer statements or strategy calls than the index)."""
 
     @property
     def unused(self) -> list[Fault]:
+        """The faults no write attempt has taken yet, in order."""
         return list(self._queue)
 
     def __repr__(self) -> str:

@@ -51,8 +51,10 @@ from ._fused import Fused, fusable
 from ._store import PostgresRunStore
 from ._tx import Connection, TransactionManager
 
-#: The oldest server major version the suite runs on.
 MINIMUM_POSTGRES: Final = 15
+"""The oldest PostgreSQL major version ``open`` accepts (and the suite runs
+on); an older server is refused with ``UnsupportedDatabaseError``
+(``cause["stage"] == "server-version"``)."""
 
 SCHEMES: Final = ("postgresql", "postgres")
 _MAX_IDENTIFIER_BYTES: Final = 63
@@ -143,13 +145,20 @@ def open(
     (in a read-only snapshot when ``read_only``). ``migrate=False`` refuses a
     missing schema or one that needs migrating; ``read_only=True`` opens a
     migrated schema in read-only sessions and refuses every write.
-    ``check_clock`` measures the store clock against the server's and refuses
+    ``check_clock`` measures the store clock against the server's (at open,
+    after each 30 s of the clock, and when it moves backwards) and refuses
     lease operations while they are more than half the skew allowance apart
-    (``runstore.postgres._clock_check``); the default checks a
-    ``SystemClock`` and no other clock. ``fast_path`` runs every write
-    operation as one statement, one round trip (``runstore.postgres._fused``);
-    the default takes it when the strategy is ``SqlConsensus`` (and the store
-    is writable); ``False`` keeps the general path, one statement per step.
+    (``persistence_failed``, ``cause["reason"] == "clock-skew"``;
+    ``PostgresRunStore.clock_offset_ms`` is the last measurement); the
+    default checks a ``SystemClock`` and no other clock. ``fast_path`` runs
+    every write operation as one statement, one round trip, a server-side
+    function that makes the same decision; the default takes it when the
+    strategy is ``SqlConsensus`` (and the store is writable); ``False`` keeps
+    the general path, one statement per step. Returns the open
+    ``PostgresRunStore``; an inadmissible argument raises ``InvalidRunError``,
+    a server or schema it must not use ``UnsupportedDatabaseError``, a
+    failure to connect or prepare ``PersistenceFailedError`` naming its
+    ``cause["stage"]`` and ``cause["reason"]``.
     """
     if not is_url(url):
         raise _refuse("url", "must be a postgresql:// URL")

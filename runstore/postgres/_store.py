@@ -21,6 +21,20 @@ class PostgresRunStore(SqlRunStore):
     run it changes, and the lease table lives in the same database. A lost
     connection is replaced by the next operation. It is a context manager,
     and closing it twice does nothing. Its repr never shows a password.
+
+    Every ``RunStore`` operation is there, as the protocol documents it (its
+    methods are inherited from the SQL store both backends share, so this page
+    does not repeat them). Beyond the protocol: ``dialect``; ``clock`` and
+    ``consensus``, what it was opened with; ``read_only``, whether every write
+    is refused; ``fast_path``, whether writes take one round trip (PostgreSQL
+    with ``SqlConsensus``); and ``interrupt()``, which aborts the statement
+    running now, from any thread (the operation then raises
+    ``persistence_failed``). It also has ``schema`` and ``clock_offset_ms``.
+
+    Its constructor is ``runstore.postgres.open``'s: it takes the transaction
+    manager ``tm`` that holds the connection, the store ``clock``, the
+    ``consensus`` strategy, the ``url`` (kept without its password) and the
+    ``schema`` the tables live in.
     """
 
     _queries: ClassVar[ModuleType] = _postgres_queries
@@ -35,6 +49,8 @@ class PostgresRunStore(SqlRunStore):
 
     @property
     def dialect(self) -> Literal["postgresql"]:
+        """Always ``"postgresql"``: the SQL a strategy's ``tx.connection`` speaks (a
+        ``psycopg.Connection``, parameters ``$1``)."""
         return "postgresql"
 
     @property
@@ -46,7 +62,8 @@ class PostgresRunStore(SqlRunStore):
     def clock_offset_ms(self) -> int | None:
         """The store clock minus the server's ``clock_timestamp()``, in ms, as
         last measured; None when the store does not check its clock (see
-        ``runstore.postgres.open``'s ``check_clock``)."""
+        ``runstore.postgres.open``'s ``check_clock``). Lease operations are
+        refused while it is more than 5 000 ms either way."""
         check = getattr(self._tm, "clock_check", None)
         return None if check is None else check.offset_ms
 

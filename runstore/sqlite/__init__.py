@@ -3,10 +3,13 @@
 ``open`` creates (mode 0600) or migrates the file, refuses files it must not
 use, and returns a ``SqliteRunStore`` arbitrated by ``SqlConsensus`` unless
 another strategy is given. ``Fault``, ``FaultPlan`` and ``RetryPolicy`` are
-the test seam of the transaction manager (see ``runstore.sqlite._faults``).
+the test seam of the transaction manager, shared with the PostgreSQL store:
+a ``FaultPlan`` of ``Fault``s fails chosen statements, strategy calls or
+commits, and a ``RetryPolicy`` bounds how transient failures are replayed.
 
-May import: ``runstore._sql``, ``runstore.consensus`` and the core modules of
-``runstore``; never ``runstore.postgres``.
+May import: the SQL store both backends share, ``runstore.consensus`` and the
+core modules of ``runstore``; never ``runstore.postgres`` ("How the code is
+laid out" in the docs names each room).
 """
 
 from ._faults import Fault as Fault

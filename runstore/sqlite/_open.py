@@ -74,8 +74,10 @@ from ._tx import Connection, FileChanged, is_transient
 
 T = TypeVar("T")
 
-#: RETURNING (3.35) and a DROP COLUMN without the early releases' bugs.
 MINIMUM_SQLITE: Final = (3, 35, 5)
+"""The oldest SQLite library ``open`` accepts, as a version tuple: it needs
+RETURNING (3.35) and a DROP COLUMN without the early releases' bugs. An older
+one is refused with ``UnsupportedDatabaseError``."""
 
 #: SQLite's own busy wait, kept short: the jittered retries do the fair
 #: waiting (see ``_tx``).

@@ -36,6 +36,20 @@ class SqliteRunStore(SqlRunStore):
     Several processes may open the same file; SQLite's write lock and
     ``BEGIN IMMEDIATE`` serialize their writes. It is a context manager, and
     closing it twice does nothing.
+
+    Every ``RunStore`` operation is there, as the protocol documents it (its
+    methods are inherited from the SQL store both backends share, so this page
+    does not repeat them). Beyond the protocol: ``dialect``; ``clock`` and
+    ``consensus``, what it was opened with; ``read_only``, whether every write
+    is refused; ``fast_path``, whether writes take one round trip (PostgreSQL
+    with ``SqlConsensus``); and ``interrupt()``, which aborts the statement
+    running now, from any thread (the operation then raises
+    ``persistence_failed``).
+
+    Its constructor is ``runstore.open``'s: it takes the open ``connection``,
+    the store ``clock``, the ``consensus`` strategy, the file's ``path``, the
+    ``retry`` policy for transient failures (a ``RetryPolicy``), ``read_only``
+    and the ``reader`` that read-only stores read through.
     """
 
     _queries: ClassVar[ModuleType] = _sqlite_queries
@@ -60,6 +74,8 @@ class SqliteRunStore(SqlRunStore):
 
     @property
     def dialect(self) -> Literal["sqlite"]:
+        """Always ``"sqlite"``: the SQL a strategy's ``tx.connection`` speaks (a
+        ``sqlite3.Connection``, parameters ``?1``)."""
         return "sqlite"
 
     def __repr__(self) -> str:
