@@ -8,12 +8,14 @@ Subcommands:
   summary (what was found, the seed to replay it, whether shrinking finished,
   every file written); on a failure it writes a regression test file and exits 1.
 - ``runstore replay FILE``: run a regression file under pytest.
-- ``runstore demo ...``: the ownership demonstration (``runstore.cli._demo``).
+- ``runstore demo ...``: the ownership demonstration: worker processes
+  compete for runs while one is killed and one frozen.
 - ``runstore torture --db TARGET ...``: worker processes race on one database
   with kills and stops; the recorded history is checked for linearizability
-  (``runstore.stateful._campaigns._torture``; exits 1 on a violation).
+  (exits 1 on a violation; see "Check concurrent histories" in the docs).
 - ``runstore runs|show|check|stats|purge|backup|migrate DB ...``: the operator
-  commands (``runstore.cli._ops``), on a SQLite path or a PostgreSQL URL.
+  commands, on a SQLite path or a PostgreSQL URL (see "Operate a store from
+  the command line" in the docs).
 
 ``fuzz``, ``replay`` and ``torture`` need the ``conformance`` extra (Hypothesis
 and pytest); without it they say so and exit 2.
@@ -183,7 +185,11 @@ def _torture(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
+    """Run the command line with ``argv`` (the arguments after the program
+    name; ``sys.argv[1:]`` when None) and return the exit status: 0 when the
+    command did its work, 2 for a usage error or a target it cannot open
+    (said in one line); 1 is a finding (a failed check, a divergence) and
+    each command's ``--help`` says what else it may return."""
     args_list = sys.argv[1:] if argv is None else list(argv)
     if args_list[:1] == ["demo"]:
         demo = importlib.import_module("runstore.cli._demo")  # the ownership demonstration
