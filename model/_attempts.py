@@ -146,6 +146,12 @@ class ModelAttemptStore:
     attempts, as SQLite attempt stores over one database do. Options are
     admitted when the store is built (``AttemptStoreError``
     ``invalid_attempt``, method ``options``).
+
+    ``ModelAttemptStore(model_store, *, in_progress_states=("running",),
+    max_checkpoint_bytes=1 << 20, put_mode="insert")``: ``model_store`` is
+    the run store whose fence every write checks; ``in_progress_states``,
+    ``max_checkpoint_bytes`` and ``put_mode`` are ``AttemptStore``'s options,
+    with the same defaults and rules.
     """
 
     def __init__(
@@ -164,7 +170,7 @@ class ModelAttemptStore:
 
     @property
     def options(self) -> AttemptOptions:
-        """The admitted options."""
+        """The options this store was built with, as admitted (an ``AttemptOptions``)."""
         return self._options
 
     # -- plumbing ----------------------------------------------------------------
@@ -212,7 +218,11 @@ class ModelAttemptStore:
     # -- operations ----------------------------------------------------------------
 
     def put(self, attempt: Attempt, owner: OwnerId) -> PutOutcome:
-        """Insert the attempt, or (upsert mode) replace it while in progress."""
+        """Insert ``attempt`` if it is new and ``owner`` holds the run's fence; in upsert mode,
+        replace it while it is in progress and fenced (``Upserted``). Otherwise ``RunNotFound()``
+        (no such run), ``FenceLost()`` (``owner`` does not own it), else ``ExistingSame()`` or
+        ``Conflict()`` by strict comparison with the stored attempt, which is left alone. As
+        ``AttemptStore.put``."""
         record, who, _ = admit_put(attempt, owner, self._options)
         key = _key(record.id)
         with self._lock:
@@ -239,7 +249,8 @@ class ModelAttemptStore:
             return ExistingSame() if existing == record else Conflict()
 
     def get(self, attempt_id: AttemptId | Attempt) -> Attempt | None:
-        """The attempt, or None. Not fenced. An ``Attempt`` stands for its own id."""
+        """The attempt ``attempt_id`` names (an ``AttemptId``, or an ``Attempt`` standing for its
+        own id), or None. Not fenced."""
         ident = admit_get(attempt_id)
         with self._lock:
             record = self._attempts.get(_key(ident))
@@ -254,8 +265,11 @@ class ModelAttemptStore:
         now_ms: int,
         checkpoint: object = ABSENT,
     ) -> AttemptHeartbeatOutcome:
-        """Advance the attempt's heartbeat to ``max(old, now_ms)`` and replace
-        its checkpoint when one is given."""
+        """Advance the heartbeat of the in-progress attempt that ``run_id``, ``step_key_digest`` and
+        ``attempt`` name to the later of its stamp and ``now_ms``, under ``owner``'s fence, and
+        replace its checkpoint with ``checkpoint`` unless that is ``ABSENT``. Returns
+        ``Updated()``, ``NotFound()``, ``FenceLost()`` or ``StateChanged()``, as
+        ``AttemptStore.heartbeat``."""
         ident, who, now, value, _ = admit_heartbeat(
             run_id, step_key_digest, attempt, owner, now_ms, checkpoint, self._options
         )
@@ -281,8 +295,10 @@ class ModelAttemptStore:
             return StateChanged()
 
     def finish(self, finish: FinishAttempt, owner: OwnerId) -> FinishOutcome:
-        """Settle an in-progress attempt; given error/outcome/meta replace the
-        stored ones."""
+        """Settle the in-progress attempt ``finish`` names under ``owner``'s fence: write its state
+        and finish time, and replace error, outcome and meta where given. Returns ``Finished()``,
+        ``NotFound()``, ``FenceLost()`` or ``StateChanged()`` (a second finish), as
+        ``AttemptStore.finish``."""
         request, who, _ = admit_finish(finish, owner, self._options)
         key = _key(request.id)
         with self._lock:
@@ -312,7 +328,9 @@ class ModelAttemptStore:
     def patch(
         self, attempt_id: AttemptId | Attempt, patch: AttemptPatch, owner: OwnerId
     ) -> PatchOutcome:
-        """Replace the given fields in any state, under the fence."""
+        """Replace the fields ``patch`` gives on the attempt ``attempt_id`` names, in any state,
+        under ``owner``'s fence. Returns ``Patched()`` (also for an empty patch), ``NotFound()``
+        or ``FenceLost()``, as ``AttemptStore.patch``."""
         ident, fields, who, _ = admit_patch(attempt_id, patch, owner, self._options)
         key = _key(ident)
         with self._lock:
