@@ -61,6 +61,8 @@ from ._regression import is_suite_defect, suite_defect_invariant, write_regressi
 #: The targets a campaign without ``--target`` rotates through.
 DEFAULT_TARGETS = ("sqlite-sql", "sqlite-local", "sqlite-file-sql", "sqlite-file-local")
 BATCH_EXAMPLES = 20
+#: The fewest examples a time-budgeted batch runs (see ``_examples_that_fit``).
+MIN_BATCH_EXAMPLES = 5
 #: Share of a time budget reserved for shrinking a failure found late.
 SHRINK_RESERVE = 0.15
 
@@ -127,13 +129,18 @@ def machines_for(
 def _examples_that_fit(observer: Observer, seconds_left: float) -> int:
     """How many examples to run in the next batch so that it ends within
     ``seconds_left``, judged by the average cost of the examples so far
-    (batch overheads included); one while nothing has been measured."""
+    (batch overheads included), and never fewer than
+    ``MIN_BATCH_EXAMPLES``: each batch is a new Hypothesis run, whose first
+    example is always its simplest program (a few steps), so batches of one
+    would run that program over and over. A batch that then overruns the
+    deadline is cut at its next example (``campaign_target``)."""
     if observer.examples == 0:
-        return 1
+        return BATCH_EXAMPLES
     per_example = observer.elapsed / observer.examples
     if per_example <= 0:
         return BATCH_EXAMPLES
-    return max(1, min(BATCH_EXAMPLES, int(seconds_left / per_example)))
+    fit = int(seconds_left / per_example)
+    return max(MIN_BATCH_EXAMPLES, min(BATCH_EXAMPLES, fit))
 
 
 def _database_key(name: str) -> str:
@@ -223,9 +230,10 @@ def campaign_target(
     failure. Examples run in batches (one Hypothesis run each), sized by what
     an example has cost so far so that a batch ends before generation should
     stop; the campaign stops between batches. When a batch overruns anyway
-    (the machine got slower), the first example to start after the deadline
-    is cut before it draws anything and discarded, and the campaign reports
-    what ran. A failure found late is shrunk until the deadline.
+    (the machine got slower, or a batch's least size did not fit), the first
+    example to start after the deadline is cut before it draws anything and
+    discarded, and the campaign reports what ran. A failure found late is
+    shrunk until the deadline.
     """
     attempt_factory = None if attempt_store is None else load_factory(attempt_store)
     machines = machines_for(target, attempt_store=attempt_factory)
