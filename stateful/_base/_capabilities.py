@@ -28,14 +28,14 @@ class Capabilities:
     - ``finding_work``: the store offers ``list_runs``, ``claim_next``,
       ``heartbeat_many``, ``purge_settled`` and ``compact_changes``; switches
       on their rules. Declare ``False`` for a store written before them.
-    - ``server_clock``: the store is a PostgreSQL store built by
-      ``runstore.stateful._targets._postgres.postgres_store_factory``, on the suite's
-      server, whose clock the suite reads: switches on the server-clock
+    - ``server_clock``: the store is a PostgreSQL store built by the suite's
+      own PostgreSQL target (``runstore fuzz --target postgres-sql``), on the
+      suite's server, whose clock the suite reads: switches on the server-clock
       machine (``ServerClockCheck``), which opens the store with
       ``check_clock=True`` on a clock anchored to the server's and checks the
       refusal of lease operations past half the skew allowance.
-    - ``postgres_server``: the store is built by ``postgres_store_factory`` on
-      the suite's server (as for ``server_clock``): switches on the session
+    - ``postgres_server``: the store is built by that target on the suite's
+      server (as for ``server_clock``): switches on the session
       machine (``SessionLossCheck``: the server ends the store's idle
       sessions between operations) and the schema machine
       (``SchemaOptionCheck``: ``schema=``, the URL's ``schema`` and
@@ -43,12 +43,24 @@ class Capabilities:
     """
 
     reopen: bool = True
+    """The factory reopens the same committed data after a crash (default True): the store-crash
+    rule runs."""
     whole_state: bool = True
+    """The store has ``state()`` (default True): whole states are compared and rows are corrupted
+    behind its back."""
     lease_introspection: bool = True
+    """Leases are visible (default True): they are compared, and lease/row agreement is checked."""
     fault_injection: bool = False
+    """The store has the SQL stores' fault seam (default False): the fault rules run."""
     finding_work: bool = True
+    """The store has ``list_runs``, ``claim_next``, ``heartbeat_many``, ``purge_settled`` and
+    ``compact_changes`` (default True): their rules run."""
     server_clock: bool = False
+    """A PostgreSQL store of the suite's own target (default False): the server-clock machine runs.
+    """
     postgres_server: bool = False
+    """A PostgreSQL store of the suite's own target on its server (default False): the session and
+    schema machines run."""
 
 
 #: The default: a full store like ``runstore.open(...)``.

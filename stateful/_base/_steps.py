@@ -32,9 +32,13 @@ class Raised:
     """
 
     code: str
+    """The error's ``code`` (``invalid_run``, ``persistence_failed``, ...)."""
     method: str
+    """The error's ``method``: the operation that raised it."""
     field: str | None = attrs.field(default=None, eq=False)
+    """The admission field the error names (``cause["field"]``), if any; not compared."""
     cause: Mapping[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
+    """A copy of the error's ``cause``; neither compared nor shown."""
 
 
 @attrs.frozen
@@ -54,8 +58,11 @@ class Call:
     """
 
     method: str
+    """The operation's name, as the ``RunStore`` protocol spells it."""
     arguments: tuple[tuple[str, Any], ...] = ()
+    """The arguments as ``(name, value)`` pairs, in the operation's order."""
     keywords: frozenset[str] = frozenset()
+    """The names among ``arguments`` that are passed by keyword."""
 
     def get(self, name: str, default: Any = None) -> Any:
         """The argument called ``name``, or ``default``."""
@@ -66,6 +73,7 @@ class Call:
 
     @property
     def run_id(self) -> Any:
+        """The call's ``run_id`` argument, or None when it has none."""
         return self.get("run_id")
 
     def describe(self) -> str:
@@ -89,17 +97,22 @@ class Step:
     """A performed call and its result, as the invariants see it."""
 
     call: Call
+    """The ``Call`` that was made."""
     outcome: Any
+    """What it answered: an outcome value, a ``Raised``, or what the operation returned."""
 
     @property
     def method(self) -> str:
+        """The name of the operation the step made."""
         return self.call.method
 
     def get(self, name: str, default: Any = None) -> Any:
+        """The step's argument called ``name``, or ``default`` when the call has none."""
         return self.call.get(name, default)
 
     @property
     def raised(self) -> bool:
+        """Whether the operation raised (a ``Raised`` or a crash) rather than answered."""
         return isinstance(self.outcome, Raised | Crashed)
 
 

@@ -35,7 +35,10 @@ def conformance_machines(
     consensus_factory: ConsensusFactory | None = None,
     capabilities: Capabilities = FULL_STORE,
 ) -> list[type[RuleBasedStateMachine]]:
-    """The machines ``run_conformance`` runs, in order, for these arguments."""
+    """The machine classes ``run_conformance`` runs, in order, for the same ``store_factory``,
+    ``consensus_factory`` and ``capabilities``: run them yourself with Hypothesis's
+    ``run_state_machine_as_test`` to choose settings per machine. Raises ``TypeError`` when
+    neither factory is given."""
     if store_factory is None and consensus_factory is None:
         raise TypeError("run_conformance needs a store_factory, a consensus_factory, or both")
     machines: list[type[RuleBasedStateMachine]] = []

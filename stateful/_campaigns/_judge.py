@@ -52,7 +52,16 @@ def _named(owner: type, method: str, args: tuple[Any, ...], kwargs: dict[str, An
 
 
 class Judge:
-    """Makes each call of a regression file and checks it as the machine did."""
+    """Makes each call of a regression file and checks it as the machine did.
+
+    ``Judge(store, *, whole_state=True, leases=True, reference=False, attempts=None,
+    in_progress_states=(), caps=None, largest_cap=None)``: ``store`` is the store under
+    judgement; ``whole_state`` and ``leases`` are its capabilities (compare whole states; include
+    leases); ``reference`` says ``store`` is the reference model, so a broken invariant is a
+    ``ReferenceInvariantViolation``; ``attempts`` maps each attempt store's configuration name to
+    the store; ``in_progress_states`` are their in-progress states, ``caps`` their checkpoint
+    caps by name and ``largest_cap`` the largest of them.
+    """
 
     def __init__(
         self,
@@ -67,15 +76,25 @@ class Judge:
         largest_cap: int | None = None,
     ) -> None:
         self.store = store
+        """The store under judgement (replaced by ``reopened``)."""
         self.whole_state = whole_state
+        """Whether whole states are compared (``Capabilities.whole_state``)."""
         self.leases = leases
+        """Whether leases are included (``Capabilities.lease_introspection``)."""
         self.reference = reference
+        """Whether ``store`` is the reference model."""
         self.attempts = attempts
+        """The attempt stores by configuration name, or None."""
         self.in_progress_states = in_progress_states
+        """The attempt stores' in-progress states."""
         self.caps = dict(caps or {})
+        """Each attempt store's checkpoint cap, by configuration name."""
         self.largest_cap = largest_cap
+        """The largest checkpoint cap of any attempt store, or None."""
         self.state = self._view()
+        """The store's state after the last step judged."""
         self.attempt_state = self._attempts()
+        """The attempts after the last step judged."""
 
     # -- views ---------------------------------------------------------------------
 
@@ -107,21 +126,24 @@ class Judge:
     # -- calls ---------------------------------------------------------------------
 
     def call(self, method: str, /, *args: Any, **kwargs: Any) -> Any:
-        """Make ``store.<method>(*args, **kwargs)``; check the step; return the
-        outcome (a ``Raised`` when it raised ``RunStoreError``)."""
+        """Make ``store.<method>(*args, **kwargs)``, the operation ``method`` with ``args`` and
+        ``kwargs``; check the step; return the outcome (a ``Raised`` when it raised
+        ``RunStoreError``)."""
         op = _named(ModelRunStore, method, args, kwargs)
         outcome = perform(self.store, op)
         self._runs(Step(op, outcome))
         return outcome
 
     def made(self, method: str, outcome: Any, /, **arguments: Any) -> Any:
-        """Check a step made outside the judge (a raw edit); return ``outcome``."""
+        """Check a step made outside the judge (a raw edit): the operation ``method``, with
+        ``arguments`` by name, answered ``outcome``; return ``outcome``."""
         self._runs(Step(Call(method, tuple(arguments.items())), outcome))
         return outcome
 
     def reopened(self, store: Any, attempts: Mapping[str, Any] | None = None) -> Any:
-        """The store was closed without ceremony and opened again: nothing
-        committed may be lost. Returns ``store``."""
+        """The store was closed without ceremony and opened again as ``store`` (with ``attempts``,
+        its attempt stores, when it has them): check that nothing committed was lost. Returns
+        ``store``."""
         self.store = store
         if attempts is not None:
             self.attempts = attempts
@@ -129,8 +151,9 @@ class Judge:
         return store
 
     def attempt(self, config: str, method: str, /, *args: Any, **kwargs: Any) -> Any:
-        """Make ``attempts[config].<method>(...)`` and check it as the attempt
-        machine does: attempt step, run step, attempt state."""
+        """Make ``attempts[config].<method>(*args, **kwargs)`` (``method`` with ``args`` and
+        ``kwargs`` on the attempt store named ``config``) and check it as the attempt machine
+        does: attempt step, run step, attempt state. Returns the outcome."""
         assert self.attempts is not None, "this judge has no attempt stores"
         named = _named(AttemptStore, method, args, kwargs)
         op = Call(f"attempt_{method}", (("config", config), *named.arguments), named.keywords)
@@ -168,8 +191,10 @@ def judge_leases(
     *,
     reference: bool = False,
 ) -> None:
-    """The strategy machine's lease invariants for one transaction of a
-    regression file (``calls`` as ``(method, args)`` pairs or ``Call``s)."""
+    """The strategy machine's lease invariants for one transaction of a regression file: the leases
+    ``before`` and ``after`` it, and its ``calls`` (``(method, args)`` pairs or ``Call`` values).
+    Raises the broken invariant (a ``ReferenceInvariantViolation`` when ``reference`` says the
+    leases are the reference model's); returns None when all hold."""
     ops = [op if isinstance(op, Call) else Call(op[0], (("run_id", op[1][0]),)) for op in calls]
     try:
         check_leases(before, after, ops)

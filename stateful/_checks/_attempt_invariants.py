@@ -90,7 +90,6 @@ class CommittedAttemptLost(AttemptInvariantViolation):
     """Reopening the store lost or changed committed attempts."""
 
 
-#: Every attempt invariant exception.
 ATTEMPT_INVARIANTS: tuple[type[AttemptInvariantViolation], ...] = (
     SettledAttemptChanged,
     UnfencedAttemptWrite,
@@ -101,6 +100,8 @@ ATTEMPT_INVARIANTS: tuple[type[AttemptInvariantViolation], ...] = (
     AttemptChangedWithoutWrite,
     CommittedAttemptLost,
 )
+"""Every attempt invariant exception class, each an ``AttemptInvariantViolation``: catch or list
+them by class."""
 
 #: The attempt operations, as ``Step`` method names.
 ATTEMPT_METHODS = frozenset(
@@ -181,7 +182,8 @@ def check_attempt_state(
     *,
     max_checkpoint_bytes: int,
 ) -> None:
-    """Raise the first broken single-state attempt invariant.
+    """Raise the first broken single-state invariant of ``attempts`` (every
+    stored attempt); return None when all hold.
 
     ``runs`` is the run state at the same moment (a ``StoreState`` or its
     rows); ``max_checkpoint_bytes`` is the largest cap of any attempt store
@@ -216,7 +218,8 @@ def check_attempt_step(
     in_progress_states: Collection[str],
     max_checkpoint_bytes: int | None = None,
 ) -> None:
-    """Raise the first broken attempt invariant for ``before --step--> after``.
+    """Raise the first broken attempt invariant of ``step``, which took the
+    attempts from ``before`` to ``after``; return None when all hold.
 
     - ``runs_before``: the run state when the step began (the fence is judged
       on it; pass the reference model's);

@@ -195,11 +195,14 @@ class FailureCauseMismatch(InvariantViolation):
 class ReferenceInvariantViolation(AssertionError):
     """An invariant failed on the reference model's own state or step: a
     defect of the conformance suite (its model or its invariants), never a
-    failure of the store under test. ``invariant`` names the invariant."""
+    failure of the store under test. Built as
+    ``ReferenceInvariantViolation(message, invariant)``: ``message`` says what
+    broke, ``invariant`` names the invariant (see ``of``)."""
 
     def __init__(self, message: str, invariant: str = "") -> None:
         super().__init__(message)
         self.invariant = invariant
+        """The class name of the invariant that broke on the reference."""
 
     @classmethod
     def of(cls, error: AssertionError) -> ReferenceInvariantViolation:
@@ -208,7 +211,6 @@ class ReferenceInvariantViolation(AssertionError):
         return cls(f"{name} on the reference model's own history: {error}", name)
 
 
-#: Every invariant exception, by class name.
 INVARIANTS: tuple[type[InvariantViolation], ...] = (
     RunningOwnershipViolation,
     ClaimFieldsViolation,
@@ -236,6 +238,8 @@ INVARIANTS: tuple[type[InvariantViolation], ...] = (
     StrategyShapeViolation,
     FailureCauseMismatch,
 )
+"""Every invariant exception class of the run store, each an ``InvariantViolation``: catch or list
+them by class."""
 
 
 class _Missing:
@@ -341,8 +345,9 @@ def replay_facts(
 
 
 def check_state(state: StoreState, *, leases: bool = True) -> None:
-    """Raise the first broken single-state invariant. ``leases=False`` skips
-    the lease agreement (for stores that do not expose their leases)."""
+    """Raise the first broken single-state invariant of ``state`` (a
+    ``StoreState``); return None when all hold. ``leases=False`` skips the
+    lease agreement (for stores that do not expose their leases)."""
     rows = _rows(state)
     for row in state.rows:
         _check_row(row)
@@ -432,8 +437,9 @@ def _check_changes(state: StoreState, rows: Mapping[str, RunRow]) -> None:
 def check_leases(
     before: Iterable[Lease | None], after: Iterable[Lease | None], calls: Iterable[Any] = ()
 ) -> None:
-    """The invariants a strategy's leases keep across one transaction (for the
-    strategy machine, where no rows exist): owner, grant time and heartbeat
+    """Raise the first invariant a strategy's leases break across one
+    transaction, from ``before`` to ``after`` (for the strategy machine, where
+    no rows exist); return None when all hold: owner, grant time and heartbeat
     are set together, claimant and claim time are set together, an empty lease
     is pruned, and within one grant (same owner and grant time, no activation
     of the run in the transaction) the heartbeat never moves back. ``calls``
@@ -475,8 +481,9 @@ def check_leases(
 
 
 def check_page_walk(pages: Iterable[Any], matching: Iterable[Iterable[str]]) -> None:
-    """Judge a finished walk of ``list_runs`` pages (each ``RunPage``, the last
-    with ``next`` None): listing keys strictly ascend across the walk, and
+    """Judge a finished walk of ``list_runs`` ``pages`` (each a ``RunPage``, the
+    last with ``next`` None), raising ``PageWalkBroken`` unless listing keys
+    strictly ascend across the walk, and
     every run in each of ``matching`` (the runs that matched the filters when
     each page was read) was listed."""
     keys = [(row.created_at_ms, row.run_id) for page in pages for row in page.runs]
@@ -495,7 +502,10 @@ def check_page_walk(pages: Iterable[Any], matching: Iterable[Iterable[str]]) -> 
 def check_transition(
     before: StoreState, after: StoreState, step: Step, *, leases: bool = True
 ) -> None:
-    """Raise the first broken step invariant for ``before --step--> after``."""
+    """Raise the first broken invariant of ``step``, which took the store from
+    the state ``before`` to the state ``after``; return None when all hold.
+    ``leases=False`` leaves the leases out (for stores that do not expose
+    them)."""
     rows_before, rows_after = _rows(before), _rows(after)
     if step.method == "reopen":
         _check_reopen(before, after)

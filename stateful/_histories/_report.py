@@ -145,7 +145,8 @@ def operation_events(op: Operation) -> list[dict[str, Any]]:
 
 
 def write_history(ops: Iterable[Operation], path: str | os.PathLike[str]) -> Path:
-    """Write ``ops`` as a history file (0600) that ``load_history`` reads back."""
+    """Write ``ops`` (``Operation`` values) to ``path`` as a history file, mode
+    0600, that ``load_history`` reads back; return its ``Path``."""
     target = Path(path)
     descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
@@ -160,7 +161,9 @@ def _file_name(key: str) -> str:
 
 
 def write_violation(verdict: PartitionVerdict, directory: str | os.PathLike[str]) -> list[Path]:
-    """Write the readable report and the re-checkable history of one violation."""
+    """Write the readable report and the re-checkable history of one violation,
+    the ``verdict`` of the partition that failed, into ``directory`` (created
+    if missing); return the two paths, the report's first."""
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     name = f"violation-{_file_name(verdict.key)}"

@@ -240,11 +240,18 @@ def situation_of(op: Call, before: StoreState, clock_ms: int) -> Situation:
 
 @attrs.define
 class Reach:
-    """Counts of the cells reached, per operation."""
+    """Counts of the cells reached, per operation: a cell is an operation, the
+    outcome it gave and the situation of the run before it. Build one
+    empty (``Reach()``) and pass it to ``recording_reach``, or fill it with
+    ``record``; ``reach_tables`` prints it."""
 
     counts: Counter[Cell] = attrs.field(factory=Counter)
+    """How many times each ``(operation, outcome tag, situation)`` cell was reached."""
 
     def record(self, op: Call, outcome: Any, before: StoreState, clock_ms: int) -> None:
+        """Count the cell of one step: the call ``op``, the ``outcome`` it gave, the state
+        ``before`` it and the store clock's ``clock_ms`` then. Calls of operations the tables do
+        not cover are ignored."""
         if op.method not in DIMENSIONS:
             return
         tag = tag_of(op.method, outcome)
@@ -255,9 +262,11 @@ class Reach:
         self.counts[(op.method, tag, situation)] += 1
 
     def update(self, other: Reach) -> None:
+        """Add the counts of ``other`` (another ``Reach``) to these."""
         self.counts.update(other.counts)
 
     def reached(self) -> set[Cell]:
+        """The cells reached at least once."""
         return {cell for cell, count in self.counts.items() if count}
 
 
@@ -496,9 +505,10 @@ def unreachable_cells() -> list[tuple[Cell, str]]:
 
 
 def reach_tables(reach: Reach, methods: tuple[str, ...] | None = None) -> str:
-    """One table per operation: a row per situation, a column per outcome tag;
-    a count where reached, ``0`` where reachable but not reached (a gap),
-    ``-`` where no situation of that kind can give that answer."""
+    """One table per operation of ``reach`` (those named in ``methods``, or every operation): a row
+    per situation, a column per outcome tag; a count where reached, ``0`` where reachable but not
+    reached (a gap), ``-`` where no situation of that kind can give that answer. Returns the
+    text."""
     out: list[str] = []
     for method in methods or tuple(DIMENSIONS):
         dimensions = DIMENSIONS[method]
