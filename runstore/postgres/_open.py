@@ -2,7 +2,10 @@
 schema, migrate it, and open a store on it.
 
 The target is a ``postgresql://`` (or ``postgres://``) URL, passed to libpq
-as it is, except for runstore's own ``schema`` parameter, which is removed.
+as it is, except for runstore's own ``schema`` parameter, which is removed:
+every other byte of the URL reaches libpq unchanged (no parameter is
+decoded and encoded again; libpq reads ``+`` as a plus, not a space). The
+``schema`` value is percent-decoded as libpq decodes the others.
 The schema is chosen by ``schema=`` (keyword or URL parameter; created when
 missing), or else it is the search path's current schema (libpq's
 ``options=-csearch_path=...`` sets it); every connection then sets its search
@@ -72,39 +75,52 @@ def _refuse(field: str, detail: str) -> InvalidRunError:
     return InvalidRunError("open", {"field": field, "detail": detail})
 
 
+def _pieces(url: str) -> tuple[str, str, list[str]]:
+    """``url`` as libpq splits it: scheme, the part up to the first ``?``
+    (user info, hosts, database) and the query's ``key=value`` items, each
+    as written (nothing decoded)."""
+    scheme, _, rest = url.partition("://")
+    head, _, query = rest.partition("?")
+    return scheme, head, [item for item in query.split("&") if item]
+
+
+def _join(scheme: str, head: str, items: list[str]) -> str:
+    query = "&".join(items)
+    return f"{scheme}://{head}?{query}" if query else f"{scheme}://{head}"
+
+
+def _key(item: str) -> str:
+    return urllib.parse.unquote(item.partition("=")[0])
+
+
 def redacted(url: str) -> str:
-    """``url`` without its password (user info or ``password`` parameter)."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return "postgresql://(unparsable)"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hostport = netloc.rpartition("@")
+    """``url`` without its password (user info or ``password`` parameter);
+    everything else as written."""
+    scheme, head, items = _pieces(url)
+    authority, slash, path = head.partition("/")
+    if "@" in authority:
+        userinfo, _, hosts = authority.rpartition("@")
         user = userinfo.split(":", 1)[0]
-        netloc = f"{user}@{hostport}" if user else hostport
-    query = [
-        (key, value)
-        for key, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-        if key.lower() != "password"
-    ]
-    return urllib.parse.urlunsplit(
-        parts._replace(netloc=netloc, query=urllib.parse.urlencode(query, safe="/"))
-    )
+        authority = f"{user}@{hosts}" if user else hosts
+    kept = [item for item in items if _key(item).lower() != "password"]
+    return _join(scheme, authority + slash + path, kept)
 
 
 def _split_schema(url: str) -> tuple[str, str | None]:
-    """The URL for libpq and the ``schema`` parameter it carried, if any."""
-    parts = urllib.parse.urlsplit(url)
-    pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    schemas = [value for key, value in pairs if key == "schema"]
+    """The URL for libpq, byte for byte but for the ``schema`` parameter, and
+    the schema it named (percent-decoded, as libpq decodes values), if any."""
+    scheme, head, items = _pieces(url)
+    schemas = [item.partition("=")[2] for item in items if _key(item) == "schema"]
     if len(schemas) > 1:
         raise _refuse("schema", "is given more than once in the URL")
     if not schemas:
         return url, None
-    rest = [(key, value) for key, value in pairs if key != "schema"]
-    query = urllib.parse.urlencode(rest, safe="/")
-    return urllib.parse.urlunsplit(parts._replace(query=query)), schemas[0]
+    try:
+        schema = urllib.parse.unquote(schemas[0], errors="strict")
+    except UnicodeDecodeError:
+        raise _refuse("schema", "must be valid Unicode text") from None
+    rest = [item for item in items if _key(item) != "schema"]
+    return _join(scheme, head, rest), schema
 
 
 def _admit_schema(schema: object) -> str:

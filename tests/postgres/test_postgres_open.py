@@ -109,6 +109,54 @@ def test_a_target_that_is_not_a_postgres_url_is_invalid_run(target: Any) -> None
     assert caught.value.code == "invalid_run"
 
 
+@pytest.mark.parametrize(
+    ("url", "libpq", "schema"),
+    [
+        (
+            "postgresql://app@db/jobs?options=-c%20statement_timeout%3D5000&schema=runstore",
+            "postgresql://app@db/jobs?options=-c%20statement_timeout%3D5000",
+            "runstore",
+        ),
+        (
+            "postgresql://app@db/jobs?schema=s%20one&application_name=nightly%20exports+x&a=%2B",
+            "postgresql://app@db/jobs?application_name=nightly%20exports+x&a=%2B",
+            "s one",
+        ),
+        ("postgresql://app@db/jobs?schema=a+b", "postgresql://app@db/jobs", "a+b"),
+        (
+            "postgresql://app@db/jobs?sslmode=require",
+            "postgresql://app@db/jobs?sslmode=require",
+            None,
+        ),
+    ],
+)
+def test_the_schema_parameter_leaves_the_rest_byte_for_byte(
+    url: str, libpq: str, schema: str | None
+) -> None:
+    """Only ``schema=`` is taken out; nothing is decoded and encoded again
+    (libpq reads '+' as a plus); the schema is percent-decoded as libpq
+    decodes values."""
+    from runstore.postgres import _open
+
+    assert _open._split_schema(url) == (libpq, schema)
+    assert _open.redacted(url.replace("app@", f"app:{PASSWORD}@")) == url
+
+
+def test_url_parameters_reach_the_server_unchanged_beside_schema(url: str) -> None:
+    """The fleet guide's statement timeout and an application name with a
+    space, both percent-encoded, in a URL that also names the schema."""
+    target = (
+        f"{url}{'&' if '?' in url else '?'}options=-c%20statement_timeout%3D5000"
+        "&application_name=nightly%20exports&schema=runstore"
+    )
+    with postgres.open(target, clock=ManualClock(0)) as store:
+        assert store.schema == "runstore"
+        connection = store._connection
+        assert connection.execute("SHOW statement_timeout").fetchone()[0] == "5s"
+        assert connection.execute("SHOW application_name").fetchone()[0] == "nightly exports"
+        store.create("r", "{}")
+
+
 def test_local_consensus_is_refused(url: str) -> None:
     """Its leases live in one process; nothing is opened."""
     with pytest.raises(RunStoreError) as caught:
