@@ -167,18 +167,42 @@ class PageWalk:
 
 
 class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
-    """``ModelRunStore`` against ``store_factory``'s store, step by step."""
+    """``ModelRunStore`` against ``store_factory``'s store, step by step.
 
-    #: Which default budget ``run_conformance`` gives this machine (``_campaigns._budget``).
+    A Hypothesis state machine (build one for your factory with ``comparison_for``;
+    ``run_conformance`` runs it). Every rule makes the same call on both sides, compares the
+    answers (outcome values with ``==``, errors by code and method), then compares the states
+    and checks the fence invariants on both; a difference raises the failing check, an
+    ``AssertionError`` subclass.
+
+    Rules draw *selectors* rather than raw values, resolved against the reference model's
+    current state, so a printed program reads as intent and shrinks well: ``run`` is a run id
+    (``a``, ``b``, ``lin``, ``lin-2``, ``fork``) or a run in a condition (``"claimable"``,
+    ``"running"``, ``"claimed"``); ``actor`` (and ``claimant``, ``observer``, ``thief``,
+    ``worker``, ``process``) is one of six processes (0 to 5, three hosts of two pids), the
+    run's ``"owner"`` or ``"claimant"``, or a ``"ghost"`` (a crashed incarnation);
+    ``expected`` is the snapshot passed (``"row"`` as read now, ``"as-row"`` the ``RunRow``
+    itself, ``"stale"``, ``"pending"``, ``"malformed"``); ``at`` is the caller's reading (its
+    own clock, or aimed at a heartbeat's or claim's staleness edge and the skew bound:
+    ``"hb+1"``, ``"claim-1"``, ``"skew+1"``, ...); ``evidence`` is the evidence made
+    (``"fit"``, one a millisecond off, a wrong kind or owner, ``"none"``); ``token`` is the
+    claim token (the real one, one off, an old one).
+    """
+
     budget_kind: ClassVar[str] = "store"
+    """Which default budget ``run_conformance`` gives this machine: ``"store"``."""
 
     store_factory: ClassVar[StoreFactory | None] = None
+    """The factory of the store under test (set by ``comparison_for``)."""
     capabilities: ClassVar[Capabilities] = Capabilities()
+    """What the store under test can do (set by ``comparison_for``)."""
     target: ClassVar[str] = "store"
-    #: How to edit a row behind the store's back (``None``: the rule is off).
+    """The name reports give the store under test."""
     raw_writer: ClassVar[Callable[[Any, str, str], bool] | None] = None
+    """How to edit a row's state behind the store's back, or None (the corruption rule is off)."""
 
     grants = Bundle("grants")
+    """The Hypothesis bundle of claims granted in this program: ``(run, claimant, token)``."""
 
     def __init__(self) -> None:
         programs_independent_of_callers_code()
@@ -190,22 +214,38 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
         if factory is None:
             raise TypeError(f"{type(self).__name__} has no store_factory")
         self.clock = ManualClock(START_MS)
+        """The store clock both sides share, a ``ManualClock``; rules move it."""
         self.world = World(self.clock)
+        """The program's world: processes, their offsets and incarnations, and the selectors'
+        resolution."""
         self.log: list[LogEntry] = []
+        """Every step made so far, for the failure summary and the regression file."""
         self.tmp = Path(tempfile.mkdtemp(prefix="runstore-stateful-"))
+        """The program's own folder, removed at teardown."""
         self.path = self.tmp / "store.db"
+        """The path the store factory is given (inside ``tmp``)."""
         self.model = ModelRunStore(clock=self.clock)
+        """The reference, a ``ModelRunStore`` on ``clock``."""
         self.store: Any = self._open_store()
+        """The store under test."""
         self.open = True
+        """Whether ``store`` is open (False during a crash's reopen)."""
         # (owner, model grant, store grant) per run, after a reopen rebuilt a lease.
         self.aliases: dict[str, tuple[OwnerId, int | None, int | None]] = {}
+        """Grant times a reopen rebuilt from a row's heartbeat, by run id: ``(owner, model grant,
+        store grant)``."""
         self.walk: PageWalk | None = None
-        #: A check failed in this program; corrupt rows were planted.
+        """The ``list_runs`` walk under way, or None."""
         self.failed = False
+        """True once a check failed in this program."""
         self.corrupted = False
+        """True once a row was corrupted on purpose."""
         self.column_edits = 0
+        """How many column edits ``corrupt_row`` made (each picks the next kind)."""
         self.model_state = self._model_view()
+        """The reference's state after the last step."""
         self.store_state = self._store_view()
+        """The store's state after the last step, as the capabilities let it be read."""
         self.world.observe(self.model_state)
 
     def _open_store(self) -> Any:
@@ -218,6 +258,9 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
         return store
 
     def teardown(self) -> None:
+        """End the program: unless a check already failed or rows were corrupted on purpose, run
+        the store's own ``check_invariants`` and the tour of rare situations, then close the
+        store and remove its folder."""
         try:
             if self.open:
                 try:
@@ -454,8 +497,9 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
         more=st.lists(st.sampled_from(("lin-2", "fork")), unique=True, max_size=2),
     )
     def setup(self, offsets: tuple[int, ...], more: list[str]) -> None:
-        """Give each process its clock offset and create the runs ``a``, ``b``,
-        ``lin`` and maybe the second round and the fork."""
+        """Give each process its clock offset (``offsets``, one per process, at and around the
+        skew allowance) and create the runs ``a``, ``b`` and ``lin``, and those ``more`` names
+        (``lin-2``, the lineage's second round; ``fork``, a child of ``a``)."""
         self.world.offsets = offsets
         say(f"owner clock offsets: {offsets}")
         for run_id in ("a", "b", "lin", *more):
@@ -470,6 +514,10 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
         state=st.sampled_from(STATE_TEXTS),
     )
     def create(self, run: str, variant: str, state: str) -> None:
+        """``create`` the run ``run`` with ``state`` (one of a few JSON texts, NUL escapes and
+        astral characters included) in the ``variant`` asked: ``"plain"`` (its usual options),
+        ``"round-2"`` (a second round of ``lin``), ``"orphan"`` (a parent that does not exist)
+        or ``"self-parent"``. Creating an id twice answers ``constraint`` on both sides."""
         options: dict[str, Any] = dict(RUN_OPTIONS[run])
         if variant == "round-2":
             options = {"lineage_id": "lin", "round_ordinal": 2}
@@ -484,6 +532,8 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
         what=st.sampled_from(("get", "lineage", "latest_round", "ownership_facts", "changes")),
     )
     def read(self, run: str, what: str) -> None:
+        """A read of ``run``: ``what`` is ``get``, ``lineage``, ``latest_round``,
+        ``ownership_facts`` or ``changes`` (after a revision a little behind)."""
         if what == "changes":
             revision = max(0, self.model_state.revision - 2)
             self._do(call("changes", ("after_revision", revision)))
@@ -500,6 +550,8 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
         at=st.sampled_from(TIMES),
     )
     def claim(self, run: str, actor: object, expected: str, at: str) -> Any:
+        """``claim`` of ``run`` by ``actor`` with the snapshot ``expected`` at ``at``; a granted
+        claim goes to the ``grants`` bundle for a later activation or abandonment."""
         run = self.world.run(run)
         who = self.world.actor(actor, run)
         now = self._at(at, run, who)
@@ -523,6 +575,8 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
         evidence=st.sampled_from(EVIDENCE),
     )
     def claim_and_own(self, run: str, actor: object, expected: str, at: str, evidence: str) -> None:
+        """``claim_and_own`` of ``run`` by ``actor`` with the snapshot ``expected`` at ``at``,
+        with ``evidence`` about the run's owner (or none)."""
         run, who, now, snapshot, proof = self._with_evidence(run, actor, expected, at, evidence)
         self._do(
             call(
@@ -544,6 +598,8 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
         evidence=st.sampled_from(EVIDENCE),
     )
     def steal(self, run: str, actor: object, expected: str, at: str, evidence: str) -> Any:
+        """``steal`` of ``run`` by ``actor`` with the snapshot ``expected`` at ``at`` and
+        ``evidence`` about its owner; a granted claim goes to the ``grants`` bundle."""
         run, who, now, snapshot, proof = self._with_evidence(run, actor, expected, at, evidence)
         out = self._do(
             call(
@@ -564,6 +620,8 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
         expected=st.sampled_from(EXPECTED),
     )
     def activate(self, run: str, actor: object, token: str, expected: str) -> None:
+        """``activate`` of ``run``'s claim by ``actor`` with the claim token ``token`` and the
+        snapshot ``expected``."""
         run = self.world.run(run)
         who = self.world.actor(actor, run)
         self._do(
@@ -578,6 +636,9 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
 
     @rule(grant=consumes(grants), expected=st.sampled_from(("row", "stale", "as-row")))
     def activate_grant(self, grant: Grant, expected: str) -> None:
+        """``activate`` of a claim this program was granted (``grant``, taken from the bundle:
+        run, claimant and token), with the snapshot ``expected`` (``"row"``, ``"stale"`` or
+        ``"as-row"``)."""
         run, who, token = grant
         self._do(
             call(
@@ -591,6 +652,7 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
 
     @rule(run=CLAIMED, actor=st.sampled_from(CLAIMANTS), token=st.sampled_from(TOKENS))
     def abandon_claim(self, run: str, actor: object, token: str) -> None:
+        """``abandon_claim`` of ``run``'s claim by ``actor`` with the token ``token``."""
         run = self.world.run(run)
         who = self.world.actor(actor, run)
         self._do(
@@ -604,6 +666,8 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
 
     @rule(grant=consumes(grants))
     def abandon_grant(self, grant: Grant) -> None:
+        """``abandon_claim`` of a claim this program was granted (``grant``, taken from the
+        bundle)."""
         run, who, token = grant
         self._do(
             call("abandon_claim", ("run_id", run), ("claimant", who), ("claimed_at_ms", token))
@@ -620,6 +684,8 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
     def recover_claim(
         self, run: str, stale: object, token: str, observer: int, at: str, evidence: str
     ) -> None:
+        """``recover_claim`` of ``run``'s claim as held by ``stale`` with the token ``token``, by
+        the process ``observer`` at ``at`` with ``evidence`` about the claimant."""
         run = self.world.run(run)
         claimant = self.world.actor(stale, run)
         who = self.world.process(observer)
@@ -644,7 +710,8 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
         method=st.sampled_from(("heartbeat", "reconfirm")),
     )
     def renew(self, run: str, actor: object, at: str, method: str) -> None:
-        """``heartbeat`` or ``reconfirm``."""
+        """``heartbeat`` or ``reconfirm`` (``method``) of ``run`` by ``actor`` at ``at`` (its
+        reading, behind, or at the skew bound)."""
         run = self.world.run(run)
         who = self.world.actor(actor, run)
         now = self._at(at, run, who)
@@ -660,6 +727,9 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
     def transition_owned(
         self, run: str, actor: object, to_status: str, state: str | None, guard: str | None
     ) -> None:
+        """``transition_owned`` of ``run`` by ``actor`` to ``to_status`` (``pending`` included,
+        which is refused), with new state ``state`` or none, under ``guard`` (``"absent"``,
+        ``"present"``, none, or a malformed one)."""
         run = self.world.run(run)
         who = self.world.actor(actor, run)
         self._do(
@@ -681,13 +751,14 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
         at=st.sampled_from((0, -1, 1, 50_000, -200_000)),
     )
     def request_cancel(self, run: str, lineage: bool, at: int) -> None:
-        """``request_cancel`` or ``request_cancel_lineage`` (no skew bound; a
-        negative time is refused)."""
+        """``request_cancel``, or ``request_cancel_lineage`` when ``lineage``, of ``run`` at the
+        store clock plus ``at`` (no skew bound applies; a negative time is refused)."""
         method = "request_cancel_lineage" if lineage else "request_cancel"
         self._do(call(method, ("run_id", run), ("now_ms", self.clock.now_ms() + at)))
 
     @rule(run=RUNNING, actor=st.sampled_from(ACTORS), at=st.sampled_from((0, 1, -1)))
     def acknowledge_cancel(self, run: str, actor: object, at: int) -> None:
+        """``acknowledge_cancel`` of ``run`` by ``actor`` at the store clock plus ``at``."""
         run = self.world.run(run)
         who = self.world.actor(actor, run)
         self._do(
@@ -708,9 +779,10 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
     def cancellation(
         self, run: str, acknowledgements: int, guard: str | None, to_status: str
     ) -> None:
-        """Someone asks to cancel a running run; its owner acknowledges (maybe
-        twice: the first acknowledgement is kept, the repeat still writes) and
-        settles it under a guard."""
+        """Someone asks to cancel the running ``run``; its owner acknowledges
+        ``acknowledgements`` times (0 to 2: the first acknowledgement is kept, a repeat still
+        writes) and settles it as ``to_status`` under ``guard`` (a required cancellation
+        request, a forbidden one, or none)."""
         run = self.world.run(run)
         row = self._owned(run, 0)
         owner = self.world.actor("owner", run)
@@ -741,7 +813,8 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
 
     @rule(run=CLAIMABLE, actor=PROCESSES)
     def claim_and_activate(self, run: str, actor: int) -> None:
-        """A claim with the current snapshot, then its activation."""
+        """A claim of ``run`` by the process ``actor`` with the current snapshot, then its
+        activation."""
         run = self.world.run(run)
         who = self.world.process(actor)
         snapshot = self.world.expected("row", run)
@@ -773,9 +846,10 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
         edge=st.sampled_from((1, 1, 0, -1)),
     )
     def takeover(self, run: str, thief: int, evidence: str, meanwhile: str, edge: int) -> None:
-        """Move the clock to the staleness edge of a running run (or one either
-        side), steal it with evidence; meanwhile the old owner may heartbeat,
-        reconfirm, suspend or settle, or the thief may give up; then activate."""
+        """Move the clock to the staleness edge of the running ``run`` (``edge``: one past it, on
+        it, or one before), have the process ``thief`` steal it with ``evidence``;
+        ``meanwhile`` the old owner may heartbeat, reconfirm, suspend or settle, or the thief
+        may give up; then the thief activates."""
         run = self.world.run(run)
         row = self._owned(run, (thief + 1) % PROCESS_COUNT)
         if row is None or row.owner is None or row.heartbeat_at_ms is None:
@@ -844,8 +918,8 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
 
     @rule(run=RUNNING, gap=st.sampled_from((1, 1000, 15_000)))
     def delayed_pulse(self, run: str, gap: int) -> None:
-        """The owner heartbeats, then an older pulse (sent ``gap`` ms earlier)
-        arrives late: it is ``Updated`` but never moves the stamp back."""
+        """The owner of ``run`` heartbeats, then an older pulse (sent ``gap`` ms earlier) arrives
+        late: it is ``Updated`` but never moves the stamp back."""
         run = self.world.run(run)
         row = self.world.row(run)
         if row is None or row.owner is None:
@@ -864,8 +938,9 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
         edge=st.sampled_from(EDGE_DELTAS),
     )
     def recover_dead_claim(self, run: str, claimant: int, observer: int, edge: int) -> None:
-        """A process claims a run and crashes before activating; later another
-        process clears the stale claim at the staleness edge (or one either side)."""
+        """The process ``claimant`` claims ``run`` and crashes before activating; later the
+        process ``observer`` clears the stale claim at its staleness edge (``edge``: one past
+        it, on it, or one before)."""
         run = self.world.run(run)
         who = self.world.process(claimant)
         out = self._do(
@@ -927,9 +1002,10 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
         resume=st.booleans(),
     )
     def list_page(self, listing: str, limit: int, with_state: bool, resume: bool) -> None:
-        """A page of ``list_runs``; with ``resume``, the next page of the walk
-        under way (other rules write between its pages). When a walk ends, a
-        run that matched at every page must have been listed once, in order."""
+        """A page of ``list_runs`` with the filters ``listing`` names, ``limit`` rows and
+        ``with_state``; with ``resume``, the next page of the walk under way (other rules
+        write between its pages). When a walk ends, a run that matched at every page must have
+        been listed once, in order."""
         walk = self.walk
         if not (resume and walk is not None and walk.after is not None):
             walk = self.walk = PageWalk(self._listing(listing))
@@ -953,8 +1029,8 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
         at=st.sampled_from(("reading", "reading", "behind", "skew", "skew+1")),
     )
     def claim_next(self, actor: object, statuses: Any, at: str) -> None:
-        """``claim_next``: the store may take any run the model could (the
-        oldest unless others hold it); the model then takes the same one."""
+        """``claim_next`` by ``actor`` at ``at`` over ``statuses``: the store may take any run
+        the model could (the oldest unless others hold it); the model then takes the same one."""
         who = self.world.actor(actor, "a")
         now = self.world.time(at, "a", who)
         self._claim_next(call("claim_next", ("owner", who), ("now_ms", now), status=statuses))
@@ -991,8 +1067,8 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
         at=st.sampled_from(RENEW_TIMES),
     )
     def heartbeat_many(self, actor: object, runs: list[str], at: str) -> None:
-        """``heartbeat_many`` over runs in every state (owned by the caller or
-        not, claimed, settled, missing), keys in the order asked."""
+        """``heartbeat_many`` by ``actor`` at ``at`` over ``runs``, run ids in every state (owned
+        by the caller or not, claimed, settled, missing), keys in the order asked."""
         anchor = self.world.run("running")
         who = self.world.actor(actor, anchor)
         now = self._at(at, anchor, who)
@@ -1008,7 +1084,7 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
         limit=st.sampled_from(PURGE_LIMITS),
     )
     def purge(self, back: int, limit: int) -> None:
-        """``purge_settled`` of runs finished before now (minus ``back``)."""
+        """``purge_settled`` of runs finished before now (minus ``back`` ms), up to ``limit``."""
         before = max(0, self.clock.now_ms() - back)
         self._do(
             call("purge_settled", ("before_ms", before), limit=None if limit == 1000 else limit)
@@ -1017,7 +1093,7 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
     @precondition(lambda self: self.capabilities.finding_work)
     @rule(back=st.sampled_from((0, 0, 1, 2, 5)), limit=st.sampled_from(PURGE_LIMITS))
     def compact(self, back: int, limit: int) -> None:
-        """``compact_changes`` through the current revision (or a little below)."""
+        """``compact_changes`` through the current revision (minus ``back``), up to ``limit``."""
         through = max(0, self.model_state.revision - back)
         self._do(
             call(
@@ -1032,8 +1108,9 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
     def claim_next_racing_a_claim(
         self, run: str, claimant: int, worker: int, activate: bool
     ) -> None:
-        """One process claims a run (and maybe activates it) while another asks
-        ``claim_next``: the claimed run is never taken twice."""
+        """The process ``claimant`` claims ``run`` (and, with ``activate``, activates it) while
+        the process ``worker`` asks ``claim_next`` before and after: the claimed run is never
+        taken twice."""
         run = self.world.run(run)
         who = self.world.process(claimant)
         snapshot = self.world.expected("row", run)
@@ -1060,9 +1137,9 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
     @precondition(lambda self: self.capabilities.finding_work)
     @rule(run=CLAIMABLE, process=PROCESSES, ghost_first=st.booleans())
     def heartbeat_many_after_restart(self, run: str, process: int, ghost_first: bool) -> None:
-        """A process owns a run and restarts: its new incarnation (same host
-        and pid, a new nonce) must not renew what the crashed one held, with
-        ``heartbeat_many`` over every run; the crashed one still can."""
+        """The process ``process`` owns ``run`` and restarts: its new incarnation (same host and
+        pid, a new nonce) must not renew what the crashed one held with ``heartbeat_many``
+        over every run; the crashed one still can. ``ghost_first`` says which renews first."""
         run = self.world.run(run)
         self._owned(run, process)
         ghost = self.world.process(process)
@@ -1079,9 +1156,10 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
     @precondition(lambda self: self.capabilities.finding_work)
     @rule(run=RUNNING, thief=PROCESSES, settle=st.sampled_from(("completed", "failed", None)))
     def purge_during_takeover(self, run: str, thief: int, settle: str | None) -> None:
-        """A stale running run is stolen; before the thief activates, its old
-        owner may settle it and a purge runs (a live lineage round, a claimed
-        or a running run is never purged); then the activation."""
+        """The stale running ``run`` is stolen by the process ``thief``; before the thief
+        activates, its old owner may settle it (``settle``: ``completed``, ``failed`` or not
+        at all) and a purge runs (a live lineage round, a claimed or a running run is never
+        purged); then the activation."""
         run = self.world.run(run)
         row = self._owned(run, (thief + 1) % PROCESS_COUNT)
         if row is None or row.owner is None or row.heartbeat_at_ms is None:
@@ -1123,6 +1201,8 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
 
     @rule(ms=st.sampled_from(ADVANCES))
     def advance(self, ms: int) -> None:
+        """Move the store clock ``ms`` forward (a second, a millisecond, or up to the staleness
+        edges)."""
         self._set_clock(self.clock.now_ms() + ms)
 
     @rule(
@@ -1131,8 +1211,9 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
         delta=st.sampled_from(EDGE_DELTAS),
     )
     def advance_to_edge(self, run: str, edge: str, delta: int) -> None:
-        """Land the store clock exactly on a heartbeat or claim's staleness
-        edge (``stamp + 30000``), or one either side."""
+        """Land the store clock on ``run``'s staleness edge for ``edge`` (``"hb"``: its
+        heartbeat, ``"claim"``: its claim), ``stamp + 30000``, plus ``delta`` (one either
+        side, or on it)."""
         run = self.world.run(run)
         row = self.world.row(run)
         stamp = None
@@ -1143,8 +1224,8 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
 
     @rule(process=PROCESSES)
     def restart_process(self, process: int) -> None:
-        """The process crashes (it stops heartbeating) and starts again with a
-        new nonce: its old identity is now a ghost."""
+        """The process ``process`` crashes (it stops heartbeating) and starts again with a new
+        nonce: its old identity is now a ghost."""
         say(f"process {process} restarts as {self.world.restart(process)!r}")
 
     @precondition(lambda self: self.capabilities.reopen)
@@ -1187,13 +1268,10 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
     @precondition(lambda self: self.raw_writer is not None and self.capabilities.whole_state)
     @rule(run=RUN, text=st.sampled_from(CORRUPT_TEXTS))
     def corrupt_row(self, run: str, text: str) -> None:
-        """Edit a row's state behind the store's back (mirrored in the model);
-        reads of that run must then fail with ``decode_failed``. First, on a
-        copy of a SQLite adapter's file (see ``_edits``), break another
-        column of the row, one that fits it (``column_edit_for``): reads of
-        the copy must refuse it and the store's own check must flag it.
-        (Chosen, not drawn: a draw would change every program the budget
-        runs, and with it what they reach.)"""
+        """Write ``text`` as ``run``'s state behind the store's back (mirrored in the model):
+        reads of that run must then fail with ``decode_failed``. First, on a copy of a SQLite
+        adapter's file, break another column of the row, one that fits it: reads of the copy
+        must refuse it and the store's own check must flag it."""
         row = self.world.row(run)
         if row is not None and copyable(self.store, self.path):
             edit = column_edit_for(row, self.column_edits)
@@ -1220,11 +1298,10 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
     @precondition(lambda self: self.capabilities.fault_injection)
     @rule(op=st.sampled_from(FAULT_OPERATIONS), fault=st.sampled_from(FAULTS))
     def faulted(self, op: str, fault: str) -> None:
-        """A write with a fault armed: a lasting failure (at a statement, in
-        the strategy, at commit) must raise ``persistence_failed`` and leave no
-        trace; transient ones within the retry budget must not change the
-        outcome; as many as the budget must raise. A raised error's cause
-        must say what failed (``expected_fault_cause``)."""
+        """The write ``op`` with the fault plan ``fault`` armed: a lasting failure (at a
+        statement, in the strategy, at commit) must raise ``persistence_failed`` and leave no
+        trace; transient ones within the retry budget must not change the outcome; as many as
+        the budget must raise. A raised error's cause must say what failed."""
         self._faulted(faulted_call(op, self.world, self.clock.now_ms()), fault)
 
     def _faulted(self, built: Call, fault: str) -> None:
@@ -1252,17 +1329,17 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
 
     @rule(case=st.sampled_from(MALFORMED_CASES + EDGE_CASES))
     def malformed(self, case: str) -> None:
-        """An operation with one inadmissible argument: both sides refuse it
-        with ``invalid_run`` and change nothing. Or (an edge case) one whose
-        argument is exactly at one of contract.md's limits, or a state
-        admission must walk: both sides admit it (on a run that does not
-        exist, so nothing changes)."""
+        """The call ``case`` names: one inadmissible argument (both sides refuse it with
+        ``invalid_run`` and change nothing), or one exactly at one of the contract's limits,
+        or a state admission must walk (both sides admit it, on a run that does not exist, so
+        nothing changes)."""
         self._do(malformed_call(case, self.world), admission=case in EDGE_CASES)
 
     @precondition(lambda self: self.capabilities.finding_work)
     @rule(case=st.sampled_from(FINDING_WORK_MALFORMED_CASES))
     def malformed_finding_work(self, case: str) -> None:
-        """``malformed`` for the operations that work across runs."""
+        """``malformed`` for the operations that work across runs: the call ``case`` names, with
+        one inadmissible argument."""
         self._do(malformed_call(case, self.world), admission=False)
 
 
@@ -1381,7 +1458,10 @@ def comparison_for(
     name: str = "store",
     raw_writer: Callable[[Any, str, str], bool] | None = None,
 ) -> type[RunStoreComparison]:
-    """A ``RunStoreComparison`` subclass for one store factory."""
+    """A ``RunStoreComparison`` subclass for ``store_factory`` (called ``store_factory(clock,
+    path)``; see ``run_conformance``), with its ``capabilities``, named ``name`` in reports.
+    ``raw_writer(store, run_id, text)``, when given, writes a run's state behind the store's
+    back and answers whether a row was written; it switches on the corruption rule."""
     namespace: dict[str, Any] = {
         "store_factory": staticmethod(store_factory),
         "capabilities": capabilities,
