@@ -132,14 +132,31 @@ SINGLE_CALLS = (
 
 
 class ConsensusComparison(RuleBasedStateMachine):
-    """``ModelConsensus`` against ``consensus_factory()``'s strategy."""
+    """``ModelConsensus`` against ``consensus_factory()``'s strategy.
 
-    #: Which default budget ``run_conformance`` gives this machine (``_campaigns._budget``).
+    A Hypothesis state machine (build one with ``consensus_comparison_for``;
+    ``run_conformance`` runs it). Each rule makes one or two strategy calls inside a real
+    write transaction of an in-memory SQLite store that hosts the strategy (the model's inside
+    ``model_transaction()``), then compares the answers and, with lease introspection, every
+    run's ``lease()``; some transactions roll back on purpose. The strategy must satisfy the
+    ``Consensus`` protocol (else ``StrategyShapeViolation``).
+
+    Rules draw selectors as ``RunStoreComparison``'s do: ``run`` is one of the runs ``a``,
+    ``b``, ``c`` or a run in a condition (free, owned, claimed); ``actor`` (and ``stale``,
+    ``thief``, ``claimant``, ``observer``, ``process``) a process, the run's owner or
+    claimant, or a ghost; ``at`` a reading aimed at the staleness and skew edges; ``evidence``
+    the evidence made; ``token`` the grant time presented.
+    """
+
     budget_kind: ClassVar[str] = "strategy"
+    """Which default budget ``run_conformance`` gives this machine: ``"strategy"``."""
 
     consensus_factory: ClassVar[ConsensusFactory | None] = None
+    """The factory of the strategy under test (set by ``consensus_comparison_for``)."""
     capabilities: ClassVar[Capabilities] = FULL_STORE
+    """What the strategy under test can do (set by ``consensus_comparison_for``)."""
     target: ClassVar[str] = "strategy"
+    """The name reports give the strategy under test."""
 
     def __init__(self) -> None:
         programs_independent_of_callers_code()
@@ -153,10 +170,15 @@ class ConsensusComparison(RuleBasedStateMachine):
         import runstore
 
         self.clock = ManualClock(START_MS)
+        """The clock the readings are drawn against, a ``ManualClock``."""
         self.world = World(self.clock, run_ids=CONSENSUS_RUNS)
+        """The program's world: processes, offsets, incarnations and the selectors' resolution."""
         self.log: list[LogEntry] = []
+        """Every transaction made so far, for the failure summary and the regression file."""
         self.model = ModelConsensus()
+        """The reference, a ``ModelConsensus``."""
         self.strategy = factory()
+        """The strategy under test."""
         # What a store checks by shape, and what a caller checks with
         # isinstance(): every method of runstore.consensus.Consensus.
         try:
@@ -169,13 +191,17 @@ class ConsensusComparison(RuleBasedStateMachine):
                 f"{type(self.strategy).__name__} does not satisfy runstore.consensus.Consensus"
             )
         self.host = runstore.open(":memory:", clock=ManualClock(0), consensus=self.strategy)
+        """The in-memory SQLite store whose write transactions the strategy is called in."""
         for run_id in CONSENSUS_RUNS:
             self.host.create(run_id, "{}")
         self.model_leases = self._model_leases()
+        """The reference's lease of each run after the last transaction."""
         self.strategy_leases = self._strategy_leases()
+        """The strategy's lease of each run after the last transaction."""
         self._observe()
 
     def teardown(self) -> None:
+        """Close the host store."""
         self.host.close()
 
     # -- leases ------------------------------------------------------------------------
@@ -354,11 +380,13 @@ class ConsensusComparison(RuleBasedStateMachine):
 
     @initialize(offsets=st.tuples(*[st.sampled_from(OFFSETS[:6])] * PROCESS_COUNT))
     def setup(self, offsets: tuple[int, ...]) -> None:
-        """Give each process its clock offset (strategies take any reading)."""
+        """Give each process its clock offset (``offsets``, one per process; strategies take any
+        reading)."""
         self.world.offsets = offsets
 
     @rule(run=FREE, actor=st.sampled_from(CLAIMERS), at=st.sampled_from(TIMES))
     def claim(self, run: str, actor: object, at: str) -> None:
+        """``claim`` of the free ``run`` by ``actor`` at ``at``."""
         self._transact([self._build("claim", run, actor, at, "claim", "fit", 0)])
 
     @rule(
@@ -368,10 +396,13 @@ class ConsensusComparison(RuleBasedStateMachine):
         evidence=st.sampled_from(EVIDENCE),
     )
     def steal(self, run: str, actor: object, at: str, evidence: str) -> None:
+        """``steal`` of the owned ``run`` by ``actor`` at ``at`` with ``evidence`` about its
+        owner."""
         self._transact([self._build("steal", run, actor, at, "claim", evidence, 0)])
 
     @rule(run=CLAIMED, actor=st.sampled_from(CLAIMANTS), token=st.sampled_from(TOKENS))
     def activate(self, run: str, actor: object, token: str) -> None:
+        """``activate`` of the claimed ``run`` by ``actor`` with the grant time ``token``."""
         self._transact([self._build("activate", run, actor, "reading", token, "fit", 0)])
 
     @rule(
@@ -381,6 +412,8 @@ class ConsensusComparison(RuleBasedStateMachine):
         method=st.sampled_from(("heartbeat", "reconfirm")),
     )
     def renew(self, run: str, actor: object, at: str, method: str) -> None:
+        """``heartbeat`` or ``reconfirm`` (``method``) of the owned ``run`` by ``actor`` at
+        ``at``."""
         self._transact([self._build(method, run, actor, at, "claim", "fit", 0)])
 
     @rule(
@@ -394,14 +427,18 @@ class ConsensusComparison(RuleBasedStateMachine):
     def recover(
         self, run: str, stale: object, token: str, observer: int, at: str, evidence: str
     ) -> None:
+        """``recover`` of the claim on ``run`` held by ``stale`` with the grant time ``token``,
+        by the process ``observer`` at ``at`` with ``evidence`` about the claimant."""
         self._transact([self._build("recover", run, stale, at, token, evidence, observer)])
 
     @rule(run=CLAIMED, actor=st.sampled_from(CLAIMANTS), token=st.sampled_from(TOKENS))
     def release_claim(self, run: str, actor: object, token: str) -> None:
+        """``release_claim`` of the claim on ``run`` by ``actor`` with the grant time ``token``."""
         self._transact([self._build("release_claim", run, actor, "reading", token, "fit", 0)])
 
     @rule(run=OWNED, actor=st.sampled_from(ACTORS))
     def release_ownership(self, run: str, actor: object) -> None:
+        """``release_ownership`` of the owned ``run`` by ``actor``."""
         self._transact([self._build("release_ownership", run, actor, "reading", "claim", "", 0)])
 
     @precondition(lambda self: callable(getattr(self.strategy, "heartbeat_many", None)))
@@ -411,8 +448,8 @@ class ConsensusComparison(RuleBasedStateMachine):
         at=st.sampled_from(RENEW_TIMES),
     )
     def heartbeat_many(self, runs: list[str], actor: object, at: str) -> None:
-        """The strategy's optional batch renewal (run ids in order, as the
-        store passes them) answers for each run what ``heartbeat`` alone
+        """The strategy's optional batch renewal of ``runs`` (in run id order, as the store
+        passes them) by ``actor`` at ``at``: it answers for each run what ``heartbeat`` alone
         would, in batches whose leases are all held, all lost, or mixed."""
         anchor = self.world.run(runs[0])
         who = self.world.actor(actor, anchor)
@@ -427,6 +464,8 @@ class ConsensusComparison(RuleBasedStateMachine):
 
     @rule(run=OWNED, actor=st.sampled_from(ACTORS))
     def guard(self, run: str, actor: object) -> None:
+        """``guard`` of the owned ``run`` for ``actor``: passes only for the holder, else
+        ``fence_lost``."""
         self._transact([self._build("guard", run, actor, "reading", "claim", "", 0)])
 
     @rule(
@@ -437,8 +476,9 @@ class ConsensusComparison(RuleBasedStateMachine):
         commit=st.booleans(),
     )
     def claim_then(self, run: str, method: str, actor: object, token: str, commit: bool) -> None:
-        """Two calls in one transaction: a claim by a process, then ``method``
-        (by default on that fresh claim), committed or rolled back."""
+        """Two calls in one transaction: a claim of the free ``run`` by a process, then
+        ``method`` by ``actor`` with the grant time ``token`` (by default on that fresh
+        claim), committed when ``commit``, else rolled back."""
         run = self.world.run(run)
         who = self.world.process(0)
         now = self.clock.now_ms()
@@ -463,7 +503,9 @@ class ConsensusComparison(RuleBasedStateMachine):
     def rolled_back(
         self, run: str, method: str, actor: object, at: str, token: str, evidence: str
     ) -> None:
-        """One call in a transaction that then rolls back: no lease may change."""
+        """One call of ``method`` on ``run`` by ``actor`` at ``at`` (with ``token`` and
+        ``evidence`` where it takes them) in a transaction that then rolls back: no lease may
+        change."""
         self._transact([self._build(method, run, actor, at, token, evidence, 2)], rollback=True)
 
     @rule(
@@ -474,9 +516,9 @@ class ConsensusComparison(RuleBasedStateMachine):
         meanwhile=st.sampled_from(MEANWHILE),
     )
     def takeover(self, run: str, thief: int, evidence: str, edge: int, meanwhile: str) -> None:
-        """At an owner's staleness edge (or one either side), steal; meanwhile
-        the owner may heartbeat, reconfirm or let go, or the thief may give up;
-        then activate."""
+        """At the owner's staleness edge of ``run`` (``edge``: one past, on, or one before), the
+        process ``thief`` steals with ``evidence``; ``meanwhile`` the owner may heartbeat,
+        reconfirm or let go, or the thief may give up; then the thief activates."""
         run = self.world.run(run)
         row = self.world.row(run)
         if row is None or row.owner is None:
@@ -513,9 +555,9 @@ class ConsensusComparison(RuleBasedStateMachine):
         heartbeat=st.sampled_from(("none", "once", "late")),
     )
     def own(self, run: str, process: int, heartbeat: str) -> None:
-        """A process claims a free run and activates its grant (each in its own
-        transaction), then maybe heartbeats, maybe with an older pulse
-        arriving after a newer one."""
+        """The process ``process`` claims the free ``run`` and activates its grant (each in its
+        own transaction), then, as ``heartbeat`` says, heartbeats (``"once"``), heartbeats and
+        then sees an older pulse arrive late (``"late"``), or does not (``"none"``)."""
         run = self.world.run(run)
         who = self.world.process(process)
         now = self.world.reading(who)
@@ -550,8 +592,9 @@ class ConsensusComparison(RuleBasedStateMachine):
     def recover_dead_claim(
         self, run: str, claimant: int, observer: int, edge: int, rollback: bool
     ) -> None:
-        """A claimant crashes; at its claim's staleness edge (or one either
-        side) another process recovers the claim, committed or rolled back."""
+        """The process ``claimant`` claims ``run`` and crashes; at its claim's staleness edge
+        (``edge``: one past, on, or one before) the process ``observer`` recovers the claim,
+        rolled back when ``rollback``."""
         run = self.world.run(run)
         who = self.world.process(claimant)
         now = self.clock.now_ms()
@@ -577,10 +620,13 @@ class ConsensusComparison(RuleBasedStateMachine):
 
     @rule(ms=st.sampled_from(ADVANCES))
     def advance(self, ms: int) -> None:
+        """Move the clock ``ms`` forward."""
         self._set_clock(self.clock.now_ms() + ms)
 
     @rule(process=PROCESSES)
     def restart_process(self, process: int) -> None:
+        """The process ``process`` crashes and starts again with a new nonce: its old identity is
+        now a ghost."""
         say(f"process {process} restarts as {self.world.restart(process)!r}")
 
 
@@ -590,7 +636,8 @@ def consensus_comparison_for(
     *,
     name: str = "strategy",
 ) -> type[ConsensusComparison]:
-    """A ``ConsensusComparison`` subclass for one strategy factory."""
+    """A ``ConsensusComparison`` subclass for ``consensus_factory`` (called with no arguments for
+    a fresh strategy each program), with its ``capabilities``, named ``name`` in reports."""
     namespace: dict[str, Any] = {
         "consensus_factory": staticmethod(consensus_factory),
         "capabilities": capabilities,
