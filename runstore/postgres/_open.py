@@ -21,6 +21,12 @@ The URL's password never appears in a repr, a log line or an error: the
 store keeps a copy of the URL without it, and connection failures are
 reported by SQLSTATE, never by the driver's message.
 
+No statement of ``open`` resolves a name through the caller's search path:
+those that run before the store pins its search path to the schema name
+everything with ``pg_catalog.`` and ``OPERATOR(pg_catalog.=)``, so an
+operator or function planted in a schema the database's default search path
+lists first never runs with the store's role.
+
 ``migrate=False`` creates and migrates nothing: a missing schema is refused
 (``cause["stage"] == "missing"``), and so is one that needs migrating
 (``"needs-migration"``, naming the pending steps). ``read_only=True`` also
@@ -260,7 +266,8 @@ IDLE_IN_TRANSACTION_MS: Final = 10_000
 _IDLE_IN_TRANSACTION: Final = (
     "SELECT pg_catalog.set_config('idle_in_transaction_session_timeout', "
     f"'{IDLE_IN_TRANSACTION_MS}', false) "
-    "WHERE pg_catalog.current_setting('idle_in_transaction_session_timeout') = '0'"
+    "WHERE pg_catalog.current_setting('idle_in_transaction_session_timeout') "
+    "OPERATOR(pg_catalog.=) '0'"
 )
 
 
@@ -326,6 +333,10 @@ def _prepare(connection: Connection, schema: str | None, *, read_only: bool, mig
     raise failure
 
 
+#: The schema the search path selects (resolving nothing through it).
+_CURRENT_SCHEMA: Final = "SELECT pg_catalog.current_schema()"
+
+
 def _prepare_unchecked(
     connection: Connection, schema: str | None, *, read_only: bool, migrate: bool
 ) -> str:
@@ -343,7 +354,7 @@ def _prepare_unchecked(
             "runstore needs a UTF8 database", {"stage": "encoding", "server_encoding": encoding}
         )
     if schema is None:
-        current = execute("SELECT current_schema()").fetchone()[0]
+        current = execute(_CURRENT_SCHEMA).fetchone()[0]
         if current is None:
             raise SchemaRefused(
                 "the search path names no existing schema; create it or pass schema=",
@@ -351,7 +362,7 @@ def _prepare_unchecked(
             )
         schema = str(current)
         psycopg.Connection.execute(connection, f"SET search_path TO {_quoted(schema)}")
-    elif execute("SELECT current_schema()").fetchone()[0] is None:
+    elif execute(_CURRENT_SCHEMA).fetchone()[0] is None:
         if not may_write:
             mode = "read_only=True" if read_only else "migrate=False"
             raise PersistenceFailedError(
