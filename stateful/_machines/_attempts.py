@@ -343,16 +343,25 @@ def retyped(value: JsonValue | Absent) -> JsonValue | Absent:
 
 
 class RunAttemptComparison(RunStoreComparison):
-    """``ModelRunStore`` + ``ModelAttemptStore`` against the store under test
-    and ``attempt_store_factory`` over it, step by step."""
+    """``ModelRunStore`` + ``ModelAttemptStore`` against the store under test and
+    ``attempt_store_factory`` over it, step by step.
 
-    #: Which default budget ``run_conformance`` gives this machine (``_campaigns._budget``).
+    Every rule of ``RunStoreComparison`` stays, and attempt rules interleave with them, so
+    attempt writes land before, during and after claims, takeovers, settling, crashes and
+    faults. Two attempt stores share the table on each side (``config``: ``"insert"`` with the
+    defaults, ``"upsert"`` with ``queued`` and ``running`` in progress and a 64-byte
+    checkpoint cap). A ``writer`` is the run's owner of record, a ``"displaced"`` former
+    owner, its claimant, a stranger process or a crashed incarnation. Build one with
+    ``attempt_comparison_for``.
+    """
+
     budget_kind: ClassVar[str] = "attempts"
+    """Which default budget ``run_conformance`` gives this machine: ``"attempts"``."""
 
-    #: Builds the attempt store under test: ``factory(store, **options)``.
     attempt_store_factory: ClassVar[Callable[..., Any]] = AttemptStore
-    #: Whether a program of this machine has judged an oversized stored checkpoint.
+    """Builds the attempt store under test: ``factory(store, **options)``."""
     oversize_judged: ClassVar[bool] = False
+    """Whether a program of this machine has judged an oversized stored checkpoint."""
 
     def __init__(self) -> None:
         # ``_open_store`` (called by the base) builds the store-side attempt stores.
@@ -361,12 +370,15 @@ class RunAttemptComparison(RunStoreComparison):
             name: ModelAttemptStore(self.model, **config.options())
             for name, config in CONFIGS.items()
         }
+        """The reference's attempt stores over the model, by configuration name."""
         self.model_attempts: tuple[Attempt, ...] = ()
+        """The reference's attempts after the last step."""
         self.store_attempts: tuple[Attempt, ...] = ()
-        #: Per run, owners it had before the current one (oldest first).
+        """The store's attempts after the last step."""
         self.displaced: dict[str, list[OwnerId]] = {}
-        #: The attempts written last (most recent at the end).
+        """Per run, the owners it had before the current one, oldest first."""
         self.recent: list[AttemptId] = []
+        """The attempts written last, the most recent at the end."""
 
     def _open_store(self) -> Any:
         store = super()._open_store()
@@ -639,8 +651,16 @@ class RunAttemptComparison(RunStoreComparison):
         outcome: JsonValue | Absent,
         meta: JsonValue | Absent,
     ) -> None:
-        """``put`` a new record, the stored one again, or the stored one with
-        one JSON value retyped (``True`` for ``1``, ``null`` for absent, ...)."""
+        """``put`` by ``writer`` through the store ``config`` of a new record, the stored one
+        again, or the stored one with one JSON value retyped (``variant``: ``"new"``,
+        ``"stored"``, ``"retyped"``, as ``True`` for ``1`` or ``null`` for absent). ``config``
+        names the attempt store (``"insert"``: the defaults; ``"upsert"``: upsert mode,
+        ``queued`` and ``running`` in progress, a 64-byte cap); the attempt is the last one
+        written (``pick`` ``"latest"``), the one before (``"earlier"``) or the one ``run``,
+        ``step`` and ``number`` name (``"given"``). A new record has ``state``, the stamps
+        ``stamps`` names (started only, beating, finished), and ``checkpoint``, ``error``,
+        ``outcome`` and ``meta`` (JSON values Python calls equal and the stores do not, at and
+        over the checkpoint cap, or ``ABSENT``). With ``own``, a process first takes the run."""
         ident = self._address(run, step, number, pick)
         run, step, number = ident.run_id, ident.step_key_digest, ident.attempt
         if own:
@@ -670,6 +690,11 @@ class RunAttemptComparison(RunStoreComparison):
 
     @rule(config=CONFIG, run=ATTEMPT_RUN, step=STEP, number=NUMBER, pick=PICK)
     def attempt_get(self, config: str, run: str, step: str, number: int, pick: str) -> None:
+        """``get`` of an attempt through the store ``config``: ``config`` names the attempt store
+        (``"insert"``: the defaults; ``"upsert"``: upsert mode, ``queued`` and ``running`` in
+        progress, a 64-byte cap); the attempt is the last one written (``pick`` ``"latest"``),
+        the one before (``"earlier"``) or the one ``run``, ``step`` and ``number`` name
+        (``"given"``)."""
         ident = self._address(run, step, number, pick)
         self._do_attempt(call("attempt_get", ("config", config), ("attempt_id", ident)))
 
@@ -694,10 +719,14 @@ class RunAttemptComparison(RunStoreComparison):
         at: str,
         checkpoint: JsonValue | Absent,
     ) -> None:
-        """A heartbeat at the writer's reading, behind or ahead of it, or at
-        the stored stamp (or one before it), with or without a checkpoint;
-        when it moved the stamp forward, the beat it replaced then arrives
-        late, by the same writer."""
+        """A heartbeat by ``writer`` through the store ``config`` at ``at`` (the writer's
+        reading, behind or ahead of it, or at the stored stamp or one before it), with
+        ``checkpoint`` or without (``ABSENT``); when it moved the stamp forward, the beat it
+        replaced then arrives late, by the same writer. ``config`` names the attempt store
+        (``"insert"``: the defaults; ``"upsert"``: upsert mode, ``queued`` and ``running`` in
+        progress, a 64-byte cap); the attempt is the last one written (``pick`` ``"latest"``),
+        the one before (``"earlier"``) or the one ``run``, ``step`` and ``number`` name
+        (``"given"``)."""
         ident = self._address(run, step, number, pick)
         run, step, number = ident.run_id, ident.step_key_digest, ident.attempt
         who = self._writer(writer, run)
@@ -741,7 +770,12 @@ class RunAttemptComparison(RunStoreComparison):
         outcome: JsonValue | Absent,
         meta: JsonValue | Absent,
     ) -> None:
-        """``finish`` (an in-progress target state is refused by admission)."""
+        """``finish`` by ``writer`` through the store ``config`` into ``state`` (an in-progress
+        state is refused by admission), at the writer's reading plus ``at``, with ``error``,
+        ``outcome`` and ``meta``. ``config`` names the attempt store (``"insert"``: the
+        defaults; ``"upsert"``: upsert mode, ``queued`` and ``running`` in progress, a 64-byte
+        cap); the attempt is the last one written (``pick`` ``"latest"``), the one before
+        (``"earlier"``) or the one ``run``, ``step`` and ``number`` name (``"given"``)."""
         ident = self._address(run, step, number, pick)
         run, step, number = ident.run_id, ident.step_key_digest, ident.attempt
         who = self._writer(writer, run)
@@ -782,7 +816,12 @@ class RunAttemptComparison(RunStoreComparison):
         outcome: JsonValue | Absent,
         meta: JsonValue | Absent,
     ) -> None:
-        """``patch`` (works on settled attempts too, under the fence)."""
+        """``patch`` by ``writer`` through the store ``config`` of ``checkpoint``, ``error``,
+        ``outcome`` and ``meta`` (each may be ``ABSENT``); it works on settled attempts too,
+        under the fence. ``config`` names the attempt store (``"insert"``: the defaults;
+        ``"upsert"``: upsert mode, ``queued`` and ``running`` in progress, a 64-byte cap); the
+        attempt is the last one written (``pick`` ``"latest"``), the one before
+        (``"earlier"``) or the one ``run``, ``step`` and ``number`` name (``"given"``)."""
         ident = self._address(run, step, number, pick)
         who = self._writer(writer, ident.run_id)
         fields = AttemptPatch(checkpoint=checkpoint, error=error, outcome=outcome, meta=meta)
@@ -800,9 +839,10 @@ class RunAttemptComparison(RunStoreComparison):
     def displaced_owner_writes(
         self, config: str, run: str, thief: int, late: str, winner_first: bool
     ) -> None:
-        """An owner starts an attempt, another process takes the run over
-        (steal at the staleness edge, then activate), and the old owner's late
-        write races the new owner's (either first)."""
+        """An owner of ``run`` starts an attempt through the store ``config``, the process
+        ``thief`` takes the run over (steal at the staleness edge, then activate), and the old
+        owner's late write (``late``: ``finish``, ``patch``, ``heartbeat`` or ``put``) races
+        the new owner's, the winner's first when ``winner_first``."""
         run = self.world.run(run)
         row = self._owned(run, (thief + 1) % PROCESS_COUNT)
         if row is None or row.owner is None or row.heartbeat_at_ms is None:
@@ -869,9 +909,10 @@ class RunAttemptComparison(RunStoreComparison):
     def run_and_attempt_settle(
         self, config: str, run: str, run_first: bool, to_status: str, attempt_state: str
     ) -> None:
-        """The run-terminal vs attempt-terminal race: the owner settles (or
-        suspends) the run and finishes its attempt, in either order, then
-        patches the attempt."""
+        """The run-terminal against attempt-terminal race on ``run``: its owner settles (or
+        suspends) the run as ``to_status`` and finishes its attempt as ``attempt_state``
+        through the store ``config``, the run first when ``run_first``, then patches the
+        attempt."""
         run = self.world.run(run)
         row = self._owned(run, 0)
         if row is None or row.owner is None:
@@ -907,9 +948,10 @@ class RunAttemptComparison(RunStoreComparison):
     def upsert_while_in_progress(
         self, run: str, step: str, number: int, first: str, settle: str
     ) -> None:
-        """Upsert replaces an attempt only while it is in progress: put,
-        replace, settle (by finish, by an upserted settled record, or by the
-        insert store finishing a queued attempt), then try to replace again."""
+        """Upsert replaces an attempt only while it is in progress: put the attempt ``run``,
+        ``step`` and ``number`` name in state ``first``, replace it, settle it (``settle``: by
+        finish, by an upserted settled record, or by the insert store finishing a queued
+        attempt), then try to replace it again."""
         run = self.world.run(run)
         row = self._owned(run, 0)
         if row is None or row.owner is None:
@@ -936,10 +978,10 @@ class RunAttemptComparison(RunStoreComparison):
     @precondition(lambda self: self.capabilities.fault_injection)
     @rule(write=st.sampled_from(FAULTED_WRITES), fault=st.sampled_from(FAULTS), step=STEP)
     def faulted_attempt(self, write: str, fault: str, step: str) -> None:
-        """An attempt write with a fault armed: a lasting failure raises
-        ``persistence_failed`` and leaves both sides unchanged; transient ones
-        within the budget do not change the outcome. The error's cause keeps
-        the run store's codes (``expected_attempt_fault_cause``)."""
+        """An attempt write (``write``: put, upsert, heartbeat, finish or patch, on step
+        ``step``) with the fault plan ``fault`` armed: a lasting failure raises
+        ``persistence_failed`` and leaves both sides unchanged; transient ones within the
+        budget do not change the outcome. The error's cause keeps the run store's codes."""
         run = self.world.run("running")
         who = self.world.actor("owner", run)
         ident = AttemptId(run, step, 1)
@@ -1078,8 +1120,10 @@ def attempt_comparison_for(
     raw_writer: Callable[[Any, str, str], bool] | None = None,
     attempt_store: Callable[..., Any] = AttemptStore,
 ) -> type[RunAttemptComparison]:
-    """A ``RunAttemptComparison`` subclass for one store factory (which must
-    build SQLite stores, or stores ``attempt_store`` can be built over)."""
+    """A ``RunAttemptComparison`` subclass for ``store_factory`` (SQL stores, or stores
+    ``attempt_store`` can be built over), with its ``capabilities``, named ``name`` in
+    reports, with ``raw_writer`` as ``comparison_for`` takes it, and ``attempt_store(store,
+    **options)`` building the attempt stores under test (``AttemptStore`` by default)."""
     namespace: dict[str, Any] = {
         "store_factory": staticmethod(store_factory),
         "capabilities": capabilities,
