@@ -79,20 +79,38 @@ FORGERIES = ("heartbeat", "reconfirm", "transition-running", "transition-complet
 
 
 class Disagreeing:
-    """Wraps a strategy; when armed, answers the armed calls against the lease."""
+    """Wraps a strategy; when armed, answers the armed calls against the lease.
+
+    ``Disagreeing(inner)`` wraps the strategy ``inner`` and passes every call to it until
+    ``arm`` names calls to refuse (the strategy says no where the row would have said yes) or
+    to forge (it says yes where it would have said no). ``StrategyAuthority`` uses it to check
+    that a store treats its strategy as authoritative, as upstream does; the double breaks
+    lease/row agreement on purpose.
+    """
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
+        """The wrapped strategy."""
         self.refuse: frozenset[str] = frozenset()
+        """The strategy calls refused while armed."""
         self.forge: frozenset[str] = frozenset()
+        """The strategy calls forged while armed."""
         self.fired: list[str] = []
+        """The calls refused or forged since ``arm``."""
 
     def arm(
         self, *, refuse: frozenset[str] = frozenset(), forge: frozenset[str] = frozenset()
     ) -> None:
+        """From now on refuse each strategy call named in ``refuse`` (a claim or steal is
+        ``Rejected``, an activation or renewal ``Lost``, a recovery
+        ``Rejected("claim_changed")``, a guard raises ``FenceLostError``) and forge each named
+        in ``forge`` (a lost renewal answers ``Renewed``, a failed guard passes). Clears
+        ``fired``."""
         self.refuse, self.forge, self.fired = refuse, forge, []
 
     def disarm(self) -> list[str]:
+        """Stop refusing and forging; return the names of the calls that were refused or forged
+        while armed."""
         fired, self.refuse, self.forge, self.fired = self.fired, frozenset(), frozenset(), []
         return fired
 
@@ -106,16 +124,25 @@ class Disagreeing:
         return False
 
     def claim(self, tx: Any, run_id: str, claimant: Any, now_ms: int) -> Any:
+        """``claim`` of ``run_id`` for ``claimant`` at ``now_ms`` in ``tx``:
+        ``Rejected("owner_held")`` when armed to refuse it. Unarmed, it passes the call to the
+        wrapped strategy."""
         if self._refused("claim"):
             return Rejected("owner_held")
         return self.inner.claim(tx, run_id, claimant, now_ms)
 
     def steal(self, tx: Any, run_id: str, claimant: Any, now_ms: int, evidence: Any) -> Any:
+        """``steal`` of ``run_id`` for ``claimant`` at ``now_ms`` on ``evidence`` in ``tx``:
+        ``Rejected("owner_live")`` when armed to refuse it. Unarmed, it passes the call to the
+        wrapped strategy."""
         if self._refused("steal"):
             return Rejected("owner_live")
         return self.inner.steal(tx, run_id, claimant, now_ms, evidence)
 
     def activate(self, tx: Any, run_id: str, owner: Any, granted_at_ms: int, now_ms: int) -> Any:
+        """``activate`` of ``owner``'s grant ``granted_at_ms`` on ``run_id`` at ``now_ms`` in
+        ``tx``: ``Lost()`` when armed to refuse it. Unarmed, it passes the call to the wrapped
+        strategy."""
         if self._refused("activate"):
             return Lost()
         return self.inner.activate(tx, run_id, owner, granted_at_ms, now_ms)
@@ -130,23 +157,39 @@ class Disagreeing:
         return answer
 
     def heartbeat(self, tx: Any, run_id: str, owner: Any, now_ms: int) -> Any:
+        """``heartbeat`` of ``owner`` on ``run_id`` at ``now_ms`` in ``tx``: ``Lost()`` when
+        armed to refuse it, ``Renewed(now_ms)`` for a lost one when armed to forge it.
+        Unarmed, it passes the call to the wrapped strategy."""
         return self._renew("heartbeat", tx, run_id, owner, now_ms)
 
     def reconfirm(self, tx: Any, run_id: str, owner: Any, now_ms: int) -> Any:
+        """``reconfirm`` of ``owner`` on ``run_id`` at ``now_ms`` in ``tx``: ``Lost()`` when
+        armed to refuse it, ``Renewed(now_ms)`` for a lost one when armed to forge it.
+        Unarmed, it passes the call to the wrapped strategy."""
         return self._renew("reconfirm", tx, run_id, owner, now_ms)
 
     def recover(self, tx: Any, run_id: str, *args: Any) -> Any:
+        """``recover`` of a claim on ``run_id`` in ``tx``, ``args`` being the rest of
+        ``Consensus.recover``'s arguments: ``Rejected("claim_changed")`` when armed to refuse
+        it. Unarmed, it passes the call to the wrapped strategy."""
         if self._refused("recover"):
             return Rejected("claim_changed")
         return self.inner.recover(tx, run_id, *args)
 
     def release_claim(self, tx: Any, run_id: str, claimant: Any, granted_at_ms: int) -> None:
+        """Passes ``release_claim`` of ``claimant``'s grant ``granted_at_ms`` on ``run_id`` in
+        ``tx`` to the wrapped strategy (never armed)."""
         self.inner.release_claim(tx, run_id, claimant, granted_at_ms)
 
     def release_ownership(self, tx: Any, run_id: str, owner: Any) -> None:
+        """Passes ``release_ownership`` of ``owner`` on ``run_id`` in ``tx`` to the wrapped
+        strategy (never armed)."""
         self.inner.release_ownership(tx, run_id, owner)
 
     def guard(self, tx: Any, run_id: str, owner: Any) -> None:
+        """``guard`` of ``owner`` on ``run_id`` in ``tx``: raises ``FenceLostError`` when armed
+        to refuse it, passes a failing guard when armed to forge it. Unarmed, it passes the
+        call to the wrapped strategy."""
         if self._refused("guard"):
             raise FenceLostError(run_id)
         try:
@@ -157,6 +200,7 @@ class Disagreeing:
             self.fired.append("guard")
 
     def lease(self, tx: Any, run_id: str) -> Any:
+        """The wrapped strategy's lease of ``run_id`` in ``tx``."""
         return self.inner.lease(tx, run_id)
 
 
@@ -191,13 +235,24 @@ AuthorityFactory = Callable[[ManualClock, Path, Any], Any]
 
 
 class StrategyAuthority(RunStoreComparison):
-    """``RunStoreComparison`` over a store whose strategy is a ``Disagreeing`` double."""
+    """``RunStoreComparison`` over a store whose strategy is a ``Disagreeing`` double.
+
+    Besides every rule of ``RunStoreComparison``, ``disagree`` arms the double for one
+    operation built to succeed: a refused grant must be reported as the loss the row
+    classifies (as upstream), a refused activation must clear the row's claim, and a forged
+    renewal or guard must not let a stranger write more than the reference allows. Build one
+    with ``authority_for``.
+    """
 
     authority_factory: ClassVar[AuthorityFactory | None] = None
+    """Builds the store under test over the double: ``factory(clock, path, consensus)``."""
     capabilities: ClassVar[Capabilities] = Capabilities(reopen=False)
+    """No reopening (the double lives in memory); everything else a full store has."""
 
     @staticmethod
     def store_factory(clock: ManualClock, path: Path) -> Any:  # type: ignore[override]
+        """Not used: ``authority_factory`` builds the store over the double. Calling it (with a
+        ``clock`` and a ``path``) raises ``NotImplementedError``."""
         raise NotImplementedError  # replaced by _open_store below
 
     def _open_store(self) -> Any:
@@ -231,8 +286,10 @@ class StrategyAuthority(RunStoreComparison):
         stranger=st.sampled_from(tuple(range(PROCESS_COUNT))),
     )
     def disagree(self, operation: str, forge: bool, stranger: int) -> None:
-        """Arm the double for one operation built to succeed (or, forging, made
-        by a stranger) and check the store treats the strategy as authoritative."""
+        """Arm the double for ``operation`` (one of the operations the rule builds, made so that
+        it would succeed) and check the store treats the strategy as authoritative; with
+        ``forge`` (for the operations that can be forged), the call is made by the process
+        ``stranger`` and the double forges the renewal or guard instead."""
         name = operation.removesuffix("-activate")
         op = faulted_call(name, self.world, self.clock.now_ms())
         if forge and operation in FORGERIES:
@@ -293,8 +350,9 @@ def sqlite_authority_factory(clock: ManualClock, path: Path, consensus: Any) -> 
 def authority_for(
     factory: AuthorityFactory = sqlite_authority_factory, *, name: str = "authority"
 ) -> type[StrategyAuthority]:
-    """A ``StrategyAuthority`` for stores that accept a strategy:
-    ``factory(clock, path, consensus)``."""
+    """A ``StrategyAuthority`` subclass named ``name`` for stores that accept a strategy:
+    ``factory(clock, path, consensus)`` builds one over the double (an in-memory SQLite store
+    by default)."""
     namespace: dict[str, Any] = {
         "authority_factory": staticmethod(factory),
         "target": name,
