@@ -90,19 +90,33 @@ class Operation:
     """
 
     id: str
+    """The operation's id, unique in the histories checked together (``process:sequence``)."""
     process: str
+    """The label of the client that made it."""
     method: str
+    """The operation's name."""
     args: tuple[Any, ...]
+    """Its positional arguments."""
     kwargs: Mapping[str, Any]
+    """Its keyword arguments."""
     invoked_ns: int
+    """When it was invoked, on the recorder's interval clock (ns)."""
     returned_ns: int | None
+    """When it returned or raised, or None while pending."""
     status: OperationStatus
+    """``"ok"``, ``"error"`` or ``"pending"``."""
     value: Any = None
+    """What it answered, when ``status`` is ``"ok"``."""
     error: str | None = None
+    """The ``RunStoreError`` code it raised, or ``"exception:<Type>"`` for anything else."""
     unknown: bool = False
+    """True when it may or may not have taken effect (pending, or ``persistence_failed``)."""
     clock_ms: tuple[int, ...] = ()
+    """The store clock readings taken during the call, in order."""
     pid: int | None = None
+    """The recording process's pid, when recorded."""
     thread: str | None = None
+    """The recording thread's name, when recorded."""
 
     @property
     def definite(self) -> bool:
@@ -128,16 +142,19 @@ def _current_op() -> tuple[HistoryRecorder, str] | None:
 class RecordingClock:
     """A store clock that reports each reading to the call running on this thread.
 
-    Give it to the store (``runstore.open(path, clock=RecordingClock(inner))``)
-    and wrap the store with ``HistoryRecorder.record``; readings the store takes
-    outside a recorded call (or on another thread) are not written anywhere.
-    Waiting is delegated to ``inner``.
+    ``RecordingClock(inner)``: ``inner`` is the clock it reads and waits on. Give it to the
+    store (``runstore.open(path, clock=RecordingClock(inner))``) and wrap the store with
+    ``HistoryRecorder.record``; readings the store takes outside a recorded call (or on
+    another thread) are not written anywhere.
     """
 
     def __init__(self, inner: Clock) -> None:
         self.inner = inner
+        """The clock read and waited on."""
 
     def now_ms(self) -> int:
+        """``inner``'s reading, written to the history of the call running on this thread, if
+        any."""
         reading = self.inner.now_ms()
         current = _current_op()
         if current is not None:
@@ -146,9 +163,11 @@ class RecordingClock:
         return reading
 
     def sleep_until(self, deadline_ms: int) -> None:
+        """Wait on ``inner`` until ``deadline_ms``."""
         self.inner.sleep_until(deadline_ms)
 
     async def asleep_until(self, deadline_ms: int) -> None:
+        """Wait on ``inner`` until ``deadline_ms``, in a coroutine."""
         await self.inner.asleep_until(deadline_ms)
 
     def __repr__(self) -> str:
@@ -176,7 +195,9 @@ class HistoryRecorder:
         if process is None:
             process = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.process = process
+        """This client's label, unique among the histories checked together."""
         self.path = None if path is None else Path(path)
+        """The JSON-lines file the history is appended to, or None when it is kept in memory."""
         self._now_ns = now_ns
         self._sequence = itertools.count(1)
         self._lock = threading.Lock()
@@ -229,7 +250,9 @@ class HistoryRecorder:
             os.write(self._fd, data)
 
     def call(self, target: Any, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Call ``target.<method>(*args, **kwargs)`` and record it."""
+        """Call ``target.<method>(*args, **kwargs)`` (``method`` of ``target`` with ``args`` and
+        ``kwargs``), record its invocation and its return or error, and return what it
+        answered (re-raising what it raised)."""
         op_id = f"{self.process}:{next(self._sequence)}"
         invoked = self._now_ns()
         self._emit(
@@ -293,15 +316,19 @@ _UNRECORDED = frozenset({"close", "interrupt"})
 class RecordingStore:
     """A ``RunStore`` that records each call it forwards to the wrapped store.
 
-    Every public method of the wrapped store is recorded, including ones this
-    version does not know (so later operations are recorded as they appear);
-    ``close`` and ``interrupt`` are forwarded unrecorded, and so is any
-    attribute that is not a method. ``wrapped`` is the store itself.
+    ``RecordingStore(store, recorder)`` (built by ``HistoryRecorder.record``) wraps ``store``
+    and writes each call to ``recorder``. Every public method of the wrapped store is
+    recorded, including ones this version does not know (so later operations are recorded as
+    they appear); ``close`` and ``interrupt`` are forwarded unrecorded, and so is any
+    attribute that is not a method. Its operations answer and raise exactly what the wrapped
+    store's do (see ``RunStore``).
     """
 
     def __init__(self, store: Any, recorder: HistoryRecorder) -> None:
         self.wrapped = store
+        """The store the calls are forwarded to."""
         self.recorder = recorder
+        """The ``HistoryRecorder`` each call is written to."""
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return self.recorder.call(self.wrapped, method, args, kwargs)
@@ -326,6 +353,17 @@ class RecordingStore:
         lineage_id: str | None = None,
         round_ordinal: int | None = None,
     ) -> None:
+        """Forwarded to the wrapped store and recorded. Insert the ``pending`` run ``run_id``
+        with ``state_json`` (strict JSON text, stored byte for byte), stamped
+        ``created_at_ms`` by the store clock. ``parent_run_id`` names the run it was forked
+        from, which must exist; ``lineage_id`` with ``round_ordinal`` makes it that round of a
+        lineage (the lineage's first run has the lineage's id). Returns None.
+
+        Raises ``ConstraintError`` for a duplicate id, a parent that does not exist or a taken
+        ``(lineage_id, round_ordinal)``, so creating the same id twice fails the second time;
+        ``InvalidRunError`` for an inadmissible argument, a ``lineage_id`` without a
+        ``round_ordinal`` or a run id starting with ``flows.companion/``.
+        """
         kwargs = {
             "parent_run_id": parent_run_id,
             "lineage_id": lineage_id,
@@ -334,35 +372,98 @@ class RecordingStore:
         self._call("create", run_id, state_json, **kwargs)
 
     def get(self, run_id: str) -> Any:
+        """Forwarded to the wrapped store and recorded. The run ``run_id`` as a ``RunRow``, with
+        its state. Raises ``RunNotFoundError`` (``not_found_row``) when there is none and
+        ``DecodeFailedError`` when its stored row is broken."""
         return self._call("get", run_id)
 
     def lineage(self, run_id: str) -> Any:
+        """Forwarded to the wrapped store and recorded. Every round of the lineage that contains
+        ``run_id``, in round order: the runs naming that lineage, and the run whose id it is.
+        A run outside any lineage is a lineage of one; an unknown ``run_id`` gives ``[]``."""
         return self._call("lineage", run_id)
 
     def latest_round(self, run_id: str) -> Any:
+        """Forwarded to the wrapped store and recorded. The highest round of the lineage that
+        contains ``run_id`` (the run itself when it has no lineage). Raises
+        ``RunNotFoundError`` when no run has that id."""
         return self._call("latest_round", run_id)
 
     def request_cancel(self, run_id: str, now_ms: int) -> Any:
+        """Forwarded to the wrapped store and recorded. Record cancellation intent on the live
+        run ``run_id`` at ``now_ms`` (the caller's reading). Returns
+        ``CancelRequested(now_ms)``; a repeat answers ``AlreadyRequested`` with the original
+        time, a settled run ``Terminal(status)`` and an unknown run ``NotFound()``. Only
+        intent is recorded: the owner sees it (``acknowledge_cancel``) and settles the run."""
         return self._call("request_cancel", run_id, now_ms)
 
     def request_cancel_lineage(self, run_id: str, now_ms: int) -> Any:
+        """Forwarded to the wrapped store and recorded. Record cancellation intent at ``now_ms``
+        on every live, unrequested round of the lineage that contains ``run_id``. Returns
+        ``CancelRequested(now_ms)`` when at least one round was marked (earlier requests keep
+        their time); otherwise ``AlreadyRequested`` with a live round's earlier time,
+        ``Terminal`` with the last round's status when every round has settled, or
+        ``NotFound()``."""
         return self._call("request_cancel_lineage", run_id, now_ms)
 
     def acknowledge_cancel(self, run_id: str, owner: Any, now_ms: int) -> Any:
+        """Forwarded to the wrapped store and recorded. Record that ``owner`` has seen the
+        cancellation request on ``run_id``, at ``now_ms``. Returns True when the run is
+        running under ``owner`` with a request on it (a repeat keeps the first
+        acknowledgement, still writes the row and answers True again); False, writing nothing,
+        when there is no request or ``owner`` does not own the run."""
         return self._call("acknowledge_cancel", run_id, owner, now_ms)
 
     def claim(self, run_id: str, expected: Any, claimant: Any, now_ms: int) -> Any:
+        """Forwarded to the wrapped store and recorded. Reserve the run ``run_id`` for
+        ``claimant`` while it still matches ``expected`` (a ``RunSnapshot``, or a ``RunRow``
+        standing for its snapshot) and is pending or suspended with no claim; ``now_ms``
+        becomes the claim's token. Follow with ``activate`` (or ``abandon_claim``).
+
+        Returns ``Claimed(now_ms)``; ``NotFound()``; ``AlreadyClaimed()`` while another claim
+        is pending (a second claim answers this too); ``HeartbeatFresh()`` when the run is
+        running with a fresh heartbeat; ``SnapshotChanged()`` when it no longer matches
+        ``expected``, is running with a stale heartbeat (``claim`` never takes a running run:
+        see ``steal``) or has settled.
+        """
         return self._call("claim", run_id, expected, claimant, now_ms)
 
     def claim_and_own(
         self, run_id: str, expected: Any, owner: Any, now_ms: int, evidence: Any = None
     ) -> Any:
+        """Forwarded to the wrapped store and recorded. Claim and activate ``run_id`` for
+        ``owner`` in one step while it still matches ``expected``, with ``now_ms`` as the
+        heartbeat (and as the start, if the run never started). Taking a run from another
+        running owner needs that owner's heartbeat to be stale and ``evidence`` (a
+        ``LivenessEvidence`` taken at ``now_ms``) that names it; re-owning one's own stale run
+        drops the old grant and takes a fresh one.
+
+        Returns ``Activated()``; ``NotFound()``; ``AlreadyClaimed()``; ``HeartbeatFresh()``
+        (the run is running with a fresh heartbeat, the caller's own included);
+        ``SnapshotChanged()`` (the run moved or settled; also a repeat once owned);
+        ``EvidenceRequired()`` when the snapshot holds and its other owner is stale but no
+        fitting evidence came (a read only: nothing was written).
+        """
         return self._call("claim_and_own", run_id, expected, owner, now_ms, evidence)
 
     def activate(self, run_id: str, claimant: Any, claimed_at_ms: int, expected: Any) -> Any:
+        """Forwarded to the wrapped store and recorded. Trade ``claimant``'s exact claim, the one
+        ``claim`` or ``steal`` answered with ``claimed_at_ms``, for ownership of ``run_id``
+        while the run still matches ``expected``. The store clock stamps the heartbeat (and
+        the start, the first time).
+
+        Returns ``Activated()``; ``ClaimLost()`` when that claim is not on the run (abandoned,
+        recovered, already activated, or a wrong token), changing nothing;
+        ``SnapshotChanged()`` when the run moved since ``expected`` (typically the owner that
+        was stolen from heartbeated), in which case the claim is released.
+        """
         return self._call("activate", run_id, claimant, claimed_at_ms, expected)
 
     def abandon_claim(self, run_id: str, claimant: Any, claimed_at_ms: int) -> Any:
+        """Forwarded to the wrapped store and recorded. Drop ``claimant``'s exact claim on
+        ``run_id``, the one made at ``claimed_at_ms``; ownership is untouched. Returns
+        ``Abandoned()``, or ``ClaimLost()`` when there is no such claim (a repeat answers
+        this)."""
         return self._call("abandon_claim", run_id, claimant, claimed_at_ms)
 
     def recover_claim(
@@ -374,14 +475,33 @@ class RecordingStore:
         now_ms: int,
         evidence: Any,
     ) -> Any:
+        """Forwarded to the wrapped store and recorded. Clear ``stale_claimant``'s claim on
+        ``run_id`` made at ``claimed_at_ms``, once it is stale at ``now_ms``, on ``evidence``
+        that ``observer`` holds about the claimant (taken at ``now_ms``). The run is not
+        handed to ``observer``.
+
+        Returns ``Recovered()``; ``NotFound()``; ``ClaimFresh()`` while the claim is at most
+        ``HEARTBEAT_STALE_AFTER_MS`` old; ``ClaimChanged()`` when that claim is not the one on
+        the run (a repeat answers this); ``LivenessUnconfirmed()`` when the evidence does not
+        fit, before the run is looked at.
+        """
         return self._call(
             "recover_claim", run_id, stale_claimant, claimed_at_ms, observer, now_ms, evidence
         )
 
     def heartbeat(self, run_id: str, owner: Any, now_ms: int) -> Any:
+        """Forwarded to the wrapped store and recorded. Renew ``owner``'s lease on ``run_id`` to
+        the later of its stamp and ``now_ms``; a pending claim does not stop it. Returns
+        ``Updated()`` (also for an older ``now_ms``, which does not move the stamp back),
+        ``FenceLost()`` when ``owner`` does not own the run, or ``NotFound()``. Repeat it
+        freely: every ``HEARTBEAT_INTERVAL_MS`` while the work runs."""
         return self._call("heartbeat", run_id, owner, now_ms)
 
     def reconfirm(self, run_id: str, owner: Any, now_ms: int) -> Any:
+        """Forwarded to the wrapped store and recorded. Like ``heartbeat`` for ``owner`` on
+        ``run_id`` at ``now_ms``, but ``FenceLost()`` while any claim is pending on the run:
+        the check a supervisor makes before it trusts a lease it could not renew for a while.
+        Returns ``Updated()``, ``FenceLost()`` or ``NotFound()``."""
         return self._call("reconfirm", run_id, owner, now_ms)
 
     def transition_owned(
@@ -392,27 +512,65 @@ class RecordingStore:
         state_json: str | None = None,
         guard: Any = None,
     ) -> Any:
+        """Forwarded to the wrapped store and recorded. Move the run ``run_id`` that ``owner``
+        owns to ``to_status`` (any status but ``pending``), replacing its state with
+        ``state_json`` when that is given, if ``guard`` (a ``TransitionGuard``) holds.
+        ``running`` keeps ownership; any other status releases it and any pending claim, and a
+        terminal one stamps ``finished_at_ms`` from the store clock.
+
+        Returns ``Transitioned()``; ``FenceLost()`` when ``owner`` does not own the run (also
+        a repeat after a release), writing nothing; ``NotFound()``; ``GuardFailed()`` when
+        ``owner`` owns the run but ``guard`` does not hold.
+        """
         return self._call("transition_owned", run_id, owner, to_status, state_json, guard)
 
     def steal(self, run_id: str, expected: Any, claimant: Any, now_ms: int, evidence: Any) -> Any:
+        """Forwarded to the wrapped store and recorded. Claim the stale running run ``run_id``
+        for ``claimant`` while it still matches ``expected``, on ``evidence`` (taken at
+        ``now_ms``) that names its owner; ``now_ms`` becomes the claim's token. The old owner
+        stays on the row until ``activate``.
+
+        Returns ``Claimed(now_ms)``; ``NotFound()``; ``AlreadyClaimed()`` while another claim
+        is pending (a repeat answers this); ``HeartbeatFresh()`` while the owner's heartbeat
+        is fresh, whatever the evidence; ``SnapshotChanged()`` when the run moved or settled;
+        ``LivenessUnconfirmed()`` when ``evidence`` does not fit (wrong owner, another
+        instant, a kind that does not fit the host relation), before the run is looked at.
+        """
         return self._call("steal", run_id, expected, claimant, now_ms, evidence)
 
     def ownership_facts(self, run_id: str) -> Any:
+        """Forwarded to the wrapped store and recorded. The ownership transitions of ``run_id``
+        as ``OwnershipFact``s, in order (positions 1, 2, 3, ...); ``[]`` for an unknown run.
+        Replaying them rebuilds the run's owner and claim."""
         return self._call("ownership_facts", run_id)
 
     def revision(self) -> Any:
+        """Forwarded to the wrapped store and recorded. The database's execution revision: how
+        many run rows were ever written (inserted, updated or deleted), whatever the
+        operations answered."""
         return self._call("revision")
 
     def changes(self, after_revision: int) -> Any:
+        """Forwarded to the wrapped store and recorded. The latest change of each run id whose
+        revision is above ``after_revision``, as ``RunChange``s in ascending revision order; a
+        purged run shows as a tombstone (``deleted=True``). Pass the last revision you
+        processed to read what happened since."""
         return self._call("changes", after_revision)
 
     def state(self) -> Any:
+        """Forwarded to the wrapped store and recorded. Everything the store holds (rows, leases,
+        facts, revision, changes, acknowledgements) as a ``StoreState``, sorted so two stores
+        compare with ``==``."""
         return self._call("state")
 
     def check_invariants(self) -> None:
+        """Forwarded to the wrapped store and recorded. Return when every invariant holds; raise
+        ``AssertionError`` naming the first broken one (a row that breaks its shape, a lease
+        that disagrees with its row, facts that do not replay to the row, ...)."""
         self._call("check_invariants")
 
     def close(self) -> None:
+        """Close the wrapped store (not recorded). Closing twice does nothing."""
         self.wrapped.close()
 
     def __enter__(self) -> Self:
@@ -450,11 +608,9 @@ def _events(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def load_history(paths: Iterable[str | os.PathLike[str]]) -> list[Operation]:
-    """The operations of the given history files, together.
-
-    ``ValueError`` when two files share an operation id (process labels must
-    be unique) or a line is not a history line (a torn last line is dropped).
-    """
+    """The operations of the history files at ``paths``, together, in invocation order.
+    ``ValueError`` when two files share an operation id (process labels must be unique) or a
+    line is not a history line (a torn last line is dropped)."""
     events: list[dict[str, Any]] = []
     for path in paths:
         events.extend(_events(Path(path)))
@@ -540,11 +696,12 @@ def operation(
     id: str | None = None,
     **kwargs: Any,
 ) -> Operation:
-    """Build one ``Operation`` by hand (tests, examples, histories from elsewhere).
-
-    ``returned=None`` makes it pending; ``error`` a ``RunStoreError`` code; a
-    ``persistence_failed`` error is unknown unless ``unknown=False`` says so.
-    """
+    """Build one ``Operation`` by hand (tests, examples, histories from elsewhere): ``method``
+    called with ``args`` and ``kwargs``, invoked at ``invoked`` and returned at ``returned``
+    (ns; None makes it pending), answering ``value`` or raising the ``RunStoreError`` code
+    ``error``, by the client ``process``, with the store clock readings ``clock`` and the id
+    ``id`` (one is made when None). A ``persistence_failed`` error is unknown unless
+    ``unknown=False`` says so."""
     if returned is None:
         status: OperationStatus = "pending"
         unknown = True

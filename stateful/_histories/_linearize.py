@@ -87,7 +87,10 @@ class Explanation:
     """
 
     order: tuple[tuple[Operation, Result], ...]
+    """The longest prefix of a legal order the search found: each operation with the model's answer.
+    """
     blocked: tuple[tuple[Operation, Result], ...]
+    """Every operation that could have gone next, with what the model would have answered there."""
 
 
 @attrs.frozen
@@ -104,21 +107,33 @@ class PartitionVerdict:
     """
 
     key: str
+    """The object's key: a run id, or a lineage's."""
     runs: tuple[str, ...]
+    """The run ids the object covers."""
     result: Verdict
+    """``"linearizable"``, ``"violation"`` or ``"unchecked"``."""
     reason: str | None
+    """Why it is unchecked (or what the violation is), else None."""
     history: tuple[Operation, ...]
+    """The object's operations, in invocation order."""
     unknown: int
+    """How many of them have an unknown outcome."""
     explored: int
+    """The distinct (state, placed set) pairs the search met."""
     steps: int
+    """How many times the search applied the model."""
     minimal: tuple[Operation, ...] | None = None
+    """On a violation, the shrunk offending sub-history; else None."""
     explanation: Explanation | None = None
+    """On a violation, why ``minimal`` is not linearizable; else None."""
     search_seconds: float = 0.0
+    """Time spent searching."""
     shrink_seconds: float = 0.0
-    #: Row writes of the linearization found (None unless linearizable).
+    """Time spent shrinking a violation."""
     revisions: int | None = None
-    #: Runs each ``purge_settled`` call (by id) deleted here in that linearization.
+    """Row writes of the linearization found (None unless linearizable)."""
     purged: Mapping[str, int] = attrs.field(factory=dict)
+    """Runs each ``purge_settled`` call (by id) deleted here in that linearization."""
 
 
 @attrs.frozen
@@ -163,13 +178,21 @@ class HistoryVerdict:
     """
 
     partitions: tuple[PartitionVerdict, ...]
+    """One ``PartitionVerdict`` per independent object."""
     excluded: tuple[tuple[Operation, str], ...]
+    """The operations not checked, each with the reason."""
     operations: int
+    """How many operations the history held."""
     seconds: float
+    """How long the whole check took."""
     revision: RevisionCheck | None = None
+    """The check of the counts that span objects (the final revision, ``purge_settled``'s answers),
+    or None when there was nothing to check."""
 
     @property
     def status(self) -> Verdict:
+        """``"violation"`` if any object (or the revision check) is one, else ``"unchecked"`` if
+        any could not be checked, else ``"linearizable"``."""
         revision = self.revision.result if self.revision is not None else None
         if revision == "violation" or any(p.result == "violation" for p in self.partitions):
             return "violation"
@@ -179,14 +202,17 @@ class HistoryVerdict:
 
     @property
     def ok(self) -> bool:
+        """True only when ``status`` is ``"linearizable"``."""
         return self.status == "linearizable"
 
     @property
     def violations(self) -> tuple[PartitionVerdict, ...]:
+        """The objects whose verdict is a violation."""
         return tuple(p for p in self.partitions if p.result == "violation")
 
     @property
     def unchecked(self) -> tuple[PartitionVerdict, ...]:
+        """The objects that could not be checked."""
         return tuple(p for p in self.partitions if p.result == "unchecked")
 
     @property
@@ -196,6 +222,7 @@ class HistoryVerdict:
 
     @property
     def explored(self) -> int:
+        """The (state, placed set) pairs the search met, over every object."""
         return sum(p.explored for p in self.partitions)
 
     @property
