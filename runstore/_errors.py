@@ -173,12 +173,17 @@ class PersistenceFailedError(RunStoreError):
 
     @property
     def outcome_unknown(self) -> bool:
-        """True when the operation may have committed: the connection to a
-        database server was lost after the commit was sent, before its answer
-        arrived (``cause["outcome"] == "unknown"``). Such an operation is never
-        replayed by the store; read the run again (``get``,
-        ``ownership_facts``) to learn what happened. False for every other
-        failure, which rolled back whole."""
+        """True when the operation may have committed (``cause["outcome"] ==
+        "unknown"``): the connection to a database server was lost after the
+        commit was sent, before its answer arrived; or (PostgreSQL) the store
+        had cancelled the write (``interrupt()``, or its bound on a commit) and
+        the server then answered that it committed, which a commit cut short
+        of a synchronous standby's confirmation does, though only the primary
+        has it. Such an operation is never replayed by the store; read the run
+        again (``get``, ``ownership_facts``) to learn what happened, after a
+        cancelled commit once the standby has confirmed (a later write
+        acknowledged as done). False for every other failure, which rolled
+        back whole."""
         return self.cause.get("outcome") == "unknown"
 
 

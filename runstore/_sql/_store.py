@@ -1158,7 +1158,10 @@ class SqlRunStore:
         """Abort the SQL statement this store is running right now, from any thread.
 
         The interrupted operation rolls back whole and raises
-        ``persistence_failed``; an idle store is unaffected. The heartbeat
+        ``persistence_failed``, unless it was past the point of no return: on
+        PostgreSQL a write whose commit the server answers as done after the
+        cancel (a wait for a synchronous standby cut short) raises it with
+        ``outcome_unknown`` true. An idle store is unaffected. The heartbeat
         supervisor calls this when a write it is waiting for outlives the lease
         budget. It takes no lock on purpose: the call it aborts holds it.
         """

@@ -30,6 +30,13 @@ text: ``statement-timeout`` (the server's ``statement_timeout``) from
 standby); ``serialization-failure`` and ``deadlock`` (once retries ran out);
 ``disk-full``; ``out-of-memory``; and for a failed reconnection the reasons
 ``open`` gives (``unreachable``, ``authentication-failed``, ...).
+
+A write during which the store sent a cancel (``store.interrupt()``, or its
+own bound on a commit's wait, see ``_tx``) and which the server then answered
+as committed is outcome-unknown (``cancelled_outcome``): PostgreSQL answers
+a commit whose wait for a synchronous standby was cancelled as committed (its
+WARNING, which follows ``lc_messages``, is never read), though only the
+primary has it. Only an error proves that it rolled back.
 """
 
 from __future__ import annotations
@@ -168,10 +175,16 @@ CONNECT_TEXTS: Final = {
 
 
 def connect_reason(error: BaseException) -> str:
-    """Why connecting failed (a key of ``CONNECT_TEXTS``), never libpq's text."""
+    """Why connecting failed (a key of ``CONNECT_TEXTS`` or ``REASON_TEXTS``),
+    never libpq's text. A statement the store runs as it connects (its session
+    settings) fails for the reasons any statement does (``statement-timeout``)."""
     state = sqlstate(error)
     if state in CONNECT_STATES:
         return CONNECT_STATES[state]
+    if state == "57014":
+        return "statement-timeout"
+    if state in _REASONS:
+        return _REASONS[state]
     text = str(error).lower()
     for phrase, reason in _CONNECT_PHRASES:
         if phrase in text:
@@ -242,6 +255,31 @@ UNKNOWN_OUTCOME_TEXT: Final = (
 )
 
 
+#: What the message of an outcome-unknown write says, by why the store sent
+#: a cancel while it was under way (``cancelled_outcome``).
+CANCELLED_TEXTS: Final = {
+    "interrupted": (
+        "store.interrupt() cancelled the operation while it was under way, and the server "
+        "then answered that it committed; PostgreSQL answers so for a commit whose wait for "
+        "a synchronous standby was cancelled, which only the primary has, so the outcome is "
+        'unknown: reading the primary cannot settle it (docs/guides/fleet.md, "Failover to '
+        'a standby")'
+    ),
+    "statement-timeout": (
+        "the commit went unanswered for twice the session's statement_timeout (PostgreSQL "
+        "does not apply it to a commit, nor to its wait for a synchronous standby), so the "
+        "store cancelled it, and the server then answered that it committed, which only the "
+        "primary may have, so the outcome is unknown: reading the primary cannot settle it "
+        '(docs/guides/fleet.md, "Failover to a standby")'
+    ),
+}
+
+
+def reason_text(reason: str) -> str:
+    """What a message says for ``reason``."""
+    return REASON_TEXTS.get(reason) or CONNECT_TEXTS.get(reason) or REASON_TEXTS["unknown"]
+
+
 def failure_reason(error: BaseException, *, interrupted: bool = False) -> str:
     """The ``reason`` of a failed operation (a key of ``REASON_TEXTS`` or
     ``CONNECT_TEXTS``). ``interrupted``: ``store.interrupt()`` was called
@@ -300,7 +338,7 @@ def classify(method: str, error: BaseException, *, interrupted: bool = False) ->
     reason = failure_reason(error, interrupted=interrupted)
     text = REASON_TEXTS.get(reason) or CONNECT_TEXTS.get(reason) or REASON_TEXTS["unknown"]
     if isinstance(error, ReconnectFailed):
-        text = f"could not reconnect to the database server: {CONNECT_TEXTS[reason]}"
+        text = f"could not reconnect to the database server: {reason_text(reason)}"
     return PersistenceFailedError(
         method,
         text,
@@ -314,3 +352,18 @@ def unknown_outcome(method: str, error: BaseException) -> RunStoreError:
     classified = classify(method, error)
     cause = {**classified.cause, "outcome": "unknown", "reason": "connection-lost"}
     return PersistenceFailedError(method, UNKNOWN_OUTCOME_TEXT, cause)
+
+
+def cancelled_outcome(method: str, reason: str) -> PersistenceFailedError:
+    """The error of a write that the server answered as committed after the
+    store had sent it a cancel (``reason``: ``interrupted`` for
+    ``store.interrupt()``, ``statement-timeout`` for the store's own bound on
+    the commit): ``outcome_unknown`` is true, and it is never replayed."""
+    cause = {
+        "category": "persistence_failed",
+        "database_code": "interrupted",
+        "reason": reason,
+        "outcome": "unknown",
+        "sqlstate": None,
+    }
+    return PersistenceFailedError(method, CANCELLED_TEXTS[reason], cause)

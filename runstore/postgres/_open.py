@@ -27,6 +27,12 @@ everything with ``pg_catalog.`` and ``OPERATOR(pg_catalog.=)``, so an
 operator or function planted in a schema the database's default search path
 lists first never runs with the store's role.
 
+The session's ``statement_timeout`` is read as each connection is set up
+(it also bounds the store's commits, see ``_tx``); one set below
+``MINIMUM_STATEMENT_TIMEOUT_MS`` is refused (``UnsupportedDatabaseError``,
+``cause["reason"] == "statement-timeout-too-short"``): it would cancel the
+store's ordinary statements, and its commits, at random.
+
 ``migrate=False`` creates and migrates nothing: a missing schema is refused
 (``cause["stage"] == "missing"``), and so is one that needs migrating
 (``"needs-migration"``, naming the pending steps). ``read_only=True`` also
@@ -39,6 +45,7 @@ schema and ``SELECT`` on its tables.
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from typing import Any, Final
 
@@ -55,7 +62,7 @@ from ..consensus._local import LocalConsensus
 from ..consensus._sql import SqlConsensus
 from . import _migrations
 from ._clock_check import ClockCheck
-from ._errors import CONNECT_TEXTS, connect_reason, sqlstate
+from ._errors import connect_reason, reason_text, sqlstate
 from ._fused import Fused, fusable
 from ._store import PostgresRunStore
 from ._tx import Connection, TransactionManager
@@ -226,12 +233,12 @@ def open(
             cursor_factory=psycopg.RawCursor,
             client_encoding="UTF8",
         )
-        if read_only:
-            psycopg.Connection.execute(connection, "SET default_transaction_read_only = on")
-        else:
-            # A session that leaves a transaction open holds run-row locks;
-            # bound that (unless the URL, role or database set a bound).
-            psycopg.Connection.execute(connection, _IDLE_IN_TRANSACTION)
+        # A read-only session refuses writes; a writable one bounds an idle
+        # open transaction, which holds run-row locks (unless the URL, role
+        # or database set a bound). Both read the statement timeout.
+        settings = _READ_ONLY_SESSION if read_only else _WRITABLE_SESSION
+        row = psycopg.Connection.execute(connection, settings).fetchone()
+        connection.statement_timeout_ms = _milliseconds(row[0] if row else None)
         if selected[0] is not None:
             psycopg.Connection.execute(connection, f"SET search_path TO {_quoted(selected[0])}")
         return connection
@@ -239,6 +246,7 @@ def open(
     selected: list[str | None] = [chosen]
     connection = _first_connection(connect)
     try:
+        _check_statement_timeout(connection)
         resolved = _prepare(connection, chosen, read_only=read_only, migrate=migrate)
         selected[0] = resolved
         # Later connections (after a loss) set the search path themselves.
@@ -263,12 +271,51 @@ def open(
 
 #: The bound on a session's idle open transaction, unless one is set already.
 IDLE_IN_TRANSACTION_MS: Final = 10_000
-_IDLE_IN_TRANSACTION: Final = (
-    "SELECT pg_catalog.set_config('idle_in_transaction_session_timeout', "
-    f"'{IDLE_IN_TRANSACTION_MS}', false) "
-    "WHERE pg_catalog.current_setting('idle_in_transaction_session_timeout') "
-    "OPERATOR(pg_catalog.=) '0'"
+#: The session settings of a writable store, set before its search path is
+#: pinned: every name qualified, nothing resolved through the search path.
+_WRITABLE_SESSION: Final = (
+    "SELECT pg_catalog.current_setting('statement_timeout'), "
+    "CASE WHEN pg_catalog.current_setting('idle_in_transaction_session_timeout') "
+    "OPERATOR(pg_catalog.=) '0' "
+    "THEN pg_catalog.set_config('idle_in_transaction_session_timeout', "
+    f"'{IDLE_IN_TRANSACTION_MS}', false) END"
 )
+_READ_ONLY_SESSION: Final = (
+    "SELECT pg_catalog.current_setting('statement_timeout'), "
+    "pg_catalog.set_config('default_transaction_read_only', 'on', false)"
+)
+
+#: The least ``statement_timeout`` (ms) a store opens with; 0 (none) is fine.
+MINIMUM_STATEMENT_TIMEOUT_MS: Final = 100
+
+#: How PostgreSQL shows a time setting whose unit is the millisecond.
+_DURATION: Final = re.compile(r"^(\d+)(ms|s|min|h|d)?$")
+_UNIT_MS: Final = {None: 1, "ms": 1, "s": 1_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _milliseconds(shown: object) -> int:
+    """``current_setting('statement_timeout')`` (``0``, ``2s``, ``1500ms``,
+    ``1min``) in ms; 0 for what it cannot read."""
+    found = _DURATION.match(shown) if type(shown) is str else None
+    if found is None:
+        return 0
+    return int(found.group(1)) * _UNIT_MS[found.group(2)]
+
+
+def _check_statement_timeout(connection: Connection) -> None:
+    timeout = connection.statement_timeout_ms
+    if 0 < timeout < MINIMUM_STATEMENT_TIMEOUT_MS:
+        raise UnsupportedDatabaseError(
+            f"the session's statement_timeout ({timeout} ms) is below the "
+            f"{MINIMUM_STATEMENT_TIMEOUT_MS} ms runstore needs: it would cancel the store's "
+            "ordinary statements and commits at random; raise it, or leave it unset (0)",
+            {
+                "stage": "settings",
+                "reason": "statement-timeout-too-short",
+                "statement_timeout_ms": timeout,
+                "minimum_ms": MINIMUM_STATEMENT_TIMEOUT_MS,
+            },
+        )
 
 
 def _measure_at_open(check: ClockCheck, connection: Connection) -> None:
@@ -302,7 +349,7 @@ def _first_connection(connect: Any) -> Connection:
         reason = connect_reason(error)
         failure = PersistenceFailedError(
             "open",
-            f"could not connect to the PostgreSQL server: {CONNECT_TEXTS[reason]}",
+            f"could not connect to the PostgreSQL server: {reason_text(reason)}",
             {
                 "stage": "connect",
                 "reason": reason,

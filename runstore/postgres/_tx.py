@@ -18,6 +18,18 @@ The connection is in autocommit mode and this manager issues ``BEGIN`` and
   A connection lost after ``COMMIT`` was sent is not replayed: the
   operation may or may not have committed, and it raises
   ``persistence_failed`` with ``cause["outcome"] == "unknown"``.
+- A write during which the store sent a cancel (``interrupt()``, or the
+  bound below) is outcome-unknown when the server answers it as committed
+  (``cancelled_outcome``): PostgreSQL answers a commit whose wait for a
+  synchronous standby was cancelled as committed, with a WARNING, though
+  only the primary has it. Only an error proves a rollback.
+- PostgreSQL disarms ``statement_timeout`` before a commit, so a commit
+  waiting for a synchronous standby that stopped answering waits for ever.
+  The round trip that commits (the one-round-trip statement, or ``COMMIT``)
+  is therefore bounded by the store: when its answer has not come within
+  twice the session's ``statement_timeout`` (at least ``MINIMUM_BOUND_MS``;
+  read when connecting, ``Connection.statement_timeout_ms``; none when it
+  is 0), the store cancels it and waits for the answer.
 - A transaction that a swallowed error aborted is never "committed":
   PostgreSQL would silently roll it back, so it raises instead.
 - A write begun inside another write on the same thread is a savepoint.
@@ -61,7 +73,14 @@ from ..consensus._sql import register_lease_statements
 from ..consensus._types import ConsensusError
 from . import _lease_queries
 from ._clock_check import LEASE_METHODS, ClockCheck
-from ._errors import ReconnectFailed, classify, connect_reason, is_transient, unknown_outcome
+from ._errors import (
+    ReconnectFailed,
+    cancelled_outcome,
+    classify,
+    connect_reason,
+    is_transient,
+    unknown_outcome,
+)
 from ._fused_sql import DECODE_FIRST
 
 # A transaction that names its dialect but carries no statements (someone
@@ -79,6 +98,9 @@ _IDLE: Final = pq.TransactionStatus.IDLE
 _ACTIVE: Final = pq.TransactionStatus.ACTIVE
 _FAILED: Final = pq.TransactionStatus.INERROR
 
+#: The least bound on a round trip that commits (see the module docstring).
+MINIMUM_BOUND_MS: Final = 1_000
+
 #: What the manager classifies; anything else is a defect and propagates.
 _CLASSIFIED = (RunStoreError, psycopg.Error, ConsensusError, InjectedFault, ReconnectFailed)
 
@@ -87,6 +109,11 @@ class Connection(psycopg.Connection[Any]):
     """The store's connection: ``execute`` lets the fault seam count statements."""
 
     statement_hook: Callable[[], None] | None = None
+    #: The session's ``statement_timeout`` in ms (0: none), read as ``open``'s
+    #: ``connect`` sets the session up; it bounds the round trips that commit.
+    statement_timeout_ms = 0
+    #: Set by a bounded round trip that outlived its bound and was cancelled.
+    overdue = False
 
     def execute(
         self,
@@ -107,7 +134,32 @@ class Connection(psycopg.Connection[Any]):
     _lean_loader: adapt_abc.Transformer | None = None
     _lean_serial = 0
 
-    def run_once(self, statement: str, params: tuple[Any, ...]) -> tuple[list[Any], int]:
+    def commit_bound(self) -> float | None:
+        """The deadline (``time.monotonic()``) of a round trip that commits,
+        sent now: twice ``statement_timeout``, at least ``MINIMUM_BOUND_MS``;
+        None without a ``statement_timeout``."""
+        timeout = self.statement_timeout_ms
+        if timeout <= 0:
+            return None
+        return time.monotonic() + max(2 * timeout, MINIMUM_BOUND_MS) / 1000
+
+    def commit_bounded(self, deadline: float | None) -> None:
+        """Send ``COMMIT`` and wait for its answer; past ``deadline``, cancel
+        it (``overdue``) and wait on. Errors as ``execute`` raises them."""
+        pgconn = self.pgconn
+        self.overdue = False
+        try:
+            pgconn.send_query(b"COMMIT")
+            self._lean_result(pgconn, deadline)
+        except (psycopg.Error, OSError):
+            raise
+        except BaseException:
+            self._lean_interrupted(pgconn)
+            raise
+
+    def run_once(
+        self, statement: str, params: tuple[Any, ...], deadline: float | None = None
+    ) -> tuple[list[Any], int]:
         """Run ``statement`` by itself on this autocommit connection: its rows
         and row count, as ``execute(...).fetchall()`` and ``rowcount`` give.
 
@@ -121,8 +173,11 @@ class Connection(psycopg.Connection[Any]):
         statement raises what ``execute`` would (``error_from_result``), and
         a lost connection raises from libpq's wrapper as it would there. An
         interruption while waiting (KeyboardInterrupt) cancels the statement
-        and propagates, as with psycopg (``_lean_interrupted``).
+        and propagates, as with psycopg (``_lean_interrupted``). Past
+        ``deadline`` (``time.monotonic()``) the statement is cancelled and
+        its answer awaited (``overdue``).
         """
+        self.overdue = False
         names = self._lean_names
         loader = self._lean_loader
         if names is None or loader is None:
@@ -142,7 +197,7 @@ class Connection(psycopg.Connection[Any]):
                     names[statement] = name
                 pgconn.send_query_prepared(name, values)
                 try:
-                    result = self._lean_result(pgconn)
+                    result = self._lean_result(pgconn, deadline)
                     break
                 except psycopg.errors.InvalidSqlStatementName:
                     # psycopg deallocates every prepared statement of the
@@ -152,7 +207,7 @@ class Connection(psycopg.Connection[Any]):
                     names.clear()
             if result is None:
                 pgconn.send_query_params(statement.encode(), values)
-                result = self._lean_result(pgconn)
+                result = self._lean_result(pgconn, deadline)
         except (psycopg.Error, OSError):
             raise
         except BaseException:
@@ -180,15 +235,16 @@ class Connection(psycopg.Connection[Any]):
         if pgconn.transaction_status != _IDLE:
             self.close()
 
-    def _lean_result(self, pgconn: Any) -> Any:
-        """The one result of what was just sent, once the server is ready again."""
+    def _lean_result(self, pgconn: Any, deadline: float | None = None) -> Any:
+        """The one result of what was just sent, once the server is ready
+        again; past ``deadline``, the statement is cancelled first."""
         descriptor = pgconn.socket
         while pgconn.flush():
-            select.select([], [descriptor], [])
+            self._lean_wait(descriptor, True, deadline)
         results = []
         while True:
             while pgconn.is_busy():
-                select.select([descriptor], [], [])
+                self._lean_wait(descriptor, False, deadline)
                 pgconn.consume_input()
             result = pgconn.get_result()
             if result is None:
@@ -201,6 +257,21 @@ class Connection(psycopg.Connection[Any]):
             statuses = [pq.ExecStatus(result.status).name for result in results]
             raise psycopg.InterfaceError(f"unexpected results of one statement: {statuses}")
         return results[0]
+
+    def _lean_wait(self, descriptor: int, writing: bool, deadline: float | None) -> None:
+        """Wait until the socket is ready; once ``deadline`` has passed with no
+        answer, ask the server to cancel the statement (once: ``overdue``)
+        and wait on for the answer, which says whether it committed."""
+        sockets = ([], [descriptor]) if writing else ([descriptor], [])
+        if deadline is None or self.overdue:
+            select.select(*sockets, [])
+            return
+        ready = select.select(*sockets, [], max(0.0, deadline - time.monotonic()))
+        if ready[0] or ready[1]:
+            return
+        self.overdue = True
+        with contextlib.suppress(psycopg.Error):  # the server could not be asked
+            self.cancel_safe(timeout=5.0)
 
 
 class Transaction:
@@ -304,6 +375,8 @@ class TransactionManager:
         self._interrupted = False
         #: Cancel requests ``interrupt()`` sent that may still be travelling.
         self._cancels: list[threading.Thread] = []
+        #: Set when this operation's commit outlived its bound and was cancelled.
+        self._overdue = False
 
     def live(self) -> Connection:
         """The connection, reconnected first when the last one was lost (or
@@ -336,8 +409,7 @@ class TransactionManager:
             if self._active is not None:
                 return self._nested(method, body)
             self._check_open(method)
-            self._settle_cancels()
-            self._interrupted = False
+            self._begin_operation()
             policy = self.retry
             started = time.monotonic()
             attempt = 0
@@ -346,11 +418,15 @@ class TransactionManager:
                 error: RunStoreError | None = None
                 sent = [False]
                 try:
-                    return self._attempt(method, body, sent)
+                    result = self._attempt(method, body, sent)
                 except RollbackAndReturn as rolled_back:
                     return rolled_back.value  # type: ignore[no-any-return]
                 except _CLASSIFIED as failure:
                     error = self._verdict(method, failure, sent[0], policy, attempt, started)
+                else:
+                    error = self._unsettled(method)
+                    if error is None:
+                        return result
                 if error is not None:
                     # Raised here, outside the handler, so the chain ends at ``error``.
                     raise error
@@ -395,8 +471,7 @@ class TransactionManager:
             if self._active is not None or self.faults is not None:
                 return None
             self._check_open(method)
-            self._settle_cancels()
-            self._interrupted = False
+            self._begin_operation()
             policy = self.retry
             started = time.monotonic()
             attempt = 0
@@ -405,28 +480,40 @@ class TransactionManager:
                 error: RunStoreError | None = None
                 sent = False
                 sent_box = [False]
+                answer: tuple[list[Any], int]
                 try:
                     connection = self.live()
                     clock_check = self.clock_check
                     if clock_check is not None and method in LEASE_METHODS:
                         clock_check.verify(method, connection)
                     if check is not None and unproven is None:
-                        return self._checked(connection, statement, params, check, sent_box)
-                    sent = True
-                    try:
-                        rows, count = connection.run_once(statement, params)
-                    except psycopg.Error as refused:
-                        if check is None or unproven is None or refused.sqlstate != DECODE_FIRST:
-                            raise
-                        # Rolled back with the statement: nothing was written.
-                        sent = False
-                        return self._checked(connection, unproven, params, check, sent_box)
-                    if check is not None:
-                        return [check(rows)], -1
-                    return rows, count
+                        answer = self._checked(connection, statement, params, check, sent_box)
+                    else:
+                        sent = True
+                        try:
+                            rows, count = connection.run_once(
+                                statement, params, connection.commit_bound()
+                            )
+                            self._overdue = connection.overdue
+                        except psycopg.Error as refused:
+                            if (
+                                check is None
+                                or unproven is None
+                                or refused.sqlstate != DECODE_FIRST
+                            ):
+                                raise
+                            # Rolled back with the statement: nothing was written.
+                            sent = False
+                            answer = self._checked(connection, unproven, params, check, sent_box)
+                        else:
+                            answer = ([check(rows)], -1) if check is not None else (rows, count)
                 except _CLASSIFIED as failure:
                     sent = sent or sent_box[0]
                     error = self._verdict(method, failure, sent, policy, attempt, started)
+                else:
+                    error = self._unsettled(method)
+                    if error is None:
+                        return answer
                 if error is not None:
                     if run_id is not None and error.cause.get("stage") == "write-invariant":
                         error.cause["run_id"] = run_id
@@ -452,7 +539,8 @@ class TransactionManager:
                     {"stage": "aborted-transaction"},
                 )
             sent[0] = True
-            _raw(connection, "COMMIT")
+            connection.commit_bounded(connection.commit_bound())
+            self._overdue = connection.overdue
         except BaseException:
             self._end(connection)
             raise
@@ -461,6 +549,24 @@ class TransactionManager:
     def _check_open(self, method: str) -> None:
         if self.closed:
             raise PersistenceFailedError(method, "the store is closed", {"stage": "closed"})
+
+    def _begin_operation(self) -> None:
+        """Before an operation: no cancel of an earlier one is still on its
+        way, and none was sent during this one yet."""
+        self._settle_cancels()
+        self._interrupted = False
+        self._overdue = False
+
+    def _unsettled(self, method: str) -> RunStoreError | None:
+        """The error of a write the server answered as committed although the
+        store had sent it a cancel (``interrupt()``, or the bound on its
+        commit), which may have cut its commit short of a synchronous
+        standby: outcome unknown. None when no cancel was sent."""
+        if self._interrupted:
+            return cancelled_outcome(method, "interrupted")
+        if self._overdue:
+            return cancelled_outcome(method, "statement-timeout")
+        return None
 
     def _verdict(
         self,
@@ -524,7 +630,8 @@ class TransactionManager:
                     {"stage": "aborted-transaction"},
                 )
             sent[0] = True
-            _raw(connection, "COMMIT")
+            connection.commit_bounded(connection.commit_bound())
+            self._overdue = connection.overdue
         except BaseException:
             self._active = None
             connection.statement_hook = None
@@ -601,8 +708,7 @@ class TransactionManager:
             if self._active is not None:
                 return body(self._active._connection)
             self._check_open(method)
-            self._settle_cancels()
-            self._interrupted = False
+            self._begin_operation()
             policy = self.retry
             started = time.monotonic()
             attempt = 0

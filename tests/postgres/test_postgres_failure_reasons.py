@@ -127,6 +127,8 @@ def test_an_interrupt_says_so(url: str) -> None:
         assert isinstance(error, RunStoreError)
         assert error.cause["reason"] == "interrupted"
         assert "interrupt()" in error.message
+        # The server answered with an error: that proves a rollback.
+        assert error.outcome_unknown is False
 
 
 def test_a_lock_timeout_says_so(url: str) -> None:
@@ -328,3 +330,105 @@ def test_a_heartbeat_stuck_on_a_lock_is_interrupted_when_the_lease_lapses(url: s
         assert ended.value.reason == "lapsed"
         assert "interrupted" in errors
         assert store.heartbeat("r", OWNER, clock.now_ms()) == Updated()
+
+
+def _stuck_at_commit(store: Any, url: str, call: Any) -> tuple[Any, float]:
+    """Run ``call`` while another session holds the revision source's row,
+    which every write's commit takes (a deferred trigger, run after
+    PostgreSQL disarmed statement_timeout): its answer (or error) and how
+    long it took. Bounded: after 15 s the holder lets go."""
+    answers: list[Any] = []
+
+    def run() -> None:
+        try:
+            answers.append(call())
+        except BaseException as error:
+            answers.append(error)
+
+    with psycopg.connect(url) as holder:
+        holder.execute("SELECT 1 FROM flows_run_source FOR UPDATE")
+        started = time.monotonic()
+        worker = threading.Thread(target=run, daemon=True)
+        worker.start()
+        worker.join(15)
+        elapsed = time.monotonic() - started
+        holder.rollback()
+    worker.join(15)
+    assert not worker.is_alive()
+    (answer,) = answers
+    return answer, elapsed
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["one-round-trip", "general"])
+def test_statement_timeout_bounds_a_commit_and_the_cancel_rolls_it_back(
+    url: str, fast_path: bool
+) -> None:
+    """PostgreSQL does not apply statement_timeout to the commit (here stuck
+    on a lock its deferred trigger takes); the store bounds the round trip
+    that commits at twice the timeout (at least 1 s) and cancels it. The
+    server answers with an error, which proves the rollback: outcome known."""
+    target = with_options(url, "-c statement_timeout=200")
+    with postgres.open(target, clock=ManualClock(0), fast_path=fast_path) as store:
+        _owned(store)
+        before = store.state()
+        error, elapsed = _stuck_at_commit(store, url, lambda: store.heartbeat("r", OWNER, 5))
+        assert elapsed < 10, "the commit waited for the lock until the holder let go"
+        assert elapsed >= 1.0
+        assert isinstance(error, RunStoreError), error
+        assert error.cause["reason"] == "statement-timeout"
+        assert error.cause["sqlstate"] == "57014"
+        assert error.outcome_unknown is False
+        assert store.state() == before
+        assert store.heartbeat("r", OWNER, 6) == Updated()
+
+
+def test_an_interrupted_commit_the_server_refused_is_rolled_back(url: str) -> None:
+    """store.interrupt() while the commit waits on a lock: the server answers
+    the cancelled commit with an error, so it rolled back (outcome known)."""
+    with postgres.open(url, clock=ManualClock(0)) as store:
+        _owned(store)
+        before = store.state()
+        pid = store._connection.info.backend_pid
+        server = _postgres.require_server()
+
+        def interrupt_when_waiting() -> Any:
+            waiting = (
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'"
+            )
+            deadline = time.monotonic() + 10
+            while server.admin(waiting, (pid,))[0][0] == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            store.interrupt()
+
+        helper = threading.Thread(target=interrupt_when_waiting, daemon=True)
+        helper.start()
+        error, elapsed = _stuck_at_commit(store, url, lambda: store.heartbeat("r", OWNER, 5))
+        helper.join(10)
+        assert elapsed < 10
+        assert isinstance(error, RunStoreError), error
+        assert error.cause["reason"] == "interrupted"
+        assert error.outcome_unknown is False
+        assert store.state() == before
+
+
+@pytest.mark.parametrize("timeout_ms", [1, 99])
+def test_a_statement_timeout_too_short_for_the_store_is_refused(url: str, timeout_ms: int) -> None:
+    target = with_options(url, f"-c statement_timeout={timeout_ms}")
+    with pytest.raises(RunStoreError) as caught:
+        postgres.open(target, clock=ManualClock(0))
+    error = caught.value
+    assert error.code == "persistence_failed"
+    assert error.cause["reason"] in ("statement-timeout-too-short", "statement-timeout")
+    if error.cause["reason"] == "statement-timeout-too-short":
+        assert error.cause["statement_timeout_ms"] == timeout_ms
+        assert "statement_timeout" in error.message
+    # The least accepted, and none at all, open.
+    postgres.open(with_options(url, "-c statement_timeout=100"), clock=ManualClock(0)).close()
+    postgres.open(with_options(url, "-c statement_timeout=0"), clock=ManualClock(0)).close()
+
+
+def test_the_store_reads_its_sessions_statement_timeout(url: str) -> None:
+    with postgres.open(with_options(url, "-c statement_timeout=1min"), clock=ManualClock(0)) as a:
+        assert a._connection.statement_timeout_ms == 60_000
+    with postgres.open(url, clock=ManualClock(0)) as b:
+        assert b._connection.statement_timeout_ms == 0
