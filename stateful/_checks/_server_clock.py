@@ -104,12 +104,12 @@ class NonLeaseOperationRefused(ServerClockViolation):
     was on."""
 
 
-#: Every server-clock check, by class name.
 SERVER_CLOCK_CHECKS: tuple[type[ServerClockViolation], ...] = (
     SkewRefusalMisjudged,
     ClockOffsetMisreported,
     NonLeaseOperationRefused,
 )
+"""Every server-clock check class, each a ``ServerClockViolation``: catch or list them by class."""
 
 
 def close_in_folder(store: Any, folder: Path) -> None:
@@ -150,28 +150,44 @@ class _ServerTime:
 
 
 class ServerClockCheck(RuleBasedStateMachine):
-    """The server-clock machine; ``server_clock_check_for`` binds a factory."""
+    """The server-clock machine; ``server_clock_check_for`` binds a factory.
 
-    #: Which default budget ``run_conformance`` gives this machine (``_campaigns._budget``).
+    It opens a PostgreSQL store with ``check_clock=True`` on a clock set some offset from the
+    server's, then moves that clock and makes lease operations: each must be refused
+    (``persistence_failed``, reason ``clock-skew``, writing nothing) exactly while the store's
+    last measurement put it more than half the skew allowance (5 000 ms) off the server,
+    ``clock_offset_ms`` must report what was measured, and other operations are never refused.
+    ``operation`` in its rules is one of the lease operations (``claim``, ``claim_and_own``,
+    ``heartbeat``, ``reconfirm``, ...), and ``run`` draws one of the runs it created.
+    """
+
     budget_kind: ClassVar[str] = "server-clock"
+    """Which default budget ``run_conformance`` gives this machine: ``"server-clock"``."""
 
     store_factory: ClassVar[Callable[..., Any]]
+    """Opens the store under test: ``store_factory(clock, path, check_clock=True)``."""
     server_now_ms: ClassVar[Callable[[], int]]
+    """Reads the server's clock, in whole milliseconds."""
 
     def __init__(self) -> None:
         programs_independent_of_callers_code()
         super().__init__()
         self.store: Any = None
+        """The store under test, once ``open_store`` ran."""
         self.folder = Path(tempfile.mkdtemp(prefix="runstore-server-clock-"))
+        """The program's folder, removed at teardown."""
         self.server = _ServerTime(type(self).server_now_ms)
+        """The server's time, as ``server_now_ms`` reads it, with its reading error."""
         self.clock = AnchoredClock(0)
+        """The store clock, set relative to the server's."""
         self.runs: list[str] = []
-        #: The offsets the store's last measurement may have found.
+        """The runs created so far."""
         self.measured: Window = (0, 0)
-        #: The store clock's reading at that measurement (exact: it stood still).
+        """The offsets the store's last measurement may have found (low, high)."""
         self.measured_at = 0
-        #: Whether that measurement was past the limit.
+        """The store clock's reading at that measurement (exact: it stood still)."""
         self.refusing = False
+        """Whether that measurement was past the limit."""
 
     # -- what the store should have measured ----------------------------------
 
@@ -213,6 +229,8 @@ class ServerClockCheck(RuleBasedStateMachine):
 
     @initialize(offset=st.sampled_from(OFFSETS))
     def open_store(self, offset: int) -> None:
+        """Open the store on a clock ``offset`` ms off the server's (either way) and check what
+        it measured."""
         self.clock.turn_to(self.server.at(time.monotonic()) + offset)
         started = time.monotonic()
         self.store = type(self).store_factory(self.clock, self.folder / "store", check_clock=True)
@@ -226,30 +244,35 @@ class ServerClockCheck(RuleBasedStateMachine):
         self._create()
 
     def teardown(self) -> None:
+        """Close the store and remove its folder."""
         close_in_folder(self.store, self.folder)
 
     @rule(
         offset=st.sampled_from(OFFSETS), operation=st.sampled_from(LEASE_OPERATIONS), run=st.data()
     )
     def move_to(self, offset: int, operation: str, run: st.DataObject) -> None:
-        """Set the store clock ``offset`` ms off the server's (either way), then lease."""
+        """Set the store clock ``offset`` ms off the server's (either way), then make the lease
+        ``operation`` on a ``run`` drawn from the runs created."""
         self.clock.turn_to(self.server.at(time.monotonic()) + offset)
         self._lease(operation, run.draw(st.sampled_from(self.runs), label="run"))
 
     @rule(ms=st.sampled_from(MOVES), operation=st.sampled_from(LEASE_OPERATIONS), run=st.data())
     def advance(self, ms: int, operation: str, run: st.DataObject) -> None:
-        """Move the store clock forward by ``ms``, then lease."""
+        """Move the store clock forward by ``ms``, then make the lease ``operation`` on a ``run``
+        drawn from the runs created."""
         self.clock.advance(ms)
         self._lease(operation, run.draw(st.sampled_from(self.runs), label="run"))
 
     @rule(operation=st.sampled_from(LEASE_OPERATIONS), run=st.data())
     def lease(self, operation: str, run: st.DataObject) -> None:
-        """A lease operation with the clock where it is."""
+        """The lease ``operation`` on a ``run`` drawn from the runs created, with the clock where
+        it is."""
         self._lease(operation, run.draw(st.sampled_from(self.runs), label="run"))
 
     @rule(operation=st.sampled_from(OTHER_OPERATIONS), run=st.data())
     def other(self, operation: str, run: st.DataObject) -> None:
-        """An operation the clock check must not refuse (nor measure for)."""
+        """``operation`` (``create``, ``get``, ``list_runs`` or ``revision``, on a ``run`` drawn
+        from the runs created), which the clock check must not refuse (nor measure for)."""
         run_id = run.draw(st.sampled_from(self.runs), label="run")
         try:
             if operation == "create":
@@ -268,6 +291,8 @@ class ServerClockCheck(RuleBasedStateMachine):
 
     @invariant()
     def offset_agrees(self) -> None:
+        """After every step: ``clock_offset_ms`` reports what the last measurement could have
+        found."""
         if self.store is not None:
             self._reported("after the step")
 
@@ -362,8 +387,8 @@ def server_clock_check_for(
     *,
     name: str = "store",
 ) -> type[ServerClockCheck]:
-    """A ``ServerClockCheck`` subclass for one factory (called as
-    ``store_factory(clock, path, check_clock=True)``) and a reader of the
+    """A ``ServerClockCheck`` subclass named ``name`` for one ``store_factory`` (called as
+    ``store_factory(clock, path, check_clock=True)``) and ``server_now_ms``, a reader of the
     server's clock in whole milliseconds."""
     namespace: dict[str, Any] = {
         "store_factory": staticmethod(store_factory),
