@@ -143,7 +143,6 @@ class SchemaStoreBroken(PgSessionViolation):
     """An accepted store could not ``create`` a run and ``get`` it back."""
 
 
-#: Every check of these machines, by class name.
 PG_SESSION_CHECKS: tuple[type[PgSessionViolation], ...] = (
     SessionLossMishandled,
     SessionOutcomeMismatch,
@@ -156,6 +155,8 @@ PG_SESSION_CHECKS: tuple[type[PgSessionViolation], ...] = (
     SchemaMisselected,
     SchemaStoreBroken,
 )
+"""Every check class of the session and schema machines, each a ``PgSessionViolation``: catch or
+list them by class."""
 
 # -- session loss -----------------------------------------------------------------
 
@@ -325,12 +326,21 @@ class OtherSession:
 
 
 class SessionLossCheck(RuleBasedStateMachine):
-    """The session-loss machine; ``session_loss_check_for`` binds a factory."""
+    """The session-loss machine; ``session_loss_check_for`` binds a factory.
 
-    #: Which default budget ``run_conformance`` gives this machine (``_campaigns._budget``).
+    It drives a PostgreSQL store of the suite's own target and the reference model side by
+    side while the server ends the store's idle sessions between operations, breaks a deadlock
+    by aborting the store's statement, cancels a statement on ``statement_timeout``, and ends
+    a session waiting on a lock: the first operation after each must be replayed or reported
+    as the contract says, and the states (leases left out) must agree after every step. In its
+    rules ``run`` is one of a few run ids and ``owner`` one of a few owners.
+    """
+
     budget_kind: ClassVar[str] = "pg-session"
+    """Which default budget ``run_conformance`` gives this machine: ``"pg-session"``."""
 
     store_factory: ClassVar[Callable[..., Any]]
+    """Opens the store under test: ``store_factory(clock, path)``."""
 
     def __init__(self) -> None:
         programs_independent_of_callers_code()
@@ -338,16 +348,22 @@ class SessionLossCheck(RuleBasedStateMachine):
         from .._targets import _postgres
 
         self.server = _postgres.server()
+        """The suite's PostgreSQL server."""
         self.folder = Path(tempfile.mkdtemp(prefix="runstore-pg-session-"))
+        """The program's folder, removed at teardown."""
         self.clock = ManualClock(1_000)
+        """The store clock both sides share."""
         self.model = ModelRunStore(clock=self.clock)
+        """The reference, a ``ModelRunStore``."""
         self.store: Any = None
+        """The store under test."""
         self.store = type(self).store_factory(self.clock, self.folder / "store")
         self.database = _database(self._url())
-        #: Whether the server ended the store's sessions since its last operation.
+        """The name of the store's database."""
         self.lost = False
-        #: A second store on the same schema whose URL sets ``statement_timeout``.
+        """Whether the server ended the store's sessions since its last operation."""
         self.timed: Any = None
+        """A second store on the same schema whose URL sets ``statement_timeout``, once needed."""
         self._lower_deadlock_timeout()
 
     def _lower_deadlock_timeout(self) -> None:
@@ -371,6 +387,8 @@ class SessionLossCheck(RuleBasedStateMachine):
         return str(self.store._url)
 
     def teardown(self) -> None:
+        """Close the store (and the second store with a statement timeout, if one was opened) and
+        remove the folder."""
         try:
             if self.timed is not None:
                 self.timed.close()
@@ -393,7 +411,7 @@ class SessionLossCheck(RuleBasedStateMachine):
 
     @initialize(created=st.integers(min_value=1, max_value=len(RUNS)))
     def create_runs(self, created: int) -> None:
-        """Start with runs to lease, the first of them owned."""
+        """Start with the first ``created`` runs of the machine's few, the first of them owned."""
         for run in RUNS[:created]:
             self.create(run)
         self.claim_and_own(RUNS[0], OWNERS[0])
@@ -402,10 +420,13 @@ class SessionLossCheck(RuleBasedStateMachine):
 
     @rule(run=st.sampled_from(RUNS))
     def create(self, run: str) -> None:
+        """``create`` of ``run``, judged against the reference."""
         self._do(call("create", ("run_id", run), ("state_json", "{}")))
 
     @rule(run=st.sampled_from(RUNS), owner=st.sampled_from(OWNERS))
     def claim_and_own(self, run: str, owner: OwnerId) -> None:
+        """``claim_and_own`` of ``run`` by ``owner`` with its current row, judged against the
+        reference."""
         row = perform(self.model, call("get", ("run_id", run)))
         if isinstance(row, Raised):
             return
@@ -421,6 +442,7 @@ class SessionLossCheck(RuleBasedStateMachine):
 
     @rule(run=st.sampled_from(RUNS), owner=st.sampled_from(OWNERS))
     def heartbeat(self, run: str, owner: OwnerId) -> None:
+        """``heartbeat`` of ``run`` by ``owner``, judged against the reference."""
         self._heartbeat(run, owner)
 
     def _heartbeat(self, run: str, owner: OwnerId) -> None:
@@ -430,14 +452,17 @@ class SessionLossCheck(RuleBasedStateMachine):
 
     @rule(run=st.sampled_from(RUNS), owner=st.sampled_from(OWNERS), to=st.sampled_from(SETTLE_TO))
     def transition_owned(self, run: str, owner: OwnerId, to: str) -> None:
+        """``transition_owned`` of ``run`` by ``owner`` to ``to``, judged against the reference."""
         self._do(call("transition_owned", ("run_id", run), ("owner", owner), ("to_status", to)))
 
     @rule(run=st.sampled_from(RUNS))
     def get(self, run: str) -> None:
+        """``get`` of ``run``, judged against the reference."""
         self._do(call("get", ("run_id", run)))
 
     @rule(ms=st.sampled_from(MOVES))
     def advance(self, ms: int) -> None:
+        """Move the clock ``ms`` forward."""
         self.clock.advance(ms)
 
     # -- the server ends the session ----------------------------------------------
@@ -448,9 +473,9 @@ class SessionLossCheck(RuleBasedStateMachine):
         owner=st.sampled_from(OWNERS),
     )
     def end_session(self, then: str, run: str, owner: OwnerId) -> None:
-        """The server ends the store's idle session(s); then one operation,
-        judged against the reference (in the same step: the state read after
-        a step would otherwise be the first to meet the dead connection)."""
+        """The server ends the store's idle session(s); then one operation, ``then``
+        (``claim_and_own``, ``transition_owned``, a heartbeat, a read, ...) on ``run`` by
+        ``owner``, judged against the reference in the same step."""
         self._end()
         self._follow_up(then, run, owner)
 
@@ -461,7 +486,8 @@ class SessionLossCheck(RuleBasedStateMachine):
         owner=st.sampled_from(OWNERS),
     )
     def end_sessions_in_a_row(self, times: int, then: str, run: str, owner: OwnerId) -> None:
-        """Sessions ended ``times`` times, an operation after each."""
+        """Sessions ended ``times`` times, each followed by the operation ``then`` on ``run`` by
+        ``owner``."""
         for _ in range(times):
             self._end()
             self._follow_up(then, run, owner)
@@ -514,12 +540,10 @@ class SessionLossCheck(RuleBasedStateMachine):
 
     @rule(pair=st.sampled_from(PAIRS), owner=st.sampled_from(OWNERS))
     def deadlock(self, pair: tuple[str, str], owner: OwnerId) -> None:
-        """Another session locks the later run of ``pair``; the store's
-        ``heartbeat_many`` locks the earlier one and waits for the later; the
-        other session then asks for the earlier one. The server breaks the
-        deadlock by aborting the store's statement (the store's wait began
-        first and its ``deadlock_timeout`` is the shorter). The store must
-        replay it and answer as the reference does."""
+        """Another session locks the later run of ``pair``; the store's ``heartbeat_many`` for
+        ``owner`` locks the earlier one and waits for the later; the other session then asks
+        for the earlier one. The server breaks the deadlock by aborting the store's statement,
+        and the store must replay it and answer as the reference does."""
         import psycopg
 
         first, second = pair
@@ -564,9 +588,9 @@ class SessionLossCheck(RuleBasedStateMachine):
 
     @rule(run=st.sampled_from(RUNS), owner=st.sampled_from(OWNERS))
     def statement_timeout(self, run: str, owner: OwnerId) -> None:
-        """Another session holds the run's row; a store whose URL sets
-        ``statement_timeout`` heartbeats the run and waits for the row until
-        the server cancels the statement. It must fail saying so."""
+        """Another session holds ``run``'s row; a store whose URL sets ``statement_timeout``
+        heartbeats it for ``owner`` and waits until the server cancels the statement. It must
+        fail with ``persistence_failed`` and reason ``statement-timeout``."""
         self._ensure(run)
         store = self._timed_store()
         now = self.clock.now_ms()
@@ -584,9 +608,9 @@ class SessionLossCheck(RuleBasedStateMachine):
 
     @rule(run=st.sampled_from(RUNS), owner=st.sampled_from(OWNERS))
     def interrupt(self, run: str, owner: OwnerId) -> None:
-        """Another session holds the run's row; the store's heartbeat waits
-        for it, and ``store.interrupt()`` from this thread must end the wait:
-        ``persistence_failed``, reason ``interrupted``."""
+        """Another session holds ``run``'s row; the store's heartbeat for ``owner`` waits for it,
+        and ``store.interrupt()`` from this thread must end the wait: ``persistence_failed``,
+        reason ``interrupted``."""
         self._ensure(run)
         now = self.clock.now_ms()
         other = self._other()
@@ -630,11 +654,9 @@ class SessionLossCheck(RuleBasedStateMachine):
 
     @rule(run=st.sampled_from(RUNS))
     def read_cut_off(self, run: str) -> None:
-        """Another session holds ``flows_runs`` in ACCESS EXCLUSIVE mode, so
-        the store's ``get`` waits; the server then ends the store's session
-        (``pg_terminate_backend`` of the waiting backend). The read must be
-        replayed on a new connection once the table is free, and answer as
-        the reference does."""
+        """Another session holds ``flows_runs`` in ACCESS EXCLUSIVE mode, so the store's ``get``
+        of ``run`` waits; the server then ends the store's session. The read must be replayed
+        on a new connection once the table is free, and answer as the reference does."""
         op = call("get", ("run_id", run))
         expected = perform(self.model, op)
         other = self._other()
@@ -658,6 +680,7 @@ class SessionLossCheck(RuleBasedStateMachine):
 
     @invariant()
     def states_agree(self) -> None:
+        """After every step the store's state equals the reference's, leases left out."""
         if self.store is None:
             return
         expected = without_leases(self.model.state())
@@ -669,7 +692,9 @@ class SessionLossCheck(RuleBasedStateMachine):
 def session_loss_check_for(
     store_factory: Callable[..., Any], *, name: str = "store"
 ) -> type[SessionLossCheck]:
-    """A ``SessionLossCheck`` over ``store_factory`` (``postgres_store_factory``'s)."""
+    """A ``SessionLossCheck`` subclass named for ``name`` over ``store_factory``, called as
+    ``store_factory(clock, path)`` and building a PostgreSQL store on the suite's server (the
+    suite's own PostgreSQL target does)."""
     return type(
         f"SessionLossCheck[{name}]",
         (SessionLossCheck,),
@@ -718,10 +743,18 @@ def search_path_option(name: str) -> str:
 
 
 class SchemaOptionCheck(RuleBasedStateMachine):
-    """The schema-option machine, on a fresh database of the suite's server."""
+    """The schema-option machine, on a fresh database of the suite's server.
 
-    #: Which default budget ``run_conformance`` gives this machine (``_campaigns._budget``).
+    It opens stores with ``schema=``, with the URL's ``schema`` parameter, with both (the same
+    name, or two different ones: refused) and with the URL's ``options=-csearch_path=NAME``,
+    using names that need quoting, names of exactly 63 UTF-8 bytes and of 64, and the empty
+    name. Refusals must be ``invalid_run`` on ``schema`` exactly where the documented rule
+    refuses; an accepted store must be on the schema asked for, list exactly the runs created
+    on that schema, and create and read a run. ``name`` in its rules is one of those names.
+    """
+
     budget_kind: ClassVar[str] = "pg-schema"
+    """Which default budget ``run_conformance`` gives this machine: ``"pg-schema"``."""
 
     def __init__(self) -> None:
         programs_independent_of_callers_code()
@@ -729,14 +762,20 @@ class SchemaOptionCheck(RuleBasedStateMachine):
         from .._targets import _postgres
 
         self.server = _postgres.server()
+        """The suite's PostgreSQL server."""
         self.url = self.server.fresh_database()
+        """The fresh database's URL."""
         self.clock = ManualClock(1_000)
-        #: The schemas that exist, with the runs created on each.
+        """The clock the stores are opened with."""
         self.schemas: dict[str, set[str]] = {"public": set()}
+        """The schemas that exist, with the runs created on each."""
         self.open_stores: dict[str, Any] = {}
+        """The store open on each schema."""
         self.serial = 0
+        """How many runs were created (each gets the next number)."""
 
     def teardown(self) -> None:
+        """Close every store opened and drop the database."""
         try:
             for store in self.open_stores.values():
                 store.close()
@@ -799,30 +838,35 @@ class SchemaOptionCheck(RuleBasedStateMachine):
 
     @rule(name=st.sampled_from(NAMES))
     def by_keyword(self, name: str) -> None:
+        """Open with the ``schema=`` keyword set to ``name``."""
         self._open(f"schema={name!r}", self.url, name if admissible(name) else None, schema=name)
 
     @rule(name=st.sampled_from(NAMES))
     def by_url_parameter(self, name: str) -> None:
+        """Open with the URL's ``schema`` parameter set to ``name``."""
         url = with_parameter(self.url, "schema", name)
         self._open(f"the URL's schema={name!r}", url, name if admissible(name) else None)
 
     @rule(name=st.sampled_from(NAMES))
     def by_keyword_and_url(self, name: str) -> None:
-        """The same name twice: accepted."""
+        """Open with the ``schema=`` keyword and the URL's ``schema`` parameter both set to
+        ``name``: accepted."""
         url = with_parameter(self.url, "schema", name)
         expected = name if admissible(name) else None
         self._open(f"schema={name!r} and the URL's", url, expected, schema=name)
 
     @rule(first=st.sampled_from(NAMES[:4]), second=st.sampled_from(NAMES[:4]))
     def by_differing_names(self, first: str, second: str) -> None:
-        """A keyword and a URL parameter that differ: refused."""
+        """Open with the ``schema=`` keyword set to ``first`` and the URL's parameter set to
+        ``second``: refused unless they are the same name."""
         url = with_parameter(self.url, "schema", second)
         expected = first if first == second else None
         self._open(f"schema={first!r} and the URL's {second!r}", url, expected, schema=first)
 
     @rule(name=st.sampled_from(SEARCH_PATH_NAMES))
     def by_search_path(self, name: str) -> None:
-        """``options=-csearch_path=NAME``: the schema must exist (it is not created)."""
+        """Open with ``options=-csearch_path=NAME`` for ``name``: the schema must exist (it is
+        not created), else ``persistence_failed`` at stage ``schema``."""
         import runstore
 
         url = with_parameter(self.url, "options", search_path_option(name))
@@ -854,5 +898,6 @@ class SchemaOptionCheck(RuleBasedStateMachine):
 
 #: The schema machine for a factory's server (it builds its own stores).
 def schema_option_check_for(*, name: str = "store") -> type[SchemaOptionCheck]:
-    """A ``SchemaOptionCheck`` named for the store under test."""
+    """A ``SchemaOptionCheck`` subclass named for the store under test, ``name`` (the machine
+    builds its own stores on the suite's server)."""
     return type(f"SchemaOptionCheck[{name}]", (SchemaOptionCheck,), {})
