@@ -119,7 +119,6 @@ class PermissionRefusalMismatch(OpeningViolation):
     may read was refused."""
 
 
-#: The opening check's failures, in the order of the docs' table.
 OPENING_CHECKS: tuple[type[OpeningViolation], ...] = (
     FileModeViolation,
     OpenLeftTrace,
@@ -130,6 +129,8 @@ OPENING_CHECKS: tuple[type[OpeningViolation], ...] = (
     LockedReadFailed,
     PermissionRefusalMismatch,
 )
+"""The opening check's failure classes, each an ``OpeningViolation``, in the order of the docs'
+table."""
 
 #: How long a lock holder keeps the file (six of open's 50 ms busy waits).
 HOLD_S: Final = 0.3
@@ -440,22 +441,30 @@ class OpeningCheck(RuleBasedStateMachine):
     """Opens files of its own with ``runstore.open`` and checks what each
     open did to them (see the module docstring)."""
 
-    #: Which default budget ``run_conformance`` gives this machine (``_campaigns._budget``).
     budget_kind: ClassVar[str] = "opening"
+    """Which default budget ``run_conformance`` gives this machine: ``"opening"``."""
 
     consensus_factory: ClassVar[ConsensusFactory]
+    """Builds the strategy every store the check opens is given."""
 
     def __init__(self) -> None:
         programs_independent_of_callers_code()
         super().__init__()
         self.folder = Path(tempfile.mkdtemp(prefix="runstore-opening-"))
+        """The machine's folder, removed at teardown."""
         self.live = self.folder / "live" / "runs.db"
+        """The database the writer and the readers share."""
         self.live.parent.mkdir()
         self.clock = ManualClock(START_MS)
+        """The clock every store is opened with."""
         self.writer: Any = None
+        """The open read-write store on ``live``, or None."""
         self.readers: list[Any] = []
+        """The open read-only stores on ``live``."""
         self.closed_view: dict[str, object] | None = None
+        """What the file held when the writer last closed, or None."""
         self.names = 0
+        """How many runs ``reader_follows_a_later_writer`` created (each is named by the next)."""
 
     # --- helpers ------------------------------------------------------------------
 
@@ -574,6 +583,9 @@ class OpeningCheck(RuleBasedStateMachine):
         owner=st.sampled_from(_OWNERS),
     )
     def write(self, operation: str, run_id: str, owner: OwnerId) -> None:
+        """A write to the live database through the open writer: ``operation`` (``create``,
+        ``claim_and_own``, ``heartbeat`` or ``transition_owned``) on ``run_id`` by ``owner``,
+        a second later each time; losses and refusals are fine."""
         self.clock.advance(1000)
         now = self.clock.now_ms()
         store = self.writer
@@ -590,6 +602,7 @@ class OpeningCheck(RuleBasedStateMachine):
     @precondition(lambda self: self.writer is not None)
     @rule()
     def close_writer(self) -> None:
+        """Close the writer, remembering what the file holds for the read-only checks."""
         self.closed_view = view(self.writer)
         self.writer.close()
         self.writer = None
@@ -597,7 +610,11 @@ class OpeningCheck(RuleBasedStateMachine):
     @precondition(lambda self: self.writer is None)
     @rule(mode=st.sampled_from((None, 0o644, 0o640, 0o666)))
     def open_writer(self, mode: int | None) -> None:
-        """Reopening an existing database keeps its mode (widened or not)."""
+        """Reopen the live database as the writer, after setting its file ``mode`` (None: leave
+        it).
+
+        Reopening an existing database keeps its mode (widened or not).
+        """
         if mode is not None:
             os.chmod(self.live, mode)
         before = _mode(self.live)
@@ -612,18 +629,23 @@ class OpeningCheck(RuleBasedStateMachine):
     @precondition(lambda self: len(self.readers) < 2)
     @rule()
     def open_reader(self) -> None:
+        """Open another read-only store on the live database (at most two)."""
         self.readers.append(self._open_or_fail(self.live, "read_only=True", read_only=True))
 
     @precondition(lambda self: bool(self.readers))
     @rule()
     def close_reader(self) -> None:
+        """Close the oldest read-only store."""
         self.readers.pop(0).close()
 
     @precondition(lambda self: bool(self.readers))
     @rule(operation=st.sampled_from(_WRITES))
     def reader_refuses(self, operation: str) -> None:
-        """A read-only store's write raises the read-only refusal and the
-        file holds what it held."""
+        """Every open read-only store is asked the write ``operation``.
+
+        A read-only store's write raises the read-only refusal and the file holds what it
+        held.
+        """
         before = self._expected()
         call = _write_calls(self.clock.now_ms())[operation]
         for reader in self.readers:
@@ -649,8 +671,12 @@ class OpeningCheck(RuleBasedStateMachine):
 
     @rule(operation=st.sampled_from(_WRITES))
     def read_only_leaves_the_file_alone(self, operation: str) -> None:
-        """With every connection closed, a read-only store's open, reads and
-        refused writes change nothing in the folder."""
+        """The write ``operation`` is asked of a read-only store opened with every connection
+        closed.
+
+        With every connection closed, a read-only store's open, reads and refused writes
+        change nothing in the folder.
+        """
         self._close_all()
         before = _look(self.live.parent)
         reader = self._open_or_fail(self.live, "read_only=True", read_only=True)
@@ -715,16 +741,22 @@ class OpeningCheck(RuleBasedStateMachine):
 
     @rule(mask=st.sampled_from((0o000, 0o002, 0o022)))
     def open_new(self, mask: int) -> None:
-        """A path that does not exist becomes a migrated 0600 database, its
-        -wal and -shm 0600 too."""
+        """Open a new path under the umask ``mask``.
+
+        A path that does not exist becomes a migrated 0600 database, its -wal and -shm 0600
+        too.
+        """
         path = self._fresh()
         with _umask(mask):
             self._open_private(path, "a new file", f"a new database under umask {oct(mask)}")
 
     @rule(mode=st.sampled_from((0o644, 0o661, 0o666, 0o640)), stale_sides=st.booleans())
     def open_empty(self, mode: int, stale_sides: bool) -> None:
-        """An empty file (with empty -wal/-shm a killed opener left, or not)
-        is new: it becomes a migrated database, all of it 0600."""
+        """Open an empty file of mode ``mode``, with empty side files when ``stale_sides``.
+
+        An empty file (with empty -wal/-shm a killed opener left, or not) is new: it becomes a
+        migrated database, all of it 0600.
+        """
         path = self._fresh()
         for suffix in ("", *(_SIDES if stale_sides else ())):
             Path(f"{path}{suffix}").touch()
@@ -741,8 +773,13 @@ class OpeningCheck(RuleBasedStateMachine):
         mode=st.sampled_from((0o644, 0o600)),
     )
     def refuse_to_migrate(self, kind: str, read_only: bool, applied: int, mode: int) -> None:
-        """An open that may not migrate refuses what needs migrating, in
-        words that say which option forbade it."""
+        """Open a file of the ``kind`` asked (``missing``, ``empty``, ``older`` with ``applied``
+        migrations, or ``memory``), of file mode ``mode``, with ``read_only`` (else
+        ``migrate=False``).
+
+        An open that may not migrate refuses what needs migrating, in words that say which
+        option forbade it.
+        """
         ids = _migration_ids()
         applied = min(applied, len(ids) - 1)
         option = {"read_only": True} if read_only else {"migrate": False}
@@ -799,8 +836,12 @@ class OpeningCheck(RuleBasedStateMachine):
         read_only=st.booleans(),
     )
     def refuse_foreign(self, kind: str, read_only: bool) -> None:
-        """A file that is not a runstore database this version may open is
-        refused as it is, saying why."""
+        """Open a file of the ``kind`` asked (``text``, ``corrupt``, ``foreign``, ``newer`` or
+        ``renamed``), read-only when ``read_only``.
+
+        A file that is not a runstore database this version may open is refused as it is,
+        saying why.
+        """
         path = self._fresh()
         expected: dict[str, object]
         if kind == "text":
@@ -876,10 +917,13 @@ class OpeningCheck(RuleBasedStateMachine):
 
     @rule(kind=st.sampled_from(("new", "mid-write", "older")))
     def wait_out_a_held_lock(self, kind: str) -> None:
-        """An opener waits while another connection holds the file's lock
-        for ``HOLD_S`` (a new file held exclusively, an empty database in a
-        rollback journal's write, an older database being migrated), then
-        opens it, migrated once."""
+        """Another connection holds a file of the ``kind`` asked (``new``, ``mid-write`` or
+        ``older``).
+
+        An opener waits while another connection holds the file's lock for ``HOLD_S`` (a new
+        file held exclusively, an empty database in a rollback journal's write, an older
+        database being migrated), then opens it, migrated once.
+        """
         path = self._fresh()
         statements: tuple[str, ...] = ("BEGIN EXCLUSIVE",)
         if kind == "mid-write":
@@ -1092,6 +1136,7 @@ class OpeningCheck(RuleBasedStateMachine):
         return found
 
     def teardown(self) -> None:
+        """Close every store and remove the machine's folder."""
         with contextlib.suppress(Exception):
             self._close_all()
         shutil.rmtree(self.folder, ignore_errors=True)
@@ -1100,7 +1145,7 @@ class OpeningCheck(RuleBasedStateMachine):
 def opening_check_for(
     consensus_factory: ConsensusFactory, *, name: str = "strategy"
 ) -> type[OpeningCheck]:
-    """The opening check with ``consensus_factory``'s strategy in every store
+    """The opening check named for ``name``, with ``consensus_factory``'s strategy in every store
     it opens."""
     return type(
         f"OpeningCheck_{name}",
