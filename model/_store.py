@@ -813,7 +813,8 @@ class ModelRunStore:
     def purge_candidates(self, before_ms: int, *, limit: int = 1000) -> list[RunRow]:
         """The runs ``purge_settled`` would purge now with the same ``before_ms`` and ``limit``, in
         the order it takes them, as ``RunRow``s without their state; writes nothing. Same
-        refusals as ``purge_settled``."""
+        refusals as ``purge_settled``. Beyond the ``RunStore`` protocol, as on the SQL stores
+        (``runstore purge`` lists through it)."""
         cutoff, size = _boundary.admit_purge_settled(before_ms, limit, "purge_candidates")
         with self._lock:
             return [_stateless(row) for row in _purgeable(self._state.rows, cutoff, size)]

@@ -313,12 +313,6 @@ class RunStore(Protocol):
         the change feed; the id may be created again. Returns how many runs were purged."""
         ...
 
-    def purge_candidates(self, before_ms: int, *, limit: int = 1000) -> list[RunRow]:
-        """The runs ``purge_settled`` would purge now with the same ``before_ms`` and ``limit``, in
-        the order it takes them, as ``RunRow``s without their state; writes nothing. Same
-        refusals as ``purge_settled``."""
-        ...
-
     def compact_changes(self, through_revision: int, *, limit: int = 1000) -> int:
         """Drop up to ``limit`` tombstones whose revision is at most ``through_revision``, oldest
         first; live entries are never touched and the revision does not move. A consumer whose

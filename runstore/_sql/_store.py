@@ -1042,7 +1042,11 @@ class SqlRunStore:
         one SELECT of purge_settled's candidate query, which reads about as
         many rows as it returns; it writes and locks nothing, so it works on
         a read-only store (and lists a run that a concurrent write holds,
-        which the purge would pass over)."""
+        which the purge would pass over). Not part of the ``RunStore``
+        protocol (a store of someone else's need not offer it): ``runstore
+        purge`` lists through it on the stores it opens.
+
+        Raises ``InvalidRunError`` for what ``purge_settled`` refuses."""
         q = self._queries
         cutoff, size = admit.admit_purge_settled(before_ms, limit, "purge_candidates")
         rows = self._tm.read(
