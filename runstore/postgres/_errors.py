@@ -28,8 +28,10 @@ text: ``statement-timeout`` (the server's ``statement_timeout``) from
 (the server's ``max_connections``, or a pooler's pool, is exhausted);
 ``connection-lost``; ``server-shutting-down``; ``read-only-server`` (a
 standby); ``serialization-failure`` and ``deadlock`` (once retries ran out);
-``disk-full``; ``out-of-memory``; and for a failed reconnection the reasons
-``open`` gives (``unreachable``, ``authentication-failed``, ...).
+``disk-full``; ``out-of-memory``; ``insufficient-privilege`` (SQLSTATE
+42501: the store names the grants its role lacks, see ``_grants``); and for a
+failed reconnection the reasons ``open`` gives (``unreachable``,
+``authentication-failed``, ...).
 
 A write during which the store sent a cancel (``store.interrupt()``, or its
 own bound on a commit's wait, see ``_tx``) and which the server then answered
@@ -134,7 +136,7 @@ CONNECT_STATES: Final = {
     "28P01": "authentication-failed",
     "28000": "authentication-failed",
     "3D000": "database-missing",
-    "42501": "permission-denied",
+    "42501": "insufficient-privilege",
     "53300": "too-many-connections",
     "57P03": "server-starting-or-stopping",
 }
@@ -143,7 +145,7 @@ _CONNECT_PHRASES: Final = (
     ("authentication failed", "authentication-failed"),
     ("no password supplied", "authentication-failed"),
     ("does not exist", "database-missing"),
-    ("permission denied", "permission-denied"),
+    ("permission denied", "insufficient-privilege"),
     ("too many clients", "too-many-connections"),
     ("too many connections", "too-many-connections"),
     ("remaining connection slots are reserved", "too-many-connections"),
@@ -154,12 +156,22 @@ _CONNECT_PHRASES: Final = (
     ("no such file or directory", "unreachable"),
     ("server is in hot standby mode", "read-only-server"),
     ("session is read-only", "read-only-server"),
+    ("invalid integer value", "invalid-option"),
+    ("invalid port number", "invalid-option"),
+    ("invalid connection option", "invalid-option"),
     ("ssl", "ssl"),
 )
 CONNECT_TEXTS: Final = {
     "authentication-failed": "authentication failed",
     "database-missing": "the database (or role) does not exist",
-    "permission-denied": "permission denied",
+    "insufficient-privilege": (
+        "permission denied: the role may not connect to the database (it needs CONNECT "
+        "on it, and LOGIN)"
+    ),
+    "invalid-option": (
+        "a connection option has a value libpq does not accept (a port that is not a "
+        "number, say; PGPORT and the other PG* variables count too)"
+    ),
     "too-many-connections": (
         "the server has no free connection slot (its max_connections, or a pooler's "
         "pool, is exhausted)"
@@ -215,6 +227,7 @@ _REASONS: Final = {
     "57P02": "server-shutting-down",
     "57P03": "server-shutting-down",
     "25006": "read-only-server",
+    "42501": "insufficient-privilege",
 }
 
 #: What the message says for each reason.
@@ -244,6 +257,10 @@ REASON_TEXTS: Final = {
     "deadlock": "a deadlock outlasted the retry budget",
     "disk-full": "the database server's disk is full",
     "out-of-memory": "the database server ran out of memory",
+    "insufficient-privilege": (
+        "permission denied: the store's role lacks a privilege it needs (docs/guides/"
+        'postgresql.md, "Grant what the store needs", lists the grants)'
+    ),
     "injected": "an injected fault failed the operation",
     "unknown": "database operation failed",
 }
@@ -305,6 +322,10 @@ def failure_reason(error: BaseException, *, interrupted: bool = False) -> str:
 def classify(method: str, error: BaseException, *, interrupted: bool = False) -> RunStoreError:
     """The payload-free ``RunStoreError`` for a failed operation."""
     if isinstance(error, RunStoreError):
+        if isinstance(error, PersistenceFailedError) and "reason" not in error.cause:
+            # Raised by the shared core (a guarded write that missed its row,
+            # a closed or read-only store): its stage is its reason.
+            error.cause["reason"] = error.cause.get("stage", "unknown")
         return error
     found = database_error(error)
     state = sqlstate(found)
@@ -333,10 +354,10 @@ def classify(method: str, error: BaseException, *, interrupted: bool = False) ->
         return PersistenceFailedError(
             method,
             "guarded update missed a row it had admitted",
-            {"stage": "write-invariant", "sqlstate": state},
+            {"stage": "write-invariant", "reason": "write-invariant", "sqlstate": state},
         )
     reason = failure_reason(error, interrupted=interrupted)
-    text = REASON_TEXTS.get(reason) or CONNECT_TEXTS.get(reason) or REASON_TEXTS["unknown"]
+    text = reason_text(reason)
     if isinstance(error, ReconnectFailed):
         text = f"could not reconnect to the database server: {reason_text(reason)}"
     return PersistenceFailedError(

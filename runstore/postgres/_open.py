@@ -5,7 +5,8 @@ The target is a ``postgresql://`` (or ``postgres://``) URL, passed to libpq
 as it is, except for runstore's own ``schema`` parameter, which is removed:
 every other byte of the URL reaches libpq unchanged (no parameter is
 decoded and encoded again; libpq reads ``+`` as a plus, not a space). The
-``schema`` value is percent-decoded as libpq decodes the others.
+``schema`` value is percent-decoded as libpq decodes the others. A port that
+is not a number from 1 to 65535 is refused before connecting.
 The schema is chosen by ``schema=`` (keyword or URL parameter; created when
 missing), or else it is the search path's current schema (libpq's
 ``options=-csearch_path=...`` sets it); every connection then sets its search
@@ -19,7 +20,9 @@ live in one process, and a PostgreSQL store is shared by many.
 
 The URL's password never appears in a repr, a log line or an error: the
 store keeps a copy of the URL without it, and connection failures are
-reported by SQLSTATE, never by the driver's message.
+reported by SQLSTATE, never by the driver's message. Every failure of
+``open`` names a ``cause["reason"]``; a missing privilege names the grants
+the role lacks (``_grants``).
 
 No statement of ``open`` resolves a name through the caller's search path:
 those that run before the store pins its search path to the schema name
@@ -62,8 +65,9 @@ from ..consensus._local import LocalConsensus
 from ..consensus._sql import SqlConsensus
 from . import _migrations
 from ._clock_check import ClockCheck
-from ._errors import connect_reason, reason_text, sqlstate
+from ._errors import connect_reason, failure_reason, reason_text, sqlstate
 from ._fused import Fused, fusable
+from ._grants import grants_text, missing_grants
 from ._store import PostgresRunStore
 from ._tx import Connection, TransactionManager
 
@@ -134,6 +138,25 @@ def _split_schema(url: str) -> tuple[str, str | None]:
         raise _refuse("schema", "must be valid Unicode text") from None
     rest = [item for item in items if _key(item) != "schema"]
     return _join(scheme, head, rest), schema
+
+
+def _check_ports(url: str) -> None:
+    """Refuse a port (in the host list or a ``port`` parameter) that is not a
+    number from 1 to 65535; an empty one means libpq's default."""
+    _, head, items = _pieces(url)
+    authority = head.partition("/")[0].rpartition("@")[2]
+    ports = []
+    for host in authority.split(","):
+        if host.startswith("["):  # [IPv6]:port
+            ports.append(host.partition("]")[2].removeprefix(":"))
+        else:
+            ports.append(host.partition(":")[2])
+    for item in items:
+        if _key(item) == "port":
+            ports += urllib.parse.unquote(item.partition("=")[2]).split(",")
+    for port in ports:
+        if port and not (port.isascii() and port.isdigit() and 0 < int(port) <= 65535):
+            raise _refuse("url", "names a port that is not a number from 1 to 65535")
 
 
 def _admit_schema(schema: object) -> str:
@@ -224,6 +247,7 @@ def open(
     chosen = None if schema is None and in_url is None else _admit_schema(schema or in_url)
     if not _parses(libpq_url):
         raise _refuse("url", "is not a valid PostgreSQL connection URL")
+    _check_ports(libpq_url)
     shown = redacted(url)
 
     def connect() -> Connection:
@@ -251,6 +275,7 @@ def open(
         selected[0] = resolved
         # Later connections (after a loss) set the search path themselves.
         tm = TransactionManager(connection, connect, consensus, RetryPolicy(), read_only=read_only)
+        tm.schema = resolved
         if check_clock and not read_only:
             tm.clock_check = ClockCheck(clock)
             _measure_at_open(tm.clock_check, connection)
@@ -323,10 +348,16 @@ def _measure_at_open(check: ClockCheck, connection: Connection) -> None:
     try:
         check.measure(connection)
     except psycopg.Error as error:
+        reason = failure_reason(error)
         failure = PersistenceFailedError(
             "open",
-            "could not read the PostgreSQL server's clock",
-            {"stage": "clock", "sqlstate": sqlstate(error), "error": type(error).__name__},
+            f"could not read the PostgreSQL server's clock: {reason_text(reason)}",
+            {
+                "stage": "clock",
+                "reason": reason,
+                "sqlstate": sqlstate(error),
+                "error": type(error).__name__,
+            },
         )
     if failure is not None:
         raise failure
@@ -367,25 +398,62 @@ def _prepare(connection: Connection, schema: str | None, *, read_only: bool, mig
     """Check the server, select (and if needed and allowed create) the schema,
     migrate (or refuse to, when not allowed). Returns the schema's name."""
     failure: PersistenceFailedError | None = None
+    creating = [False]
     try:
-        return _prepare_unchecked(connection, schema, read_only=read_only, migrate=migrate)
+        return _prepare_unchecked(
+            connection, schema, read_only=read_only, migrate=migrate, creating=creating
+        )
     except SchemaRefused as refused:
-        failure = UnsupportedDatabaseError(refused.reason, dict(refused.detail))
+        detail = dict(refused.detail)
+        failure = UnsupportedDatabaseError(
+            refused.reason, {**detail, "reason": str(detail.get("stage", "unsupported"))}
+        )
+    except UnsupportedDatabaseError as refused:
+        refused.cause.setdefault("reason", refused.cause.get("stage", "unsupported"))
+        failure = refused
     except psycopg.Error as error:
+        reason = failure_reason(error)
+        cause: dict[str, Any] = {
+            "stage": "migrate",
+            "reason": reason,
+            "sqlstate": sqlstate(error),
+            "error": type(error).__name__,
+        }
+        text = reason_text(reason)
+        if reason == "insufficient-privilege":
+            named = schema or _current_schema(connection)
+            missing = missing_grants(connection, named, read_only=read_only, creating=creating[0])
+            cause["missing_grants"] = missing or []
+            text = grants_text(missing)
         failure = PersistenceFailedError(
-            "open",
-            "could not prepare the PostgreSQL schema",
-            {"stage": "migrate", "sqlstate": sqlstate(error), "error": type(error).__name__},
+            "open", f"could not prepare the PostgreSQL schema: {text}", cause
         )
     raise failure
 
 
+def _current_schema(connection: Connection) -> str | None:
+    try:
+        row = psycopg.Connection.execute(connection, _CURRENT_SCHEMA).fetchone()
+    except psycopg.Error:
+        return None
+    return None if row is None or row[0] is None else str(row[0])
+
+
 #: The schema the search path selects (resolving nothing through it).
 _CURRENT_SCHEMA: Final = "SELECT pg_catalog.current_schema()"
+#: Whether a schema of that name exists, visible to the role or not.
+_SCHEMA_EXISTS: Final = (
+    "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname OPERATOR(pg_catalog.=) $1::text"
+)
 
 
 def _prepare_unchecked(
-    connection: Connection, schema: str | None, *, read_only: bool, migrate: bool
+    connection: Connection,
+    schema: str | None,
+    *,
+    read_only: bool,
+    migrate: bool,
+    creating: list[bool],
 ) -> str:
     execute = connection.execute
     may_write = migrate and not read_only
@@ -410,19 +478,36 @@ def _prepare_unchecked(
         schema = str(current)
         psycopg.Connection.execute(connection, f"SET search_path TO {_quoted(schema)}")
     elif execute(_CURRENT_SCHEMA).fetchone()[0] is None:
+        # current_schema() skips a schema the role may not use: say so,
+        # rather than try to create a schema that exists.
+        if execute(_SCHEMA_EXISTS, (schema,)).fetchone() is not None:
+            missing = missing_grants(connection, schema, read_only=read_only)
+            raise PersistenceFailedError(
+                "open",
+                f"could not use the PostgreSQL schema: {grants_text(missing)}",
+                {
+                    "stage": "migrate",
+                    "reason": "insufficient-privilege",
+                    "sqlstate": None,
+                    "missing_grants": missing or [],
+                },
+            )
         if not may_write:
             mode = "read_only=True" if read_only else "migrate=False"
             raise PersistenceFailedError(
                 "open",
                 f"the schema does not exist (an open with {mode} creates nothing)",
-                {"stage": "missing"},
+                {"stage": "missing", "reason": "schema-missing"},
             )
+        creating[0] = True
         _create_schema(connection, schema)
     pending = _migrations.pending(execute)
     if pending and not may_write:
         raise needs_migration(pending, read_only=read_only)
     if pending:
+        creating[0] = True
         _migrations.apply(execute, schema)
+    creating[0] = False
     return schema
 
 

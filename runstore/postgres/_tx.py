@@ -82,6 +82,7 @@ from ._errors import (
     unknown_outcome,
 )
 from ._fused_sql import DECODE_FIRST
+from ._grants import grants_text, missing_grants
 
 # A transaction that names its dialect but carries no statements (someone
 # else's store) gets these from SqlConsensus.
@@ -377,6 +378,8 @@ class TransactionManager:
         self._cancels: list[threading.Thread] = []
         #: Set when this operation's commit outlived its bound and was cancelled.
         self._overdue = False
+        #: The store's schema, for naming the grants its role lacks.
+        self.schema: str | None = None
 
     def live(self) -> Connection:
         """The connection, reconnected first when the last one was lost (or
@@ -404,7 +407,9 @@ class TransactionManager:
     def write(self, method: str, body: Callable[[Transaction], T]) -> T:
         """Run ``body`` in one write transaction; replay transient failures."""
         if self.read_only:
-            raise read_only_refusal(method)
+            refusal = read_only_refusal(method)
+            refusal.cause["reason"] = "read-only"
+            raise refusal
         with self.lock:
             if self._active is not None:
                 return self._nested(method, body)
@@ -466,7 +471,9 @@ class TransactionManager:
         written nothing; ``unproven`` is then run as ``check`` demands (two
         more round trips)."""
         if self.read_only:
-            raise read_only_refusal(method)
+            refusal = read_only_refusal(method)
+            refusal.cause["reason"] = "read-only"
+            raise refusal
         with self.lock:
             if self._active is not None or self.faults is not None:
                 return None
@@ -548,7 +555,9 @@ class TransactionManager:
 
     def _check_open(self, method: str) -> None:
         if self.closed:
-            raise PersistenceFailedError(method, "the store is closed", {"stage": "closed"})
+            raise PersistenceFailedError(
+                method, "the store is closed", {"stage": "closed", "reason": "closed"}
+            )
 
     def _begin_operation(self) -> None:
         """Before an operation: no cancel of an earlier one is still on its
@@ -568,6 +577,20 @@ class TransactionManager:
             return cancelled_outcome(method, "statement-timeout")
         return None
 
+    def _explained(self, error: RunStoreError) -> RunStoreError:
+        """A missing privilege (42501) with the grants the role lacks named
+        (asked of the server on the idle connection); anything else as it is."""
+        cause = error.cause
+        if cause.get("reason") != "insufficient-privilege" or "missing_grants" in cause:
+            return error
+        connection = self.connection
+        missing = None
+        if connection is not None:
+            missing = missing_grants(connection, self.schema, read_only=self.read_only)
+        return PersistenceFailedError(
+            error.method, grants_text(missing), {**cause, "missing_grants": missing or []}
+        )
+
     def _verdict(
         self,
         method: str,
@@ -586,7 +609,7 @@ class TransactionManager:
         if lost and sent:
             return unknown_outcome(method, failure)
         if not is_transient(failure, connection_lost=lost):
-            return classify(method, failure, interrupted=self._interrupted)
+            return self._explained(classify(method, failure, interrupted=self._interrupted))
         delay = self._delay(policy, attempt)
         elapsed_ms = (time.monotonic() - started) * 1000
         if attempt >= policy.max_attempts or elapsed_ms + delay * 1000 > policy.budget_ms:
@@ -729,7 +752,7 @@ class TransactionManager:
                         time.sleep(delay)
                         continue
                     error = classify(method, failure, interrupted=self._interrupted)
-                raise error
+                raise self._explained(error)
 
     def snapshot(self, method: str, body: Callable[[Transaction], T], *, keep: bool = False) -> T:
         """Run a multi-statement read in one ``REPEATABLE READ READ ONLY``

@@ -411,6 +411,22 @@ def test_an_interrupted_commit_the_server_refused_is_rolled_back(url: str) -> No
         assert store.state() == before
 
 
+def test_a_statement_timeout_during_open_says_so(url: str) -> None:
+    """open() waits for the schema's migration lock, which another session
+    holds, past the URL's statement_timeout: persistence_failed, reason
+    statement-timeout, and the message says so."""
+    target = with_options(url, "-c statement_timeout=200")
+    with psycopg.connect(url) as holder:
+        holder.execute("SELECT pg_advisory_xact_lock(hashtext('runstore:' || 'fresh'))")
+        with pytest.raises(RunStoreError) as caught:
+            postgres.open(target, clock=ManualClock(0), schema="fresh")
+    error = caught.value
+    assert error.code == "persistence_failed"
+    assert error.cause["stage"] == "migrate"
+    assert error.cause["reason"] == "statement-timeout"
+    assert "statement_timeout" in error.message
+
+
 @pytest.mark.parametrize("timeout_ms", [1, 99])
 def test_a_statement_timeout_too_short_for_the_store_is_refused(url: str, timeout_ms: int) -> None:
     target = with_options(url, f"-c statement_timeout={timeout_ms}")

@@ -110,6 +110,38 @@ def test_a_target_that_is_not_a_postgres_url_is_invalid_run(target: Any) -> None
 
 
 @pytest.mark.parametrize(
+    "target",
+    [
+        "postgresql://app@db.internal:notaport/jobs",
+        "postgresql://app@db-a:5432,db-b:x/jobs",
+        "postgresql://app@[::1]:99999/jobs",
+        "postgresql://app@/jobs?host=/tmp&port=5432x",
+    ],
+)
+def test_a_port_that_is_not_a_number_is_invalid_run(target: str) -> None:
+    """Refused before connecting, with the field and a reason in words."""
+    with pytest.raises(RunStoreError) as caught:
+        postgres.open(target, clock=ManualClock(0))
+    assert caught.value.code == "invalid_run"
+    assert caught.value.cause["field"] == "url"
+    assert "port" in caught.value.message
+
+
+def test_a_bad_option_from_the_environment_names_its_reason(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """libpq reads PGPORT when the URL names no port: persistence_failed,
+    reason invalid-option (not unknown)."""
+    monkeypatch.setenv("PGPORT", "notaport")
+    with pytest.raises(RunStoreError) as caught:
+        postgres.open(f"postgresql://app@/runs?host={tmp_path}", clock=ManualClock(0))
+    error = caught.value
+    assert error.code == "persistence_failed"
+    assert error.cause["reason"] == "invalid-option"
+    assert "port" in error.message
+
+
+@pytest.mark.parametrize(
     ("url", "libpq", "schema"),
     [
         (

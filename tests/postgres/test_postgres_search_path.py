@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from runstore import Activated, ManualClock, OwnerId, Transitioned
+from runstore import Activated, ManualClock, OwnerId, PersistenceFailedError, Transitioned
 
 from .. import _postgres
 
@@ -98,3 +98,32 @@ def test_open_resolves_nothing_through_the_search_path(
             assert store.transition_owned("r", OWNER, "completed", "{}") == Transitioned()
             store.check_invariants()
     assert _calls(hostile) == []
+
+
+def test_a_schema_the_role_may_not_use_is_not_created_again(hostile: str) -> None:
+    """A role without USAGE on the schema cannot see it through its search
+    path; open says so (and names the grant) instead of trying to create it."""
+    postgres.open(hostile, clock=ManualClock(0), schema="rs").close()
+    server = _postgres.require_server()
+    role = "no_usage_" + urllib.parse.urlsplit(hostile).path.lstrip("/").lower()
+    role = "".join(c if c.isalnum() else "_" for c in role)[:60]
+    try:
+        server.admin(f"CREATE ROLE {role} LOGIN")
+    except psycopg.Error:
+        pytest.skip("the test server's role cannot create roles")
+    try:
+        parts = urllib.parse.urlsplit(hostile)
+        target = urllib.parse.urlunsplit(
+            parts._replace(netloc=f"{role}@{parts.netloc.rpartition('@')[2]}")
+        )
+        with pytest.raises(PersistenceFailedError) as caught:
+            postgres.open(target, clock=ManualClock(0), schema="rs")
+        error = caught.value
+        assert error.cause["reason"] == "insufficient-privilege"
+        assert error.cause["missing_grants"][0] == "USAGE ON SCHEMA rs"
+        assert "permission denied" in error.message
+        assert _calls(hostile) == []
+    finally:
+        with psycopg.connect(hostile, autocommit=True) as owner:
+            owner.execute(f"DROP OWNED BY {role}")
+        server.admin(f"DROP ROLE IF EXISTS {role}")

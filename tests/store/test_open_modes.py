@@ -343,10 +343,10 @@ def test_a_database_that_needs_migrating_is_refused_naming_the_steps(
         runstore.open(outdated.target, **options)
     error = caught.value
     pending = _migrations.MIGRATIONS[-2:]
-    assert error.cause == {
-        "stage": "needs-migration",
-        "pending_migrations": [step.id for step in pending],
-    }
+    expected = {"stage": "needs-migration", "pending_migrations": [step.id for step in pending]}
+    if outdated.name == "postgres":
+        expected["reason"] = "needs-migration"  # every persistence_failed there names one
+    assert error.cause == expected
     for step in pending:
         assert f"{step.id} {step.name}" in str(error)
     assert "runstore migrate" in str(error)
