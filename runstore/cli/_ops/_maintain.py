@@ -38,7 +38,9 @@ _POSTGRES_BACKUP: Final = """\
 {target} is a PostgreSQL database; back it up with the server's tools:
   - a logical copy of the store's schema:
       pg_dump --format=custom --schema=SCHEMA --file=runs.dump 'URL'
-    (restore it with pg_restore; the copy is one consistent snapshot)
+    (restore it with pg_restore; the copy is one consistent snapshot). pg_dump
+    and psql refuse runstore's schema= URL parameter: give them the URL
+    without it, the schema as --schema (psql: options=-csearch_path%3DSCHEMA)
   - a physical copy of the whole cluster, for point-in-time recovery:
       pg_basebackup --pgdata=DIR --wal-method=stream, with WAL archiving
 See docs/guides/operate.md, "Backups".
