@@ -18,8 +18,9 @@ are the machines themselves, and ``StrategyAuthority`` (``authority_for``) puts
 a store over a ``Disagreeing`` double to check it treats its strategy as
 authoritative; ``check_state`` and ``check_transition`` are the
 fence invariants as pure functions, each failure its own ``AssertionError``
-subclass. Without ``settings`` it runs its own budget (derandomized, a few
-minutes); profiles ``ci``, ``dev`` and ``deep`` are chosen by
+subclass. Without ``settings`` it runs its own budget (derandomized; three
+to eight minutes for a store or a strategy on a busy two-core machine);
+profiles ``ci``, ``dev`` and ``deep`` are chosen by
 ``HYPOTHESIS_PROFILE`` (``load_profile``) and replace it when set.
 ``ServerClockCheck`` (``server_clock_check_for``) judges a PostgreSQL store's
 check of its clock against the server's (``Capabilities(server_clock=True)``);
