@@ -9,9 +9,10 @@ verdict; the budget is designed for that call, not for a developer's loop:
   the rare cells (see ``_reach``): the strategy machine is cheap and runs
   many short programs; the run-store and attempt machines run longer ones.
 - **Bounded in time**: with the too-slow health check off and no deadline,
-  the examples alone take about two minutes for a store and about three
-  for a strategy (which gets the strategy machine as well as the adapter
-  machines) on a 2-core machine shared with other work; shrinking a failure
+  the examples alone take three to eight minutes for a store or a strategy
+  (which gets the strategy machine as well as the adapter machines) on a
+  2-core machine busy with other work (measured: 180 to 480 s at loads 8 to
+  15; docs/guides/conformance.md has the figures); shrinking a failure
   is cut at what is left of five minutes (``WALL_SECONDS``), so a failing
   run ends within that, shrunk as far as time allowed.
 

@@ -128,11 +128,13 @@ def run_conformance(
 
     ``settings`` replaces the default budget; so does ``HYPOTHESIS_PROFILE``
     when it is set (``ci``, ``dev`` or ``deep``, see ``load_profile``). The
-    default budget (``runstore.stateful._campaigns._budget``) is derandomized, keeps no
-    example database, has no deadline and no too-slow health check, and is
-    sized per machine: a store takes about two minutes and a strategy about
-    three on a shared 2-core machine, and a failing run ends within five
-    minutes per store or strategy, shrinking included.
+    default budget (its examples and steps per machine: "Budgets and
+    profiles" in the conformance guide) is derandomized, keeps no example
+    database, has no deadline and no too-slow health check, and takes three
+    to eight minutes for a store or a strategy on a two-core machine busy
+    with other work (measured: 180 to 480 s at loads 8 to 15), less on a
+    quieter or faster one; a failing run ends within five minutes per store
+    or strategy, shrinking included.
 
     Returns when everything conforms. When something does not, raises the
     failing check (an ``AssertionError`` subclass named for the invariant or
