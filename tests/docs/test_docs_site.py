@@ -101,7 +101,7 @@ def test_reference_pages_document_every_exported_name(site: Path) -> None:
     assert 'id="runstore.RunStore.claim"' in runstore_page
     text = html.unescape(re.sub(r"<[^>]+>", "", runstore_page))
     assert "claim(run_id: str, expected: RunSnapshot | RunRow" in text  # annotated signature
-    assert "Reserve an exact pending or suspended snapshot" in text  # its docstring
+    assert "Reserve the run run_id for claimant while it still matches" in text  # its docstring
 
 
 def test_reference_pages_hold_no_examples_the_docs_run_skips() -> None:
@@ -112,3 +112,18 @@ def test_reference_pages_hold_no_examples_the_docs_run_skips() -> None:
         for block in python_blocks(page.read_text(encoding="utf-8")):
             assert ":::" not in block.source, page
     assert python_blocks("::: runstore\n    options:\n      show_source: false\n") == []
+
+
+def test_the_docstring_walk_sees_what_the_reference_shows(site: Path) -> None:
+    """tests/docs/test_api_docstrings.py walks the entries the reference shows
+    without building the site; the built pages have exactly those headings, so
+    what that test counts is what a reader sees."""
+    from tests.docs import test_api_docstrings as walk
+
+    collection = walk.load_tree(ROOT, "runstore", walk._layout_extension())
+    walked = set(walk.reference_entries(collection, walk.reference_identifiers()))
+    built = set()
+    for page in (DOCS / "reference").glob("*.md"):
+        text = _built_page(site, page).read_text(encoding="utf-8")
+        built |= set(re.findall(r'<h\d id="([^"]+)" class="doc doc-heading"', text))
+    assert walked == built, (sorted(walked - built)[:20], sorted(built - walked)[:20])
