@@ -28,7 +28,9 @@ in a scratch folder, with the strategy under test passed to every open:
 
 Every failure is an ``AssertionError`` subclass in ``OPENING_CHECKS``. The
 lock is held for ``HOLD_S`` of real time (a holder that is descheduled; no
-lease is timed by it) and every wait is bounded by ``WAIT_S``.
+lease is timed by it) and every wait is bounded by ``WAIT_S`` (the child
+that opens as another user by ``CHILD_WAIT_S``): bounds on a hang, far
+above what a loaded machine takes.
 """
 
 from __future__ import annotations
@@ -136,6 +138,12 @@ table."""
 HOLD_S: Final = 0.3
 #: The longest any open of this check may take before it counts as hung.
 WAIT_S: Final = 20.0
+#: The longest the child that opens as another user (``_AS_USER``) may take
+#: before it counts as hung. It starts an interpreter and imports runstore
+#: and this suite (compiling them afresh where no bytecode is kept), then
+#: makes and opens a few files: about 2 s on a 2-core machine at load 9,
+#: several times that under heavier load. A bound on a hang, not on speed.
+CHILD_WAIT_S: Final = 300.0
 #: How long an exclusive holder keeps the file from a read-only store (whose
 #: reads retry for up to 5 s).
 HOLD_READ_S: Final = 0.05
@@ -344,28 +352,37 @@ os.setuid(uid)
 """
 
 #: A child that opens as an unprivileged user (when the check runs as root,
-#: which file modes do not stop): it drops to the uid and gid given
-#: (``DROP_TO_USER``), tries each case and prints what happened as JSON (the
-#: loop is ``_attempt_open``'s).
+#: which file modes do not stop). As root it makes the cases' files in the
+#: folder given (``_users_cases``, the files that user is given made its
+#: own), then drops to the uid and gid given (``DROP_TO_USER``), opens each
+#: case (``_attempt_open``) and prints each case's description, what it must
+#: give (``_USERS_EXPECTED``) and what it gave, as JSON. Files, opens and
+#: expectations all come from the runstore this child imports: the code on
+#: disk when it starts, which is not always the code of the process that
+#: runs the check (a checkout that changed since that process imported
+#: runstore has other migrations, say).
 _AS_USER: Final = (
     """
 import json, os, shutil, sys, tempfile
 sys.path[:0] = json.loads(sys.argv[1])
 import runstore
 uid, gid = int(sys.argv[2]), int(sys.argv[3])
+from pathlib import Path
+from runstore.stateful._checks import _opening as check
+
+
+def give(name):
+    os.chmod(name, 0o600)
+    os.chown(name, uid, gid)
+
+
+cases = check._users_cases(Path(sys.argv[4]), give)
 """
     + DROP_TO_USER
-    + """found = []
-for path, read_only in json.loads(sys.argv[4]):
-    try:
-        store = runstore.open(path, read_only=read_only)
-    except runstore.RunStoreError as error:
-        found.append({"error": type(error).__name__, "code": error.code, "cause": error.cause})
-    except Exception as error:
-        found.append({"raised": f"{type(error).__name__}: {error}"})
-    else:
-        with store:
-            found.append({"runs": [row.run_id for row in store.state().rows]})
+    + """found = [
+    [what, expected, check._attempt_open(path, read_only, {})]
+    for (what, path, read_only), expected in zip(cases, check._USERS_EXPECTED, strict=True)
+]
 print(json.dumps(found, default=str))
 """
 )
@@ -424,7 +441,7 @@ def _matches(expected: dict[str, object], found: dict[str, object]) -> bool:
 
 _REFUSED: Final = {"error": "PersistenceFailedError", "code": "persistence_failed"}
 
-#: What each of ``OpeningCheck._users_cases`` must give, in its order.
+#: What each of ``_users_cases`` must give, in its order.
 _USERS_EXPECTED: Final[tuple[dict[str, object], ...]] = (
     {**_REFUSED, "cause": {"stage": "permissions", "errno": 13}},
     {"runs": []},
@@ -433,8 +450,71 @@ _USERS_EXPECTED: Final[tuple[dict[str, object], ...]] = (
     {**_REFUSED, "cause": {"stage": "side-files", "sqlite_error": "SQLITE_CANTOPEN"}},
 )
 
+#: One case of ``_users_cases``: its description, what it must give and
+#: what opening it as the user gave.
+UserFinding = tuple[str, dict[str, object], dict[str, object]]
+
 #: The findings of ``open_as_a_user_who_may_not_write``, per machine class.
-_USERS_FINDINGS: dict[type, list[list[tuple[str, dict[str, object]]] | None]] = {}
+_USERS_FINDINGS: dict[type, list[list[UserFinding] | None]] = {}
+
+
+def _rollback_database(path: Path) -> None:
+    """A migrated database in rollback mode with nothing beside it, made by
+    ``runstore.open`` with its default strategy."""
+    with _umask(0o077):
+        _open(path).close()
+    connection = sqlite3.connect(path, isolation_level=None)
+    connection.execute("PRAGMA journal_mode = DELETE")
+    connection.close()
+
+
+def _users_cases(area: Path, give: Callable[[str], None]) -> list[tuple[str, str, bool]]:
+    """Files in folders under ``area`` (each folder 0555) that the
+    unprivileged user may not write (``give`` makes a file that user's,
+    0600); each case's description, path and ``read_only``, in the order of
+    ``_USERS_EXPECTED``. Every file is made here, with the runstore that
+    will open it: the check's own process, or the child that opens as the
+    user (``_AS_USER``)."""
+    cases: list[tuple[str, str, bool]] = []
+
+    def folder(name: str) -> Path:
+        made = area / name
+        made.mkdir()
+        return made / "runs.db"
+
+    readable = folder("readable")
+    _rollback_database(readable)
+    os.chmod(readable, 0o444)
+    cases.append(("a database it may only read", str(readable), False))
+    cases.append(("the same, read_only=True", str(readable), True))
+
+    older = folder("older")
+    _left_by_a_killed_writer(older, 3)
+    give(str(older))
+    give(f"{older}-shm")
+    # Not empty: SQLite makes an empty -wal its owner's to write (0600).
+    os.chmod(f"{older}-wal", 0o444)
+    cases.append(("an older database whose -wal it may not write", str(older), False))
+
+    empty = folder("empty")
+    for suffix in ("", *_SIDES):
+        Path(f"{empty}{suffix}").touch()
+        give(f"{empty}{suffix}")
+    cases.append(
+        ("an empty file with the empty -wal and -shm a killed opener left", str(empty), False)
+    )
+
+    hidden = folder("hidden")
+    _older(hidden, len(_migration_ids()))
+    for suffix in _SIDES:
+        Path(f"{hidden}{suffix}").touch()
+    os.chmod(hidden, 0o444)
+    os.chmod(f"{hidden}-wal", 0o444)
+    os.chmod(f"{hidden}-shm", 0o000)
+    cases.append(("a database whose -shm it may not read, read_only=True", str(hidden), True))
+    for made in area.iterdir():
+        os.chmod(made, 0o555)
+    return cases
 
 
 class OpeningCheck(RuleBasedStateMachine):
@@ -1009,56 +1089,10 @@ class OpeningCheck(RuleBasedStateMachine):
 
     # --- a user who may not write -----------------------------------------------------
 
-    def _users_cases(self, area: Path, give: Callable[[str], None]) -> list[tuple[str, str, bool]]:
-        """Files in folders under ``area`` (each folder 0555) that the
-        unprivileged user may not write (``give`` makes a file that user's,
-        0600); each case's description, path and ``read_only``, in the order
-        of ``_USERS_EXPECTED``."""
-        cases: list[tuple[str, str, bool]] = []
-
-        def folder(name: str) -> Path:
-            made = area / name
-            made.mkdir()
-            return made / "runs.db"
-
-        readable = folder("readable")
-        shutil.copyfile(self._template(), readable)
-        os.chmod(readable, 0o444)
-        cases.append(("a database it may only read", str(readable), False))
-        cases.append(("the same, read_only=True", str(readable), True))
-
-        older = folder("older")
-        _left_by_a_killed_writer(older, 3)
-        give(str(older))
-        give(f"{older}-shm")
-        # Not empty: SQLite makes an empty -wal its owner's to write (0600).
-        os.chmod(f"{older}-wal", 0o444)
-        cases.append(("an older database whose -wal it may not write", str(older), False))
-
-        empty = folder("empty")
-        for suffix in ("", *_SIDES):
-            Path(f"{empty}{suffix}").touch()
-            give(f"{empty}{suffix}")
-        cases.append(
-            ("an empty file with the empty -wal and -shm a killed opener left", str(empty), False)
-        )
-
-        hidden = folder("hidden")
-        _older(hidden, len(_migration_ids()))
-        for suffix in _SIDES:
-            Path(f"{hidden}{suffix}").touch()
-        os.chmod(hidden, 0o444)
-        os.chmod(f"{hidden}-wal", 0o444)
-        os.chmod(f"{hidden}-shm", 0o000)
-        cases.append(("a database whose -shm it may not read, read_only=True", str(hidden), True))
-        for made in area.iterdir():
-            os.chmod(made, 0o555)
-        return cases
-
-    def _users_findings(self) -> list[tuple[str, dict[str, object]]] | None:
-        """Each case of ``_users_cases`` and what opening it as the
-        unprivileged user did; ``None`` when there is no such user, or the
-        scratch folder cannot be reached by one."""
+    def _users_findings(self) -> list[UserFinding] | None:
+        """Each case of ``_users_cases``, what it must give and what opening
+        it as the unprivileged user gave; ``None`` when there is no such
+        user, or the scratch folder cannot be reached by one."""
         user = _unprivileged()
         if user is None:
             return None
@@ -1066,21 +1100,19 @@ class OpeningCheck(RuleBasedStateMachine):
         area = Path(tempfile.mkdtemp(prefix="runstore-opening-user-"))
         try:
             os.chmod(area, 0o755)
-            if uid >= 0 and not _reachable(area):
-                return None
-
-            def give(name: str) -> None:
-                os.chmod(name, _PRIVATE)
-                if uid >= 0:
-                    os.chown(name, uid, gid)
-
-            cases = self._users_cases(area, give)
-            found = self._as_user(uid, gid, [(path, read_only) for _, path, read_only in cases])
+            if uid >= 0:
+                return self._as_user(uid, gid, area) if _reachable(area) else None
+            # Not root: file modes stop this process itself.
+            cases = _users_cases(area, lambda name: os.chmod(name, _PRIVATE))
+            options = self._options()
+            return [
+                (what, expected, _attempt_open(path, read_only, options))
+                for (what, path, read_only), expected in zip(cases, _USERS_EXPECTED, strict=True)
+            ]
         finally:
             for made in (area, *area.iterdir()):
                 os.chmod(made, 0o755)
             shutil.rmtree(area, ignore_errors=True)
-        return [(what, got) for (what, _, _), got in zip(cases, found, strict=True)]
 
     def _open_as_a_user_who_may_not_write(self) -> None:
         """As a user who may not write the database's folder, open refuses a
@@ -1092,13 +1124,15 @@ class OpeningCheck(RuleBasedStateMachine):
         (SQLITE_CANTOPEN: "side-files"); ``read_only=True`` opens the file
         it may read.
 
-        As root these opens run in a child process that drops to ``nobody``
-        (with runstore's default strategy: the one under test cannot be
-        handed to it, and every refusal comes before a strategy runs), and
-        cost a new interpreter; their files are the check's own, whatever
-        the example, so they run once per machine class and every example
-        judges the same findings (a replayed example sees what the first
-        one saw)."""
+        As root these opens run in a child process that makes the files
+        and then drops to ``nobody`` (with runstore's default strategy: the
+        one under test cannot be handed to it, and every refusal comes
+        before a strategy runs), so that the files, the opens and what they
+        must give are one runstore's, whatever this process imported
+        earlier; the child costs a new interpreter. Their files are the
+        check's own, whatever the example, so they run once per machine
+        class and every example judges the same findings (a replayed
+        example sees what the first one saw)."""
         cache = _USERS_FINDINGS.setdefault(type(self), [])
         if not cache:
             cache.append(self._users_findings())
@@ -1106,34 +1140,41 @@ class OpeningCheck(RuleBasedStateMachine):
         if findings is None:
             note("no unprivileged user to open as, or none can reach the scratch folder")
             return
-        for (what, got), wanted in zip(findings, _USERS_EXPECTED, strict=True):
+        for what, wanted, got in findings:
             if not _matches(wanted, got):
                 raise PermissionRefusalMismatch(
                     f"as a user who may not write its folder, {what}: expected {wanted}, got {got}"
                 )
 
-    def _as_user(
-        self, uid: int, gid: int, cases: list[tuple[str, bool]]
-    ) -> list[dict[str, object]]:
-        """What opening each case did, as the unprivileged user (this
-        process itself when ``uid`` is negative)."""
-        if uid < 0:
-            options = self._options()
-            return [_attempt_open(path, read_only, options) for path, read_only in cases]
-        arguments = [str(uid), str(gid), json.dumps(cases)]
-        done = subprocess.run(
-            [sys.executable, "-c", _AS_USER, json.dumps(sys.path), *arguments],
-            capture_output=True,
-            text=True,
-            timeout=WAIT_S,
-            check=False,
-        )
+    @staticmethod
+    def _as_user(uid: int, gid: int, area: Path) -> list[UserFinding]:
+        """The findings of the child (``_AS_USER``) that makes the cases in
+        ``area`` and opens them as ``uid``/``gid``."""
+        try:
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    _AS_USER,
+                    json.dumps(sys.path),
+                    str(uid),
+                    str(gid),
+                    str(area),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=CHILD_WAIT_S,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise PermissionRefusalMismatch(
+                f"the opener run as uid {uid} did not finish within {CHILD_WAIT_S} s"
+            ) from None
         if done.returncode != 0:
             raise PermissionRefusalMismatch(
                 f"the opener run as uid {uid} failed: {done.stderr[-2000:]}"
             )
-        found: list[dict[str, object]] = json.loads(done.stdout)
-        return found
+        return [(what, expected, got) for what, expected, got in json.loads(done.stdout)]
 
     def teardown(self) -> None:
         """Close every store and remove the machine's folder."""
