@@ -50,11 +50,24 @@ def register_profiles() -> None:
     )
 
 
-def load_profile(name: str | None = None) -> str:
-    """Register the profiles and load ``name`` (or ``$HYPOTHESIS_PROFILE``, or ``ci``)."""
-    register_profiles()
+def _chosen(name: str | None) -> str:
     chosen = name or os.environ.get("HYPOTHESIS_PROFILE") or "ci"
     if chosen not in PROFILE_NAMES:
         raise ValueError(f"unknown Hypothesis profile {chosen!r}; use one of {PROFILE_NAMES}")
+    return chosen
+
+
+def load_profile(name: str | None = None) -> str:
+    """Register the profiles and load ``name`` (or ``$HYPOTHESIS_PROFILE``, or ``ci``)."""
+    register_profiles()
+    chosen = _chosen(name)
     settings.load_profile(chosen)
     return chosen
+
+
+def profile_settings(name: str) -> settings:
+    """The settings of the profile ``name`` (``ci``, ``dev`` or ``deep``),
+    without loading it: what every other Hypothesis test of the process runs
+    under stays as it was."""
+    register_profiles()
+    return settings.get_profile(_chosen(name))

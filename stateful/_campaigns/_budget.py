@@ -8,16 +8,21 @@ verdict; the budget is designed for that call, not for a developer's loop:
 - **Sized per machine**, by what one example costs and what it takes to reach
   the rare cells (see ``_reach``): the strategy machine is cheap and runs
   many short programs; the run-store and attempt machines run longer ones.
-- **Bounded in time**: with the too-slow health check off and no deadline,
-  the examples alone take three to eight minutes for a store or a strategy
-  (which gets the strategy machine as well as the adapter machines) on a
-  2-core machine busy with other work (measured: 180 to 480 s at loads 8 to
-  15; docs/guides/conformance.md has the figures); shrinking a failure
-  is cut at what is left of five minutes (``WALL_SECONDS``), so a failing
-  run ends within that, shrunk as far as time allowed.
+- **Bounded in time**: the examples alone take three to eight minutes for
+  a store or a strategy (which gets the strategy machine as well as the
+  adapter machines) on a 2-core machine busy with other work (measured: 180
+  to 480 s at loads 8 to 15; docs/guides/conformance.md has the figures);
+  shrinking a failure is cut at what is left of five minutes
+  (``WALL_SECONDS``), so a failing run ends within that, shrunk as far as
+  time allowed.
 
 ``HYPOTHESIS_PROFILE``, when set, replaces the budget with that profile
-(``ci``, ``dev`` or ``deep``); ``settings=`` replaces it too.
+(``ci``, ``dev`` or ``deep``); ``settings=`` replaces it too. Whichever
+settings a machine runs under, ``judged_settings`` makes the verdict
+independent of the machine's speed and of its load: no deadline, no
+too-slow health check, and the first failure reported (Hypothesis does not
+go on generating to look for others). ``shrinking_within`` cuts the
+shrinking of every run, not only the default budget's.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from hypothesis import HealthCheck, Phase
 from hypothesis import settings as Settings
 from hypothesis.stateful import RuleBasedStateMachine
 
-from .._base._profiles import load_profile
+from .._base._profiles import profile_settings
 
 #: A failing default run ends within this many seconds, shrinking included.
 WALL_SECONDS = 300.0
@@ -94,18 +99,39 @@ def default_settings(machine: type[RuleBasedStateMachine], *, shrink: bool = Tru
     )
 
 
+def judged_settings(settings: Settings) -> Settings:
+    """``settings`` as ``run_conformance`` runs a machine under them: the
+    same examples, steps, phases and seed, with no deadline, the too-slow
+    health check off, and only the first failure reported.
+
+    A verdict about a store must not depend on how fast the machine is or
+    what else runs on it: Hypothesis's default deadline (200 ms) is for a
+    whole program here, which a clean store exceeds on a busy machine; and a
+    run that reports several failures goes on generating after the first
+    one and shrinks each it found, where ``run_conformance`` raises one
+    failure anyway.
+    """
+    suppressed = list(settings.suppress_health_check)
+    if HealthCheck.too_slow not in suppressed:
+        suppressed.append(HealthCheck.too_slow)
+    return Settings(
+        settings, deadline=None, suppress_health_check=suppressed, report_multiple_bugs=False
+    )
+
+
 def chosen_settings(
     machine: type[RuleBasedStateMachine], settings: Settings | None
 ) -> tuple[Settings, bool]:
     """The settings ``run_conformance`` runs ``machine`` under, and whether
     they are the default budget: ``settings`` when given, else the profile
-    named by ``HYPOTHESIS_PROFILE`` when that is set, else the default."""
+    named by ``HYPOTHESIS_PROFILE`` when that is set (read, not loaded: the
+    process's other tests keep theirs), else the default; each as
+    ``judged_settings`` makes it."""
     if settings is not None:
-        return settings, False
+        return judged_settings(settings), False
     profile = os.environ.get("HYPOTHESIS_PROFILE")
     if profile:
-        load_profile(profile)
-        return Settings(), False
+        return judged_settings(profile_settings(profile)), False
     return default_settings(machine), True
 
 

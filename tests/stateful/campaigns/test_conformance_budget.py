@@ -63,10 +63,81 @@ def test_hypothesis_profile_replaces_the_default_budget(monkeypatch: pytest.Monk
 
 
 def test_settings_replace_the_default_budget(no_profile: None) -> None:
-    """``settings=`` is used as given."""
+    """``settings=`` gives the examples, steps, seed and phases."""
     machine = conformance_machines(consensus_factory=SqlConsensus)[0]
-    mine = settings(max_examples=3, stateful_step_count=4)
-    assert chosen_settings(machine, mine) == (mine, False)
+    mine = settings(max_examples=3, stateful_step_count=4, derandomize=True, database=None)
+    chosen, default = chosen_settings(machine, mine)
+    assert not default
+    assert (chosen.max_examples, chosen.stateful_step_count) == (3, 4)
+    assert chosen.derandomize
+    assert chosen.database is None
+    assert chosen.phases == mine.phases
+
+
+@pytest.mark.parametrize("source", ["settings", "profile"])
+def test_no_settings_judge_against_the_clock(source: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever settings a machine runs under (given, with Hypothesis's own
+    200 ms deadline, or a profile's), it has no deadline and no too-slow
+    health check, and reports its first failure alone: a verdict about the
+    store, not about the machine's speed or load."""
+    machine = conformance_machines(consensus_factory=SqlConsensus)[0]
+    mine: settings | None = None
+    if source == "settings":
+        mine = settings(
+            settings.get_profile("default"),
+            max_examples=3,
+            deadline=200,
+            report_multiple_bugs=True,
+            suppress_health_check=[HealthCheck.filter_too_much],
+        )
+        assert mine.deadline is not None
+    else:
+        monkeypatch.setenv("HYPOTHESIS_PROFILE", "dev")
+    chosen, default = chosen_settings(machine, mine)
+    assert not default
+    assert chosen.deadline is None
+    assert HealthCheck.too_slow in chosen.suppress_health_check
+    assert not chosen.report_multiple_bugs
+    if mine is not None:
+        assert HealthCheck.filter_too_much in chosen.suppress_health_check
+
+
+def test_a_profile_is_read_not_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``HYPOTHESIS_PROFILE`` gives ``run_conformance`` its settings and leaves
+    the settings every other test of the process runs under as they were."""
+    before = (settings.default.max_examples, settings.default.stateful_step_count)
+    monkeypatch.setenv("HYPOTHESIS_PROFILE", "deep")
+    machine = conformance_machines(consensus_factory=SqlConsensus)[0]
+    chosen, _ = chosen_settings(machine, None)
+    deep = settings.get_profile("deep")
+    assert (chosen.max_examples, chosen.stateful_step_count) == (
+        deep.max_examples,
+        deep.stateful_step_count,
+    )
+    assert (settings.default.max_examples, settings.default.stateful_step_count) == before
+    assert before != (deep.max_examples, deep.stateful_step_count)
+
+
+def test_shrinking_is_cut_whatever_the_settings(no_profile: None) -> None:
+    """A run with ``settings=`` runs every machine with Hypothesis's
+    shrinking allowance replaced by what is left of the wall budget, as the
+    default budget does, and puts Hypothesis's own back afterwards."""
+    allowances: list[object] = []
+
+    def store(clock: object, path: object) -> ModelRunStore:
+        allowances.append(engine.MAX_SHRINKING_SECONDS)
+        return ModelRunStore(clock=clock)
+
+    run_conformance(
+        store_factory=store,
+        capabilities=Capabilities(reopen=False),
+        settings=settings(max_examples=2, stateful_step_count=3, database=None),
+    )
+    # The first store is built before any machine runs: to see what it is.
+    assert isinstance(allowances[0], int)
+    assert len(allowances) > 2
+    assert not any(isinstance(allowance, int) for allowance in allowances[1:])
+    assert isinstance(engine.MAX_SHRINKING_SECONDS, int)
 
 
 def test_shrinking_is_cut_at_what_is_left_of_the_budget() -> None:
