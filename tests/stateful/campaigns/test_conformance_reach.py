@@ -22,10 +22,6 @@ from runstore.stateful._campaigns._reach_measure import default_reach
 from runstore.stateful._machines import _reach
 from runstore.stateful._machines._reach_gaps import KNOWN_GAPS
 
-# Under pytest-xdist the module runs whole on one worker: ``default_run`` is
-# made once, not once per worker that gets one of its tests.
-pytestmark = pytest.mark.xdist_group("conformance_reach")
-
 
 @pytest.fixture(scope="module")
 def default_run() -> tuple[Reach, BaseException | None]:

@@ -20,11 +20,7 @@ from runstore.stateful._campaigns._torture import TortureConfig, run_torture
 
 from ...zoo._races import BUDGET, CONTROLS, COUNTS, POSTGRES_RACES, RACES
 
-# Under pytest-xdist the module runs whole on one worker: its PostgreSQL
-# server starts once, and no two of its races run at once (each is three
-# worker processes racing for two seconds; two at a time leave each fewer
-# operations, and a race found less often).
-pytestmark = [pytest.mark.processes, pytest.mark.slow, pytest.mark.xdist_group("torture_zoo")]
+pytestmark = [pytest.mark.processes, pytest.mark.slow]
 
 
 def torture(tmp_path, module: str | None, seed: int, db: str | None = None, **options):
