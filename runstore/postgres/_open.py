@@ -480,8 +480,9 @@ def _prepare_unchecked(
     elif execute(_CURRENT_SCHEMA).fetchone()[0] is None:
         # current_schema() skips a schema the role may not use: say so,
         # rather than try to create a schema that exists.
-        if execute(_SCHEMA_EXISTS, (schema,)).fetchone() is not None:
-            missing = missing_grants(connection, schema, read_only=read_only)
+        exists = execute(_SCHEMA_EXISTS, (schema,)).fetchone() is not None
+        missing = missing_grants(connection, schema, read_only=read_only) if exists else None
+        if exists and missing != []:
             raise PersistenceFailedError(
                 "open",
                 f"could not use the PostgreSQL schema: {grants_text(missing)}",
@@ -492,15 +493,18 @@ def _prepare_unchecked(
                     "missing_grants": missing or [],
                 },
             )
-        if not may_write:
+        # Existing and usable: another opener created it since current_schema()
+        # looked; it is opened as a schema that existed.
+        if not exists and not may_write:
             mode = "read_only=True" if read_only else "migrate=False"
             raise PersistenceFailedError(
                 "open",
                 f"the schema does not exist (an open with {mode} creates nothing)",
                 {"stage": "missing", "reason": "schema-missing"},
             )
-        creating[0] = True
-        _create_schema(connection, schema)
+        if not exists:
+            creating[0] = True
+            _create_schema(connection, schema)
     pending = _migrations.pending(execute)
     if pending and not may_write:
         raise needs_migration(pending, read_only=read_only)

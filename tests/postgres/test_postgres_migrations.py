@@ -342,3 +342,18 @@ def test_concurrent_openers_of_a_fresh_schema_migrate_it_once(url: str) -> None:
     with psycopg.connect(url) as connection:
         ids = connection.execute("SELECT id FROM race.flows_migrations").fetchall()
     assert sorted(ids) == sorted((m.id,) for m in CHAIN)
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read-only"])
+def test_a_schema_created_after_current_schema_looked_is_opened(
+    url: str, monkeypatch: pytest.MonkeyPatch, read_only: bool
+) -> None:
+    """The window a racing opener falls into: ``current_schema()`` found no
+    schema, and another opener created it (usable by this role) before the
+    store asked whether it exists. The store opens it as a schema that
+    existed; it is refused as unusable only when the role lacks a grant."""
+    postgres.open(url, clock=ManualClock(0), schema="late").close()
+    # current_schema() answers as it did before the other opener's CREATE.
+    monkeypatch.setattr("runstore.postgres._open._CURRENT_SCHEMA", "SELECT NULL::text")
+    opened = postgres.open(url, clock=ManualClock(0), schema="late", read_only=read_only)
+    opened.close()
