@@ -214,6 +214,15 @@ ROOMS: tuple[Room, ...] = (
         packages=("runstore.stateful._histories",),
     ),
     Room(
+        "stateful._explore",
+        "suite",
+        "Exhaustive exploration of small scopes: the scopes and their domains, canonical "
+        "states, the breadth-first walk over the reference model, and applying the "
+        "walked graph to a store or a strategy.",
+        (*LIBRARY, "stateful._base", "stateful._targets", "stateful._checks", "stateful._machines"),
+        packages=("runstore.stateful._explore",),
+    ),
+    Room(
         "stateful._campaigns",
         "suite",
         "What runs the machines, the checks and the histories: run_conformance and its "
@@ -226,6 +235,7 @@ ROOMS: tuple[Room, ...] = (
             "stateful._checks",
             "stateful._machines",
             "stateful._histories",
+            "stateful._explore",
         ),
         packages=("runstore.stateful._campaigns",),
     ),
@@ -241,6 +251,7 @@ ROOMS: tuple[Room, ...] = (
             "stateful._checks",
             "stateful._machines",
             "stateful._histories",
+            "stateful._explore",
             "stateful._campaigns",
         ),
         modules=("runstore.stateful", "runstore.stateful._requires"),
@@ -257,6 +268,7 @@ ROOMS: tuple[Room, ...] = (
             "stateful._checks",
             "stateful._machines",
             "stateful._histories",
+            "stateful._explore",
             "stateful._campaigns",
             "stateful face",
         ),

@@ -59,6 +59,9 @@ from ._base._steps import Step as Step
 from ._campaigns._conformance import ConformanceError as ConformanceError
 from ._campaigns._conformance import conformance_machines as conformance_machines
 from ._campaigns._conformance import run_conformance as run_conformance
+from ._campaigns._explore import Counterexample as Counterexample
+from ._campaigns._explore import Exploration as Exploration
+from ._campaigns._explore import explore as explore
 from ._campaigns._judge import Judge as Judge
 from ._campaigns._judge import judge_leases as judge_leases
 from ._checks._invariants import INVARIANTS as INVARIANTS
@@ -112,10 +115,12 @@ __all__ = [
     "ClaimFieldsViolation",
     "CommittedStateLost",
     "CorruptRowAccepted",
+    "Counterexample",
     "ConformanceError",
     "ConsensusComparison",
     "DifferentialMismatch",
     "Disagreeing",
+    "Exploration",
     "FactReplayMismatch",
     "FailedOperationVisible",
     "FailureCauseMismatch",
@@ -157,6 +162,7 @@ __all__ = [
     "comparison_for",
     "conformance_machines",
     "consensus_comparison_for",
+    "explore",
     "judge_leases",
     "load_profile",
     "reach_tables",

@@ -1,0 +1,1 @@
+"""Tests of exhaustive exploration (``runstore.stateful._explore`` and ``explore``)."""
