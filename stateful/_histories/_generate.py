@@ -91,8 +91,10 @@ class _Simulation:
         lost: float,
         skew_ms: int,
         speed: float,
+        workloads: Sequence[str] = ("mixed",),
     ) -> None:
         self.rng = random.Random(seed)
+        self.workloads = tuple(workloads)
         self.clock = _VirtualClock()
         self.model = ModelRunStore(self.clock)
         self.clock.readings.clear()
@@ -124,6 +126,9 @@ class _Simulation:
             self.window,
             settle=self.settle,
             lineages=self.lineages,
+            workloads=self.workloads,
+            # Every client in the same phase: a phase is 60 recorded calls.
+            phase=lambda: len(self.operations) // 60,
         )
         if index < len(self.workers):
             # A new incarnation joins the window where its predecessor was.
@@ -246,11 +251,15 @@ def generate_history(
     lost: float = 0.5,
     skew_ms: int = 5_000,
     speed: float = 0.05,
+    workloads: Sequence[str] = ("mixed",),
 ) -> list[Operation]:
     """A linearizable history of about ``operations`` calls (see the module
     docstring). ``speed``: store-clock milliseconds per nanosecond of the
     virtual timeline (a call takes about ``overlap_ns / 4`` of it; at the
-    default a lease goes stale after about 800 calls)."""
+    default a lease goes stale after about 800 calls). ``workloads``: the
+    torture workloads the clients take turns at, all in the same one at a
+    time (``runstore.stateful._histories._workload.WORKLOADS``); a held
+    owner skips its turns until its lease is stale."""
     simulation = _Simulation(
         seed,
         clients=clients,
@@ -262,6 +271,7 @@ def generate_history(
         lost=lost,
         skew_ms=skew_ms,
         speed=speed,
+        workloads=workloads,
     )
     return simulation.run(operations)
 

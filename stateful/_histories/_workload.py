@@ -21,13 +21,28 @@ never eligible).
 The worker only uses the ``RunStore`` protocol and a clock, so the same walk
 runs against a real store in a torture process and against the reference
 model in ``runstore.stateful._histories._generate``.
+
+Workloads (``WORKLOADS``) aim the walk at the windows where races live: each
+is the walk above with some moves made much more likely, so that operations
+which can touch the same run or the same candidate set are in flight at
+once. ``OVERLAPS`` lists those pairs and the workloads that make each
+overlap; ``overlapping_pairs`` finds them in a recorded history. A torture
+runs a mix of workloads in phases on the shared monotonic clock, so every
+owner runs the same workload at the same time. The ``zombies`` workload holds
+an owner of a run past staleness (a thread waiting on a ``ZombieBoard``)
+until a peer starts taking the run over, then lets it go on heartbeating,
+transitioning and settling as if it still owned the run.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 from runstore import (
@@ -43,8 +58,192 @@ from runstore import (
     TransitionGuard,
 )
 
+from ._history import Operation
+
 ROUNDS_PER_LINEAGE = 3
 _SETTLED = ("suspended", "completed", "failed", "cancelled")
+
+#: Each workload by name, with what it aims at.
+WORKLOADS: dict[str, str] = {
+    "mixed": "every operation at its everyday rate on one run at a time (the walk as it was)",
+    "candidates": "claim_next, claims, suspensions, cancel requests, creates and purge_settled "
+    "on a candidate set of three runs: several owners pick from the same few claimable runs",
+    "batches": "heartbeat_many over the runs an owner holds and runs others hold, against "
+    "steals, takeovers, settles, cancellation and snapshot reads of those runs",
+    "lineage": "new rounds and children of one lineage created while request_cancel_lineage, "
+    "settles and purge_settled run over the same lineage",
+    "cancel": "request_cancel and request_cancel_lineage against acknowledge_cancel, "
+    "heartbeats, transitions, settles and takeovers of the same run",
+    "zombies": "an owner held past staleness and let go the moment a peer starts taking its "
+    "run over; it goes on heartbeating, transitioning and settling as the owner",
+}
+
+#: The workloads ``runstore torture`` runs when none is named, in phase order.
+DEFAULT_MIX: tuple[str, ...] = ("mixed", "candidates", "zombies", "batches", "lineage", "cancel")
+
+#: Operations that take a run from its owner (a zombie is let go when one starts).
+TAKEOVERS = frozenset({"steal", "claim_and_own", "recover_claim"})
+
+
+def _pair(a: str, b: str) -> tuple[str, str]:
+    return (a, b) if a <= b else (b, a)
+
+
+#: Every pair of operations that can touch the same run or the same candidate
+#: set, with the workloads that make the two overlap often (each pair sorted).
+OVERLAPS: dict[tuple[str, str], tuple[str, ...]] = {
+    _pair(a, b): tuple(workloads.split())
+    for a, b, workloads in (
+        # One candidate set: claim_next picks while runs join and leave it.
+        ("claim_next", "claim_next", "candidates"),
+        ("claim_next", "claim", "candidates"),
+        ("claim_next", "claim_and_own", "candidates"),
+        ("claim_next", "transition_owned", "candidates"),
+        ("claim_next", "request_cancel", "candidates"),
+        ("claim_next", "create", "candidates"),
+        ("claim_next", "purge_settled", "candidates"),
+        ("claim_next", "heartbeat_many", "candidates batches"),
+        ("purge_settled", "purge_settled", "candidates lineage"),
+        ("purge_settled", "transition_owned", "candidates lineage"),
+        ("purge_settled", "create", "lineage"),
+        ("purge_settled", "request_cancel_lineage", "lineage"),
+        # Batches of heartbeats against everything that moves the same runs.
+        ("heartbeat_many", "heartbeat_many", "batches"),
+        ("heartbeat_many", "steal", "batches zombies"),
+        ("heartbeat_many", "claim_and_own", "batches zombies"),
+        ("heartbeat_many", "transition_owned", "batches zombies"),
+        ("heartbeat_many", "acknowledge_cancel", "batches"),
+        ("heartbeat_many", "request_cancel", "batches"),
+        ("heartbeat_many", "list_runs", "batches"),
+        # Lineage rounds.
+        ("create", "create", "lineage"),
+        ("create", "request_cancel_lineage", "lineage"),
+        ("create", "transition_owned", "lineage"),
+        ("request_cancel_lineage", "transition_owned", "lineage cancel"),
+        ("request_cancel_lineage", "acknowledge_cancel", "cancel"),
+        ("request_cancel_lineage", "request_cancel", "cancel"),
+        # Cancellation.
+        ("request_cancel", "acknowledge_cancel", "cancel"),
+        ("request_cancel", "transition_owned", "cancel"),
+        ("request_cancel", "steal", "cancel"),
+        ("request_cancel", "claim_and_own", "cancel"),
+        ("acknowledge_cancel", "transition_owned", "cancel"),
+        ("acknowledge_cancel", "steal", "cancel zombies"),
+        ("acknowledge_cancel", "claim_and_own", "cancel zombies"),
+        # Steals and takeovers, and the displaced owner still writing.
+        ("steal", "steal", "zombies"),
+        ("steal", "claim_and_own", "zombies"),
+        ("claim_and_own", "claim_and_own", "zombies mixed"),
+        ("steal", "heartbeat", "zombies"),
+        ("steal", "transition_owned", "zombies"),
+        ("claim_and_own", "heartbeat", "zombies"),
+        ("claim_and_own", "transition_owned", "zombies"),
+        ("steal", "activate", "zombies"),
+        ("recover_claim", "activate", "zombies"),
+        ("transition_owned", "transition_owned", "zombies cancel"),
+        ("heartbeat", "transition_owned", "zombies mixed"),
+        ("claim", "claim", "mixed candidates"),
+        ("claim", "claim_and_own", "mixed candidates"),
+        ("claim", "activate", "mixed candidates"),
+    )
+}
+
+#: Operations over a candidate set rather than named runs.
+_OVER_A_SET = frozenset({"claim_next", "purge_settled", "list_runs"})
+
+
+#: Operations on a whole lineage: they touch every round of it.
+_OVER_A_LINEAGE = frozenset({"create", "request_cancel_lineage"})
+
+
+def _lineage_of(run_id: str) -> frozenset[str]:
+    """Every round of the lineage of one of a walk's run ids (by its numbering)."""
+    stem = run_id.rstrip("0123456789")
+    tail = run_id[len(stem) :]
+    if not tail:
+        return frozenset({run_id})
+    root = int(tail) - int(tail) % ROUNDS_PER_LINEAGE
+    return frozenset(f"{stem}{root + k}" for k in range(ROUNDS_PER_LINEAGE))
+
+
+def touched(op: Operation) -> frozenset[str] | None:
+    """The runs an operation can touch (a lineage operation every round of
+    the lineage, by the walk's numbering), or None for an operation over a
+    candidate set (it may touch any run). ``op``: a recorded call."""
+    if op.method in _OVER_A_SET:
+        return None
+    if op.method == "heartbeat_many":
+        ids = op.args[1] if len(op.args) > 1 else op.kwargs.get("run_ids", ())
+        return frozenset(i for i in ids if isinstance(i, str))
+    first = op.args[0] if op.args else op.kwargs.get("run_id")
+    if not isinstance(first, str):
+        return frozenset()
+    return _lineage_of(first) if op.method in _OVER_A_LINEAGE else frozenset({first})
+
+
+def overlapping_pairs(operations: Iterable[Operation]) -> Counter[tuple[str, str]]:
+    """How often each pair of ``OVERLAPS`` was in flight at once in a history
+    of ``operations``.
+
+    Two calls overlap when their intervals intersect (a pending call never
+    ends), they were made by different owners (process and thread), and they
+    can touch the same run (see ``touched``) or one of them works on a
+    candidate set. Counted once per pair of calls.
+    """
+    ops = sorted(operations, key=lambda op: op.invoked_ns)
+    found: Counter[tuple[str, str]] = Counter()
+    active: list[tuple[int, Operation, frozenset[str] | None]] = []
+    for op in ops:
+        active = [entry for entry in active if entry[0] > op.invoked_ns]
+        mine = touched(op)
+        for _, other, theirs in active:
+            pair = _pair(op.method, other.method)
+            if pair not in OVERLAPS or (other.process, other.thread) == (op.process, op.thread):
+                continue
+            if mine is None or theirs is None or mine & theirs:
+                found[pair] += 1
+        ends = op.returned_ns if op.returned_ns is not None else 2**63
+        active.append((ends, op, mine))
+    return found
+
+
+class ZombieBoard:
+    """Where owners held past staleness wait to be let go (files in ``folder``,
+    shared by the processes of one torture).
+
+    An owner holding ``run_id`` writes ``<run_id>.held`` and waits for
+    ``<run_id>.wake``; a peer about to take a run over writes the wake file
+    when the held file is there. ``folder``: the board's folder (created).
+    """
+
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def _file(self, run_id: str, kind: str) -> Path:
+        return self.folder / f"{run_id}.{kind}"
+
+    def hold(self, run_id: str, until_ns: int) -> bool:
+        """Wait until a peer starts taking ``run_id`` over (True) or the
+        monotonic clock reaches ``until_ns`` (False)."""
+        wake = self._file(run_id, "wake")
+        held = self._file(run_id, "held")
+        wake.unlink(missing_ok=True)
+        held.touch()
+        try:
+            while time.monotonic_ns() < until_ns:
+                if wake.exists():
+                    return True
+                time.sleep(0.0003)
+            return False
+        finally:
+            held.unlink(missing_ok=True)
+            wake.unlink(missing_ok=True)
+
+    def wake(self, run_id: str) -> None:
+        """Let an owner holding ``run_id`` go, if one is."""
+        if self._file(run_id, "held").exists():
+            self._file(run_id, "wake").touch()
 
 
 class _Clock(Protocol):
@@ -62,6 +261,14 @@ class Worker:
     monotonic clock, so workers in different processes act at the same
     instants and their operations collide (races become likely, not lucky).
     ``multi``: whether steps may be multi-run operations (those the store has).
+    ``workloads``: the workloads (``WORKLOADS``) this owner takes turns at,
+    one per phase; ``phase_ms``: a phase's length on the system-wide
+    monotonic clock (every owner of a torture in the same phase at once), or
+    0 to let ``phase`` say, or failing that to change every 40 steps;
+    ``phase``: a function giving the current phase's number. ``board``: where
+    a held owner waits for a peer's takeover (None: a held owner skips its
+    steps until its lease is stale, as in a simulation); ``until_ns``: the
+    monotonic time no hold may outlast.
     """
 
     def __init__(
@@ -79,7 +286,15 @@ class Worker:
         lineages: bool = True,
         slot_ms: float = 0.0,
         multi: bool = True,
+        workloads: Sequence[str] = ("mixed",),
+        phase_ms: float = 0.0,
+        phase: Callable[[], int] | None = None,
+        board: ZombieBoard | None = None,
+        until_ns: int | None = None,
     ) -> None:
+        unknown = [name for name in workloads if name not in WORKLOADS]
+        if unknown or not workloads:
+            raise ValueError(f"unknown workloads {unknown}; the workloads are {list(WORKLOADS)}")
         self.store = store
         self.clock = clock
         self.me = me
@@ -92,6 +307,17 @@ class Worker:
         self.lineages = lineages
         self.slot_ns = int(slot_ms * 1_000_000)
         self.multi = multi
+        self.workloads = tuple(workloads)
+        self.phase_ns = int(phase_ms * 1_000_000)
+        self.phase = phase
+        self.board = board
+        self.until_ns = until_ns
+        self.steps = 0
+        #: The workload of the current step.
+        self.mode = self.workloads[0]
+        #: A held owner (simulations only): run id, what it held, its row, and
+        #: the store time after which it goes on.
+        self.held: tuple[str, str, RunRow, int] | None = None
         self.frontier = 0
         self.settled: set[int] = set()
         self.mine: set[int] = set()
@@ -129,7 +355,15 @@ class Worker:
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Call the store; an exception is returned, not raised (the recorder
-        has written it down; a store that crashes is reported, not obeyed)."""
+        has written it down; a store that crashes is reported, not obeyed).
+        A takeover with evidence first lets go an owner held on that run."""
+        if (
+            self.board is not None
+            and method in TAKEOVERS
+            and args
+            and (method != "claim_and_own" or len(args) > 4 or "evidence" in kwargs)
+        ):
+            self.board.wake(args[0])
         try:
             return getattr(self.store, method)(*args, **kwargs)
         except Exception as error:
@@ -137,8 +371,24 @@ class Worker:
 
     # -- one step --
 
+    def workload(self) -> str:
+        """The workload of the current phase."""
+        if len(self.workloads) == 1:
+            return self.workloads[0]
+        if self.phase is not None:
+            index = self.phase()
+        elif self.phase_ns:
+            index = time.monotonic_ns() // self.phase_ns
+        else:
+            index = self.steps // 40
+        return self.workloads[index % len(self.workloads)]
+
     def step(self) -> None:
         rng = self.rng
+        self.steps += 1
+        if self.held is not None:
+            self.still_held()
+            return
         if self.nap_probability and rng.random() < self.nap_probability:
             # A pause (a slow step, a collector): long enough for leases to go stale.
             time.sleep(rng.uniform(0, 1.5 * self.stale_real_s))
@@ -147,9 +397,142 @@ class Worker:
             # as pollers on an aligned schedule do: every worker acts at once.
             now = time.monotonic_ns()
             time.sleep((self.slot_ns - now % self.slot_ns) / 1e9)
-        if self.multi and rng.random() < 0.03 and self.multi_run():
+        self.mode = self.workload()
+        if self.mode == "mixed":
+            self.walk()
+        elif self.mode == "candidates":
+            self.step_candidates()
+        elif self.mode == "batches":
+            self.step_batches()
+        elif self.mode == "lineage":
+            self.step_lineage()
+        elif self.mode == "cancel":
+            self.step_cancel()
+        else:
+            self.walk(multi=0.02)
+
+    # -- the workloads --
+
+    def pick(self, width: int | None = None) -> str:
+        return self.run_id(self.rng.choice(self.live_window(width)))
+
+    def step_candidates(self) -> None:
+        """Several owners pick from the same three claimable runs."""
+        rng = self.rng
+        roll = rng.random()
+        if roll < 0.25 and self.offers("claim_next"):
+            self.claim_next()
+        elif roll < 0.32 and self.offers("purge_settled"):
+            self.call("purge_settled", self.clock.now_ms() - 20_000)
+        elif roll < 0.40:
+            self.call("request_cancel", self.pick(3), self.now())
+        elif roll < 0.45 and self.offers("heartbeat_many"):
+            self.heartbeat_many()
+        elif roll < 0.48 and self.offers("list_runs"):
+            self.list_pages()
+        else:
+            self.walk(width=3, multi=0.0)
+
+    def step_batches(self) -> None:
+        """Batches of heartbeats over runs that other owners move."""
+        rng = self.rng
+        roll = rng.random()
+        if roll < 0.35 and self.offers("heartbeat_many"):
+            self.heartbeat_many(others=0.5)
+        elif roll < 0.40 and self.offers("list_runs"):
+            self.list_pages()
+        elif roll < 0.44 and self.offers("claim_next"):
+            self.claim_next()
+        else:
+            self.walk(width=2, multi=0.0)
+
+    def step_lineage(self) -> None:
+        """Rounds of one lineage created, cancelled, settled and purged at once."""
+        rng = self.rng
+        window = self.live_window(ROUNDS_PER_LINEAGE)
+        roll = rng.random()
+        if roll < 0.15:
+            self.call("request_cancel_lineage", self.run_id(rng.choice(window)), self.now())
+        elif roll < 0.27:
+            # A round or child created early, perhaps twice: the store decides.
+            self.create(rng.choice(window))
+        elif roll < 0.33 and self.offers("purge_settled"):
+            self.call("purge_settled", self.clock.now_ms() - 20_000)
+        elif roll < 0.38:
+            run_id = self.run_id(rng.choice(window))
+            self.call(rng.choice(("lineage", "latest_round")), run_id)
+        else:
+            self.walk(width=ROUNDS_PER_LINEAGE, multi=0.0)
+
+    def step_cancel(self) -> None:
+        """Cancel requests against owners acknowledging, settling and taking over."""
+        rng = self.rng
+        roll = rng.random()
+        if roll < 0.2:
+            self.call("request_cancel", self.pick(), self.now())
+        elif roll < 0.27:
+            self.call("request_cancel_lineage", self.pick(), self.now())
+        else:
+            self.walk(multi=0.0)
+
+    def hold(self, run_id: str, kind: str, row: RunRow) -> None:
+        """Stop acting past staleness while holding ``run_id`` (as its owner,
+        or its claimant: ``kind``), until a peer starts taking it over; then
+        go on as if nothing happened."""
+        if self.board is None:
+            release = (
+                self.clock.now_ms() + HEARTBEAT_STALE_AFTER_MS + 2 * HEARTBEAT_SKEW_ALLOWANCE_MS
+            )
+            self.held = (run_id, kind, row, release)
             return
-        window = self.live_window()
+        limit = time.monotonic_ns() + int(3 * self.stale_real_s * 1e9)
+        if self.until_ns is not None:
+            limit = min(limit, self.until_ns)
+        if limit <= time.monotonic_ns():
+            return
+        self.board.hold(run_id, limit)
+        self.resume(run_id, kind, row)
+
+    def still_held(self) -> None:
+        """A simulated hold: nothing until the lease is stale (or, rarely, sooner)."""
+        assert self.held is not None
+        run_id, kind, row, release = self.held
+        if self.clock.now_ms() >= release or self.rng.random() < 0.01:
+            self.held = None
+            self.resume(run_id, kind, row)
+
+    def resume(self, run_id: str, kind: str, row: RunRow) -> None:
+        """A held owner, let go, acts as if it still held ``run_id``."""
+        rng = self.rng
+        if kind == "claimant":
+            token = row.claimed_at_ms
+            remembered = self.claims.get(run_id)
+            expected = remembered.snapshot if remembered is not None else row.snapshot
+            if token is not None:
+                self.call("activate", run_id, self.me, token, expected)
+            return
+        if kind == "batch":
+            self.heartbeat_many(others=0.0)
+            return
+        self.call("heartbeat", run_id, self.me, self.now())
+        self.call("transition_owned", run_id, self.me, "running", self.state_json())
+        if rng.random() < 0.4:
+            self.call("acknowledge_cancel", run_id, self.me, self.now())
+        if rng.random() < 0.4 and self.offers("heartbeat_many"):
+            self.heartbeat_many(others=0.0)
+        if rng.random() < 0.7:
+            to = rng.choice(("suspended", *_SETTLED))
+            self.call("transition_owned", run_id, self.me, to, self.state_json())
+
+    # -- the walk --
+
+    def walk(self, width: int | None = None, multi: float = 0.03) -> None:
+        """One step of the walk on the live window (``width`` runs, or the
+        walk's own), or with ``multi`` probability a multi-run operation."""
+        rng = self.rng
+        if self.multi and rng.random() < multi and self.multi_run():
+            return
+        window = self.live_window(width)
         mine = [n for n in window if n in self.mine]
         n = rng.choice(mine) if mine and rng.random() < 0.5 else rng.choice(window)
         run_id = self.run_id(n)
@@ -214,10 +597,7 @@ class Worker:
         if method == "list_runs":
             self.list_pages()
         elif method == "claim_next":
-            row = self.call("claim_next", self.me, self.now())
-            if isinstance(row, RunRow) and (n := self.number(row.run_id)) is not None:
-                self.mine.add(n)
-                self.claims.pop(row.run_id, None)
+            self.claim_next()
         elif method == "heartbeat_many":
             self.heartbeat_many()
         elif rng.random() < 0.3:
@@ -250,17 +630,27 @@ class Worker:
                 return
             after = page.next
 
-    def heartbeat_many(self) -> None:
+    def claim_next(self) -> None:
+        row = self.call("claim_next", self.me, self.now())
+        if isinstance(row, RunRow) and (n := self.number(row.run_id)) is not None:
+            self.mine.add(n)
+            self.claims.pop(row.run_id, None)
+
+    def heartbeat_many(self, others: float = 0.2) -> None:
+        """One batch over the runs this owner holds, and with ``others``
+        probability (or when it holds none) runs of the window it may not."""
         ids = [self.run_id(n) for n in sorted(self.mine)]
-        if not ids or self.rng.random() < 0.2:
-            ids.append(self.run_id(self.rng.choice(self.live_window())))
+        if not ids or self.rng.random() < others:
+            window = self.live_window(max(self.window, 2))
+            ids += [self.run_id(n) for n in self.rng.sample(window, self.rng.randint(1, 2))]
         self.call("heartbeat_many", self.me, sorted(set(ids)), self.now())
 
-    def live_window(self) -> list[int]:
-        """The first ``window`` run numbers from the frontier not known settled."""
+    def live_window(self, width: int | None = None) -> list[int]:
+        """The first ``width`` (the walk's window unless given) run numbers from
+        the frontier not known settled."""
         numbers: list[int] = []
         n = self.frontier
-        while len(numbers) < self.window:
+        while len(numbers) < (width or self.window):
             if n not in self.settled:
                 numbers.append(n)
             n += 1
@@ -301,7 +691,10 @@ class Worker:
             return
         remembered = self.claims.get(run_id)
         expected = remembered.snapshot if remembered is not None else row.snapshot
-        if self.rng.random() < 0.75:
+        if self.mode == "zombies" and self.rng.random() < 0.3:
+            # A claimant held past staleness: let go as a peer recovers its claim.
+            self.hold(run_id, "claimant", row)
+        elif self.rng.random() < 0.75:
             self.call("activate", run_id, self.me, token, expected)
         else:
             self.call("abandon_claim", run_id, self.me, token)
@@ -319,6 +712,18 @@ class Worker:
 
     def owned(self, run_id: str, row: RunRow) -> None:
         rng = self.rng
+        if self.mode == "zombies" and rng.random() < 0.3:
+            self.hold(run_id, "owner", row)
+            return
+        if self.mode == "batches" and rng.random() < 0.1:
+            self.hold(run_id, "batch", row)
+            return
+        if self.mode == "cancel" and row.cancel_requested_at_ms is not None:
+            if rng.random() < 0.5:
+                self.call("acknowledge_cancel", run_id, self.me, self.now())
+            else:
+                self.call("transition_owned", run_id, self.me, "cancelled", None)
+            return
         roll = rng.random()
         if roll < 0.3:
             self.call("heartbeat", run_id, self.me, self.now())
