@@ -60,6 +60,21 @@ def open_file(clock, path, **options):
     return runstore.open(path, clock=clock, durability="normal", **options)
 
 
+def open_target(clock, target, **options):
+    """The shipped store on ``target``: a PostgreSQL URL or a SQLite file path
+    (the races that apply to both backends start from it)."""
+    if "://" in target:
+        return runstore.open(target, clock=clock, **options)
+    return open_file(clock, target, **options)
+
+
+def with_mistake(store, mistake):
+    """``store`` turned into a subclass of its own class with ``mistake``'s
+    methods first: the one change a race makes to the shipped store."""
+    store.__class__ = type(mistake.__name__, (mistake, type(store)), {})
+    return store
+
+
 def deferred_write(
     tm: Any,
     begin: Literal["explicit", "driver"],
