@@ -74,7 +74,14 @@ from runstore._clock import Clock
 from .._histories._history import HistoryRecorder, RecordingClock, load_history
 from .._histories._linearize import MAX_UNKNOWN, HistoryVerdict, check_history
 from .._histories._report import write_violation
-from .._histories._workload import Worker
+from .._histories._workload import (
+    DEFAULT_MIX,
+    OVERLAPS,
+    WORKLOADS,
+    Worker,
+    ZombieBoard,
+    overlapping_pairs,
+)
 
 #: Virtual milliseconds at the shared origin (any large value: stamps stay positive).
 BASE_MS = 1_000_000_000
@@ -82,6 +89,8 @@ BASE_MS = 1_000_000_000
 NAP_PROBABILITY = 0.01
 #: Violations shrunk to a minimal sub-history; later ones are written whole.
 MAX_SHRUNK = 3
+#: How long every owner spends on one workload of the mix before the next (real ms).
+PHASE_MS = 400.0
 
 
 class TortureError(Exception):
@@ -113,6 +122,10 @@ class TortureConfig:
     max_unknown: int = MAX_UNKNOWN
     shrink: bool = True
     quiet: bool = False
+    #: The workloads every owner takes turns at (``--workload``), in phase order.
+    workloads: tuple[str, ...] = DEFAULT_MIX
+    #: A phase's length in real milliseconds (``--phase-ms``).
+    phase_ms: float = PHASE_MS
 
 
 @attrs.frozen
@@ -128,6 +141,8 @@ class TortureResult:
     restarts: int
     written: tuple[Path, ...]
     history_dir: Path
+    #: How often each pair of operations of ``OVERLAPS`` was in flight at once.
+    overlaps: dict[tuple[str, str], int] = attrs.field(factory=dict)
 
 
 # -- time ---------------------------------------------------------------------------
@@ -303,6 +318,7 @@ def worker_main(config: dict[str, Any]) -> int:
     # short switch interval, between Python statements too.
     sys.setswitchinterval(config.get("switch_interval_s", 0.0005))
     rng = random.Random(config["seed"])
+    board = ZombieBoard(config["board"]) if config.get("board") else None
     stores = []
     workers = []
     for _ in range(config.get("threads", 1)):
@@ -321,13 +337,21 @@ def worker_main(config: dict[str, Any]) -> int:
                 stale_real_s=HEARTBEAT_STALE_AFTER_MS / config["speed"] / 1000,
                 nap_probability=NAP_PROBABILITY,
                 slot_ms=config["slot_ms"],
+                workloads=config.get("workloads", ("mixed",)),
+                board=board,
             )
         )
     # Ready; the coordinator answers with the deadline once every worker is.
     sys.stdout.write("ready\n")
     sys.stdout.flush()
     line = sys.stdin.readline().split()
-    deadline = int(line[1]) if len(line) == 2 and line[0] == "go" else 0
+    deadline = int(line[1]) if len(line) == 3 and line[0] == "go" else 0
+    # Phases count from the campaign's start, the same instants in every process.
+    start = int(line[2]) if len(line) == 3 else 0
+    phase_ns = max(1, int(config.get("phase_ms", PHASE_MS) * 1_000_000))
+    for worker in workers:
+        worker.until_ns = deadline
+        worker.phase = lambda: (time.monotonic_ns() - start) // phase_ns
 
     def walk(worker: Worker) -> None:
         while time.monotonic_ns() < deadline:
@@ -377,10 +401,10 @@ def _close_pipes(popen: subprocess.Popen[bytes]) -> None:
                 pipe.close()
 
 
-def _go(popen: subprocess.Popen[bytes], deadline_ns: int) -> None:
+def _go(popen: subprocess.Popen[bytes], deadline_ns: int, start_ns: int) -> None:
     assert popen.stdin is not None
     with contextlib.suppress(BrokenPipeError):
-        popen.stdin.write(f"go {deadline_ns}\n".encode())
+        popen.stdin.write(f"go {deadline_ns} {start_ns}\n".encode())
         popen.stdin.flush()
 
 
@@ -411,6 +435,11 @@ def run_torture(config: TortureConfig) -> TortureResult:
         raise TortureError("--workers, --threads, --runs, --seconds and --speed must be positive")
     if not 0 <= config.skew_ms <= HEARTBEAT_SKEW_ALLOWANCE_MS:
         raise TortureError(f"--skew-ms must be within 0..{HEARTBEAT_SKEW_ALLOWANCE_MS}")
+    unknown = [name for name in config.workloads if name not in WORKLOADS]
+    if unknown or not config.workloads:
+        raise TortureError(f"--workload takes {', '.join(WORKLOADS)}, not {unknown}")
+    if config.phase_ms <= 0:
+        raise TortureError("--phase-ms must be positive")
     restarts_on = config.restart_command is not None or config.restarter is not None
     if restarts_on and not _is_url(config.db):
         raise TortureError("--restart-command restarts a PostgreSQL server: --db must be its URL")
@@ -418,9 +447,13 @@ def run_torture(config: TortureConfig) -> TortureResult:
     rng = random.Random(seed)
     out = Path(config.out)
     history_dir = out / "history"
+    board_dir = out / "board"
     try:
         history_dir.mkdir(parents=True, exist_ok=True)
         for old in history_dir.glob("*.jsonl"):
+            old.unlink()
+        board_dir.mkdir(parents=True, exist_ok=True)
+        for old in board_dir.iterdir():
             old.unlink()
     except OSError as error:
         reason = os.strerror(error.errno) if error.errno else type(error).__name__
@@ -446,6 +479,12 @@ def run_torture(config: TortureConfig) -> TortureResult:
         f"{config.threads} owner{'' if config.threads == 1 else 's'} per worker, "
         f"speed {config.speed:g}x, seed {seed}",
     )
+    _say(
+        config,
+        f"torture: workload{'' if len(config.workloads) == 1 else 's'} "
+        f"{', '.join(config.workloads)}"
+        + (f", in turns of {config.phase_ms:g} ms" if len(config.workloads) > 1 else ""),
+    )
 
     def spawn(index: int, incarnation: int) -> _Process:
         process = f"w{index}.{incarnation}"
@@ -463,6 +502,9 @@ def run_torture(config: TortureConfig) -> TortureResult:
             "slot_ms": config.slot_ms,
             "threads": config.threads,
             "seed": rng.randrange(2**32),
+            "workloads": list(config.workloads),
+            "phase_ms": config.phase_ms,
+            "board": str(board_dir),
         }
         # The settings go through stdin, not argv: a URL may hold a password,
         # and every local user can read a process's arguments.
@@ -474,7 +516,7 @@ def run_torture(config: TortureConfig) -> TortureResult:
             popen.stdin.write(json.dumps(settings).encode() + b"\n")
             popen.stdin.flush()
         if deadline_ns is not None:
-            _go(popen, deadline_ns)
+            _go(popen, deadline_ns, deadline_ns - int(config.seconds * 1e9))
         return _Process(index, incarnation, popen)
 
     deadline_ns: int | None = None
@@ -489,7 +531,7 @@ def run_torture(config: TortureConfig) -> TortureResult:
             raise TortureError(f"worker {process.index} did not start (see its error above)")
     deadline_ns = time.monotonic_ns() + int(config.seconds * 1e9)
     for process in processes:
-        _go(process.popen, deadline_ns)
+        _go(process.popen, deadline_ns, deadline_ns - int(config.seconds * 1e9))
     kills = stops = restarts = 0
     offsets: dict[Path, tuple[int, int]] = {}
     started = time.monotonic()
@@ -587,6 +629,15 @@ def _judge(
     )
     _say(config, verdict.summary())
     _say(config, f"torture: {rate:,.0f} operations checked per second")
+    overlaps = overlapping_pairs(operations)
+    aimed = {pair for pair, names in OVERLAPS.items() if set(names) & set(config.workloads)}
+    missed = sorted(aimed - set(overlaps))
+    _say(
+        config,
+        f"torture: {len(aimed) - len(missed)} of {len(aimed)} pairs the workloads aim at "
+        "were in flight together"
+        + (f" (not: {', '.join(f'{a} with {b}' for a, b in missed)})" if missed else ""),
+    )
     written: list[Path] = []
     for failing in verdict.violations:
         written += write_violation(failing, out)
@@ -613,6 +664,7 @@ def _judge(
         invariant_failure=invariant_failure,
         written=tuple(written),
         history_dir=history_dir,
+        overlaps=dict(overlaps),
     )
 
 
@@ -660,6 +712,20 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         default=2,
         help="owners per worker process, each a thread with its own connection (default 2)",
+    )
+    parser.add_argument(
+        "--workload",
+        action="append",
+        choices=list(WORKLOADS),
+        metavar="NAME",
+        help="a workload every owner takes turns at; repeat for several, taken in turns "
+        f"(default all: {' '.join(DEFAULT_MIX)})",
+    )
+    parser.add_argument(
+        "--phase-ms",
+        type=float,
+        default=PHASE_MS,
+        help="how long all owners stay on one workload before the next (default %(default)g)",
     )
     parser.add_argument("--no-kills", action="store_true", help="never SIGKILL a worker")
     parser.add_argument("--no-stops", action="store_true", help="never SIGSTOP a worker")
@@ -709,6 +775,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_unknown=args.max_unknown,
         shrink=not args.no_shrink,
         quiet=args.quiet,
+        workloads=tuple(args.workload) if args.workload else DEFAULT_MIX,
+        phase_ms=args.phase_ms,
     )
     try:
         return run_torture(config).status

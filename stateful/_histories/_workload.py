@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -138,7 +139,8 @@ OVERLAPS: dict[tuple[str, str], tuple[str, ...]] = {
         ("steal", "transition_owned", "zombies"),
         ("claim_and_own", "heartbeat", "zombies"),
         ("claim_and_own", "transition_owned", "zombies"),
-        ("steal", "activate", "zombies"),
+        ("activate", "heartbeat", "zombies"),
+        ("activate", "transition_owned", "zombies"),
         ("recover_claim", "activate", "zombies"),
         ("transition_owned", "transition_owned", "zombies cancel"),
         ("heartbeat", "transition_owned", "zombies mixed"),
@@ -213,8 +215,19 @@ class ZombieBoard:
 
     An owner holding ``run_id`` writes ``<run_id>.held`` and waits for
     ``<run_id>.wake``; a peer about to take a run over writes the wake file
-    when the held file is there. ``folder``: the board's folder (created).
+    when the held file is there, and waits for the owner's answer
+    (``<run_id>.up``: an instant on the monotonic clock a little ahead), so
+    that both make their next call at that same instant: the takeover and the
+    displaced owner's writes are in flight together. ``folder``: the board's
+    folder (created).
     """
+
+    #: How far ahead of its waking a held owner sets the common instant (ns).
+    LEAD_NS = 3_000_000
+    #: How much later than the common instant a peer may act (ns).
+    JITTER_NS = 1_500_000
+    #: How long a peer waits for a held owner's answer (ns).
+    ANSWER_NS = 20_000_000
 
     def __init__(self, folder: str | os.PathLike[str]) -> None:
         self.folder = Path(folder)
@@ -223,27 +236,67 @@ class ZombieBoard:
     def _file(self, run_id: str, kind: str) -> Path:
         return self.folder / f"{run_id}.{kind}"
 
-    def hold(self, run_id: str, until_ns: int) -> bool:
-        """Wait until a peer starts taking ``run_id`` over (True) or the
-        monotonic clock reaches ``until_ns`` (False)."""
+    def hold(self, run_id: str, until_ns: int, stale_ns: int = 0) -> bool:
+        """Wait until a peer starts taking ``run_id`` over, then until the
+        instant both act (True), or until the monotonic clock reaches
+        ``until_ns`` (False). Peers are not heard before ``stale_ns`` (the
+        monotonic time when the run is surely stale)."""
         wake = self._file(run_id, "wake")
         held = self._file(run_id, "held")
         wake.unlink(missing_ok=True)
-        held.touch()
+        self._file(run_id, "up").unlink(missing_ok=True)
+        # With the hold's end: a killed owner's file is stale, not obeyed.
+        held.write_text(f"{stale_ns} {until_ns}")
         try:
             while time.monotonic_ns() < until_ns:
                 if wake.exists():
+                    instant = time.monotonic_ns() + self.LEAD_NS
+                    answer = self._file(run_id, f"up.{os.getpid()}.{threading.get_ident()}")
+                    answer.write_text(str(instant))
+                    os.replace(answer, self._file(run_id, "up"))
+                    _sleep_until(instant)
                     return True
-                time.sleep(0.0003)
+                time.sleep(0.001)
             return False
         finally:
             held.unlink(missing_ok=True)
             wake.unlink(missing_ok=True)
+            self._file(run_id, "up").unlink(missing_ok=True)
 
     def wake(self, run_id: str) -> None:
-        """Let an owner holding ``run_id`` go, if one is."""
-        if self._file(run_id, "held").exists():
-            self._file(run_id, "wake").touch()
+        """Let an owner holding ``run_id`` go, if one is, and wait for the
+        instant it names (or a short while, when it does not answer)."""
+        try:
+            stale_ns, until_ns = map(int, self._file(run_id, "held").read_text().split())
+        except (FileNotFoundError, ValueError):
+            return
+        if not stale_ns <= time.monotonic_ns() < until_ns:
+            return
+        self._file(run_id, "wake").touch()
+        up = self._file(run_id, "up")
+        give_up = time.monotonic_ns() + self.ANSWER_NS
+        while time.monotonic_ns() < give_up:
+            try:
+                instant = int(up.read_text())
+            except (FileNotFoundError, ValueError):
+                time.sleep(0.0002)
+                continue
+            # Left for other peers starting a takeover before the instant. A
+            # peer comes up to a little after it: the held owner's first
+            # writes land before, during or after the takeover's.
+            _sleep_until(instant + random.randrange(0, self.JITTER_NS))
+            return
+
+    def held(self) -> list[str]:
+        """The run ids owners are holding now (files left by killed owners
+        included, until their holds would have ended)."""
+        return [path.name[: -len(".held")] for path in self.folder.glob("*.held")]
+
+
+def _sleep_until(instant_ns: int) -> None:
+    remaining = instant_ns - time.monotonic_ns()
+    if remaining > 0:
+        time.sleep(remaining / 1e9)
 
 
 class _Clock(Protocol):
@@ -409,7 +462,7 @@ class Worker:
         elif self.mode == "cancel":
             self.step_cancel()
         else:
-            self.walk(multi=0.02)
+            self.step_zombies()
 
     # -- the workloads --
 
@@ -475,6 +528,18 @@ class Worker:
         else:
             self.walk(multi=0.0)
 
+    def step_zombies(self) -> None:
+        """Owners of three runs held past staleness, their peers taking over."""
+        rng = self.rng
+        held = self.board.held() if self.board is not None and rng.random() < 0.6 else []
+        if held:
+            # Peers gather on a held run, so that several take it over at once.
+            self.walk(width=3, multi=0.0, focus=self.number(rng.choice(held)))
+        elif self.offers("heartbeat_many") and rng.random() < 0.03:
+            self.heartbeat_many()
+        else:
+            self.walk(width=3, multi=0.0)
+
     def hold(self, run_id: str, kind: str, row: RunRow) -> None:
         """Stop acting past staleness while holding ``run_id`` (as its owner,
         or its claimant: ``kind``), until a peer starts taking it over; then
@@ -485,12 +550,18 @@ class Worker:
             )
             self.held = (run_id, kind, row, release)
             return
-        limit = time.monotonic_ns() + int(3 * self.stale_real_s * 1e9)
+        now_ns = time.monotonic_ns()
+        limit = now_ns + int(3 * self.stale_real_s * 1e9)
         if self.until_ns is not None:
             limit = min(limit, self.until_ns)
-        if limit <= time.monotonic_ns():
+        if limit <= now_ns:
             return
-        self.board.hold(run_id, limit)
+        # Peers are heard once the lease is stale on this owner's clock (a
+        # peer whose clock is ahead may take the run a little sooner, unheard).
+        beat = row.heartbeat_at_ms if row.heartbeat_at_ms is not None else self.clock.now_ms()
+        stale_in_ms = beat + HEARTBEAT_STALE_AFTER_MS - self.clock.now_ms()
+        ns_per_ms = self.stale_real_s * 1e9 / HEARTBEAT_STALE_AFTER_MS
+        self.board.hold(run_id, limit, now_ns + int(stale_in_ms * ns_per_ms))
         self.resume(run_id, kind, row)
 
     def still_held(self) -> None:
@@ -514,27 +585,34 @@ class Worker:
         if kind == "batch":
             self.heartbeat_many(others=0.0)
             return
-        self.call("heartbeat", run_id, self.me, self.now())
-        self.call("transition_owned", run_id, self.me, "running", self.state_json())
-        if rng.random() < 0.4:
-            self.call("acknowledge_cancel", run_id, self.me, self.now())
-        if rng.random() < 0.4 and self.offers("heartbeat_many"):
-            self.heartbeat_many(others=0.0)
+        moves = ["heartbeat", "transition_owned", "acknowledge_cancel", "heartbeat_many"]
+        rng.shuffle(moves)
+        for move in moves[: rng.randint(2, 4)]:
+            if move == "transition_owned":
+                self.call(move, run_id, self.me, "running", self.state_json())
+            elif move == "heartbeat_many":
+                if self.offers(move):
+                    self.heartbeat_many(others=0.0)
+            else:
+                self.call(move, run_id, self.me, self.now())
         if rng.random() < 0.7:
             to = rng.choice(("suspended", *_SETTLED))
             self.call("transition_owned", run_id, self.me, to, self.state_json())
 
     # -- the walk --
 
-    def walk(self, width: int | None = None, multi: float = 0.03) -> None:
+    def walk(self, width: int | None = None, multi: float = 0.03, focus: int | None = None) -> None:
         """One step of the walk on the live window (``width`` runs, or the
-        walk's own), or with ``multi`` probability a multi-run operation."""
+        walk's own), or with ``multi`` probability a multi-run operation;
+        on run number ``focus`` when given."""
         rng = self.rng
-        if self.multi and rng.random() < multi and self.multi_run():
+        if focus is None and self.multi and rng.random() < multi and self.multi_run():
             return
         window = self.live_window(width)
         mine = [n for n in window if n in self.mine]
         n = rng.choice(mine) if mine and rng.random() < 0.5 else rng.choice(window)
+        if focus is not None:
+            n = focus
         run_id = self.run_id(n)
         row = self.call("get", run_id)
         if isinstance(row, RunStoreError) and row.code == "not_found_row":
@@ -680,7 +758,12 @@ class Worker:
             outcome = self.call("claim", run_id, row.snapshot, self.me, now)
             if isinstance(outcome, Claimed):
                 self.claims[run_id] = row
-                if self.rng.random() < 0.7:
+                if self.mode == "zombies" and self.rng.random() < 0.5:
+                    # A claimant held past staleness, let go as a peer recovers the claim.
+                    claimed = self.call("get", run_id)
+                    if isinstance(claimed, RunRow) and claimed.claim == self.me:
+                        self.hold(run_id, "claimant", claimed)
+                elif self.rng.random() < 0.7:
                     self.call("activate", run_id, self.me, outcome.claimed_at_ms, row.snapshot)
         else:
             self.call("claim_and_own", run_id, row.snapshot, self.me, now)
@@ -712,7 +795,7 @@ class Worker:
 
     def owned(self, run_id: str, row: RunRow) -> None:
         rng = self.rng
-        if self.mode == "zombies" and rng.random() < 0.3:
+        if self.mode == "zombies" and rng.random() < 0.5:
             self.hold(run_id, "owner", row)
             return
         if self.mode == "batches" and rng.random() < 0.1:
@@ -748,7 +831,8 @@ class Worker:
         now = self.now()
         stale = heartbeat is None or heartbeat < now - HEARTBEAT_STALE_AFTER_MS
         roll = self.rng.random()
-        if stale and roll < 0.45:
+        # Zombie hunters steal more: several steals of one run at once.
+        if stale and roll < (0.6 if self.mode == "zombies" else 0.45):
             evidence = self.evidence(owner, now)
             outcome = self.call("steal", run_id, row.snapshot, self.me, now, evidence)
             if isinstance(outcome, Claimed):
