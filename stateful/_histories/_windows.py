@@ -29,7 +29,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Self
 
 #: The longest pause, in seconds of real time (a torture at speed 100 turns
 #: 5 ms into half a second of store time, far from the 30 s of staleness).
@@ -107,12 +107,12 @@ _sqlite_classes: dict[tuple[type, int], type] = {}
 
 def _widened_cursor(widener: Widener) -> type[sqlite3.Cursor]:
     class WidenedCursor(sqlite3.Cursor):
-        def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        def execute(self, sql: str, parameters: Any = (), /) -> Self:
             cursor = super().execute(sql, parameters)
             widener.after(sql, self.connection.in_transaction)
             return cursor
 
-        def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
+        def executemany(self, sql: str, parameters: Any, /) -> Self:
             cursor = super().executemany(sql, parameters)
             widener.after(sql, self.connection.in_transaction)
             return cursor
@@ -165,7 +165,7 @@ def install(widener: Widener) -> Callable[[], None]:
             kwargs["factory"] = widened_sqlite_class(base, widener)
         return original_connect(*args, **kwargs)
 
-    sqlite3.connect = connect  # type: ignore[assignment]
+    sqlite3.connect = connect
     undo: list[Callable[[], None]] = [lambda: setattr(sqlite3, "connect", original_connect)]
     try:
         import psycopg
