@@ -34,6 +34,13 @@ A violation is shrunk to a minimal offending sub-history of its object
 (operations dropped one chunk at a time while the rest stays
 non-linearizable), and explained: the longest legal order found and what the
 model would answer for each operation that could have gone next.
+
+Beside the objects, ``check_history`` judges the rules that span objects
+(``runstore.stateful._histories._rules``): every ``heartbeat_many`` a
+snapshot read overlapped is searched again on the union of the objects it
+names, as one operation, and every ``claim_next`` that took a run is checked
+against every object whose state was fixed while it ran. Their violations are
+``PartitionVerdict``s like any object's, listed in ``HistoryVerdict.rules``.
 """
 
 from __future__ import annotations
@@ -44,13 +51,15 @@ from typing import Any, Final, Literal, TypeAlias
 
 import attrs
 
-from runstore import StoreState
+from runstore import RunRow, StoreState
 
 from ._history import Operation
+from ._rules import ClaimFinding, batch_objects, oldest_claim_findings
 from ._spec import (
     EXCLUDED_READS,
     FINAL_STATE,
     PURGE_PART,
+    STATE_PART,
     Node,
     Partition,
     Result,
@@ -73,7 +82,9 @@ MAX_SHRINK_CHECKS: Final = 2000
 #: Seconds the shrinker may spend on one violation (then its best so far is kept).
 MAX_SHRINK_SECONDS: Final = 30.0
 
-_READS: Final = frozenset({"get", "lineage", "latest_round", "ownership_facts", FINAL_STATE})
+_READS: Final = frozenset(
+    {"get", "lineage", "latest_round", "ownership_facts", FINAL_STATE, STATE_PART}
+)
 
 
 @attrs.frozen
@@ -134,6 +145,40 @@ class PartitionVerdict:
     """Row writes of the linearization found (None unless linearizable)."""
     purged: Mapping[str, int] = attrs.field(factory=dict)
     """Runs each ``purge_settled`` call (by id) deleted here in that linearization."""
+    linearization: tuple[Operation, ...] | None = None
+    """When linearizable, the order found (operations of unknown outcome that took no effect in it
+    left out); else None."""
+
+    @property
+    def unplaced(self) -> tuple[Operation, ...]:
+        """On a violation, the operations of ``minimal`` (or of the whole object when it was not
+        shrunk) that the longest legal order found could not place; else ``()``."""
+        if self.result != "violation":
+            return ()
+        ops = self.minimal if self.minimal is not None else self.history
+        placed = {op.id for op, _ in self.explanation.order} if self.explanation else set()
+        return tuple(op for op in ops if op.id not in placed)
+
+
+@attrs.frozen
+class RuleVerdict:
+    """The verdict on one rule judged beside the objects (``HistoryVerdict.rules``).
+
+    ``rule`` names it: ``"heartbeat_many is atomic"`` or ``"claim_next takes the oldest"``.
+    ``judged`` counts the cases it searched (union objects, or pairs of a call and an object
+    with an older run claimable in one state), ``skipped`` those it left out (a search budget,
+    an object that was not linearizable). Each violation is a ``PartitionVerdict`` whose
+    ``minimal`` holds the operations shown and whose ``explanation`` says why.
+    """
+
+    rule: str
+    """The rule's name."""
+    judged: int
+    """Cases the rule judged."""
+    skipped: int
+    """Cases it left out (``reason`` of the summary line says why they can be)."""
+    violations: tuple[PartitionVerdict, ...] = ()
+    """The cases that broke the rule."""
 
 
 @attrs.frozen
@@ -188,6 +233,9 @@ class HistoryVerdict:
     revision: RevisionCheck | None = None
     """The check of the counts that span objects (the final revision, ``purge_settled``'s answers),
     or None when there was nothing to check."""
+    rules: tuple[RuleVerdict, ...] = ()
+    """The rules judged across objects (a ``heartbeat_many`` is atomic, ``claim_next`` takes the
+    oldest), each with its violations."""
 
     @property
     def status(self) -> Verdict:
@@ -195,6 +243,8 @@ class HistoryVerdict:
         any could not be checked, else ``"linearizable"``."""
         revision = self.revision.result if self.revision is not None else None
         if revision == "violation" or any(p.result == "violation" for p in self.partitions):
+            return "violation"
+        if any(rule.violations for rule in self.rules):
             return "violation"
         if revision == "unchecked" or any(p.result == "unchecked" for p in self.partitions):
             return "unchecked"
@@ -207,8 +257,9 @@ class HistoryVerdict:
 
     @property
     def violations(self) -> tuple[PartitionVerdict, ...]:
-        """The objects whose verdict is a violation."""
-        return tuple(p for p in self.partitions if p.result == "violation")
+        """The objects whose verdict is a violation, then each violation of a rule."""
+        found = tuple(p for p in self.partitions if p.result == "violation")
+        return found + tuple(v for rule in self.rules for v in rule.violations)
 
     @property
     def unchecked(self) -> tuple[PartitionVerdict, ...]:
@@ -258,6 +309,13 @@ class HistoryVerdict:
                 )
             elif p.result == "unchecked":
                 lines.append(f"  unchecked {p.key}: {p.reason}")
+        for rule in self.rules:
+            lines.append(
+                f"  rule {rule.rule}: {rule.judged} judged, {rule.skipped} left out, "
+                f"{len(rule.violations)} violations"
+            )
+            for v in rule.violations:
+                lines.append(f"    violation: {v.reason}")
         check = self.revision
         if check is not None:
             if check.result == "ok" and check.final is not None:
@@ -658,7 +716,15 @@ def check_partition(
         shrink_seconds=time.perf_counter() - searched,
         revisions=found.revisions,
         purged=_purged(partition.operations, found.tally),
+        linearization=_linearization(partition.operations, found),
     )
+
+
+def _linearization(ops: Sequence[Operation], found: _Search) -> tuple[Operation, ...] | None:
+    if found.result != "linearizable":
+        return None
+    prepared = _prepare(ops)
+    return tuple(prepared[i] for i in found.order)
 
 
 def _purged(ops: Sequence[Operation], tally: tuple[int, ...]) -> dict[str, int]:
@@ -717,12 +783,95 @@ def check_history(
     )
     if final is not None or purges:
         revision = check_counts(partitions, verdicts, excluded, initial, final, max_steps=max_steps)
+    rules = judge_rules(
+        history,
+        partitions,
+        verdicts,
+        initial,
+        max_unknown=max_unknown,
+        max_steps=max_steps,
+        shrink=shrink,
+    )
     return HistoryVerdict(
         partitions=tuple(verdicts),
         excluded=tuple(excluded),
         operations=sum(len(p.operations) for p in partitions),
         seconds=time.perf_counter() - started,
         revision=revision,
+        rules=rules,
+    )
+
+
+#: The rules ``judge_rules`` judges, by name.
+BATCH_RULE: Final = "heartbeat_many is atomic"
+CLAIM_RULE: Final = "claim_next takes the oldest"
+
+
+def judge_rules(
+    history: Sequence[Operation],
+    partitions: Sequence[Partition],
+    verdicts: Sequence[PartitionVerdict],
+    initial: StoreState | None,
+    *,
+    max_unknown: int = MAX_UNKNOWN,
+    max_steps: int = MAX_STEPS,
+    shrink: bool = True,
+) -> tuple[RuleVerdict, ...]:
+    """The rules that span objects (``runstore.stateful._histories._rules``), judged over
+    ``history`` whose ``partitions`` got ``verdicts``, from ``initial``; ``max_unknown``,
+    ``max_steps`` and ``shrink`` as ``check_history`` takes them for each union object."""
+    orders = {v.key: v.linearization for v in verdicts if v.linearization is not None}
+    unions, left_out = batch_objects(history, partitions, orders)
+    judged = 0
+    batch_violations = []
+    for union in unions:
+        verdict = check_partition(
+            union.partition,
+            initial,
+            max_unknown=max_unknown,
+            max_steps=max_steps,
+            shrink_violations=shrink,
+        )
+        if verdict.result == "violation":
+            reason = (
+                f"{union.batch.id} heartbeat_many of {', '.join(verdict.runs)}: the snapshot "
+                f"reads {', '.join(s.id for s in union.snapshots)} cannot all show it whole or "
+                "not at all"
+            )
+            batch_violations.append(attrs.evolve(verdict, reason=reason))
+        if verdict.result == "unchecked":
+            left_out += 1
+        else:
+            judged += 1
+    findings, counts = oldest_claim_findings(history, partitions, orders, initial)
+    claim_violations = [_claim_verdict(finding) for finding in findings]
+    return (
+        RuleVerdict(BATCH_RULE, judged, left_out, tuple(batch_violations)),
+        RuleVerdict(CLAIM_RULE, counts.judged, counts.skipped, tuple(claim_violations)),
+    )
+
+
+def _claim_verdict(finding: ClaimFinding) -> PartitionVerdict:
+    """A ``claim_next`` that passed over an older run, as a verdict: the object's writes before
+    the call in one legal order, and the call, which cannot go after them."""
+    call = finding.call
+    ops = (*(op for op, _ in finding.support), call)
+    taken = call.value.run_id if isinstance(call.value, RunRow) else "?"
+    reason = (
+        f"{call.id} claim_next took {taken} while the older {finding.older} was claimable "
+        "throughout the call, with no concurrent write on it"
+    )
+    return PartitionVerdict(
+        key=f"claim_next {call.id}",
+        runs=tuple(sorted({*finding.partition.runs, taken})),
+        result="violation",
+        reason=reason,
+        history=ops,
+        unknown=0,
+        explored=0,
+        steps=0,
+        minimal=ops,
+        explanation=Explanation(finding.support, ((call, finding.answer),)),
     )
 
 

@@ -26,14 +26,17 @@ names its lineage and a fork its parent. ``partition_operations`` joins run ids
 related that way (by ``create`` arguments and by the initial state's rows)
 into one object, so a lineage is checked as one object with its
 ``request_cancel_lineage``, ``lineage`` and ``latest_round`` calls. Operations
-over the whole database (``revision``, ``changes``, ``state``,
-``check_invariants``) are not per-object and are excluded, with that reason.
+over the whole database (``revision``, ``changes``, ``check_invariants``) are
+not per-object and are excluded, with that reason; a ``state()`` snapshot is
+a read of every object, each at its own instant of the call (``STATE_PART``).
 Multi-run operations are split by ``SPLITTERS`` (one entry per method) into
 per-run sub-operations with the same interval, which is sound (it never
 rejects a linearizable history) but weaker than checking their atomicity
 across runs: ``heartbeat_many`` becomes one ``heartbeat`` per run id it
-answered for. Methods this version does not know are excluded with a reason,
-never passed silently: the verdict lists them.
+answered for. Its atomicity is judged apart, on the union of the objects it
+touched (``runstore.stateful._histories._rules``). Methods this version does
+not know are excluded with a reason, never passed silently: the verdict
+lists them.
 """
 
 from __future__ import annotations
@@ -85,6 +88,10 @@ LIST_PART: Final = "list_runs/part"
 PAGE_SHAPE: Final = "list_runs/shape"
 NO_CANDIDATE: Final = "claim_next/none"
 PURGE_PART: Final = "purge_settled/part"
+#: One object's part of a ``state()`` snapshot: ``args`` are the object's
+#: run ids, ``value`` the snapshot's rows, leases, facts and acknowledgements
+#: of those runs (as ``project_store_state`` gives them).
+STATE_PART: Final = "state/part"
 
 #: Methods whose (sub-)operations go to the object of their run id.
 ROUTED: Final = PER_RUN | {"claim_next", PAGE_SHAPE}
@@ -94,7 +101,7 @@ EXCLUDED: Final[Mapping[str, str]] = MappingProxyType(
     {
         "revision": "reads the database-wide revision counter, which every object moves",
         "changes": "reads the database-wide change list, which every object moves",
-        "state": "reads the whole database (the torture checks it as a final state per object)",
+        "state": "reads the whole database (judged per object when it answered a StoreState)",
         "check_invariants": "checks the whole database, not one object",
         "compact_changes": "drops tombstones from the change feed: no object's state, no revision",
     }
@@ -310,7 +317,7 @@ class Spec:
         """The state after ``op`` from ``node``, and the model's answer."""
         self.applied += 1
         state = node.state
-        if op.method == FINAL_STATE:
+        if op.method in (FINAL_STATE, STATE_PART):
             return node, ("ok", project(state, op.args[0]))
         if op.method == PAGE_SHAPE:
             return node, ("ok", True)
@@ -333,18 +340,31 @@ class Spec:
 
     @staticmethod
     def _call(model: ModelRunStore, op: Operation) -> Any:
+        # A part reads (or purges) its own object's runs only, so that parts of
+        # several objects stay apart when objects are searched together.
         if op.method == LIST_PART:
-            (upto,) = op.args
+            upto, runs = op.args
             page = model.list_runs(**op.kwargs, limit=MAXIMUM_PAGE_SIZE)
             return tuple(
                 row
                 for row in page.runs
-                if upto is None or (row.created_at_ms, row.run_id) <= tuple(upto)
+                if row.run_id in runs
+                and (upto is None or (row.created_at_ms, row.run_id) <= tuple(upto))
             )
         if op.method == NO_CANDIDATE:
-            return model.claim_next_candidates(**op.kwargs)
+            (runs,) = op.args
+            return [rid for rid in model.claim_next_candidates(**op.kwargs) if rid in runs]
         if op.method == PURGE_PART:
-            return model.purge_settled(op.args[0], **op.kwargs)
+            before, _call, runs = op.args
+            eligible = model.purge_candidates(before, **op.kwargs)
+            purged = sorted(row.run_id for row in eligible if row.run_id in runs)
+            if purged:
+                # As ``purge_settled`` deletes them, but only this object's.
+                draft = model._draft("purge_settled")
+                for run_id in purged:
+                    draft.delete_row(run_id)
+                model._commit(draft)
+            return len(purged)
         return getattr(model, op.method)(*op.args, **op.kwargs)
 
 
@@ -486,7 +506,15 @@ def _split_list_runs(op: Operation) -> Split | str:
         if not listed and not runs & alive:
             return []
         return [
-            _part(op, root, method=LIST_PART, args=(upto,), kwargs=query, value=listed, clock_ms=())
+            _part(
+                op,
+                root,
+                method=LIST_PART,
+                args=(upto, tuple(sorted(runs))),
+                kwargs=query,
+                value=listed,
+                clock_ms=(),
+            )
         ]
 
     return Split(parts, per_object)
@@ -518,7 +546,15 @@ def _split_claim_next(op: Operation) -> Split | str:
             if not runs & alive:
                 return []
             return [
-                _part(op, root, method=NO_CANDIDATE, args=(), kwargs=status, value=[], clock_ms=())
+                _part(
+                    op,
+                    root,
+                    method=NO_CANDIDATE,
+                    args=(tuple(sorted(runs)),),
+                    kwargs=status,
+                    value=[],
+                    clock_ms=(),
+                )
             ]
 
         return Split((), none_here)
@@ -551,10 +587,77 @@ def _split_purge_settled(op: Operation) -> Split | str:
     def per_object(root: str, runs: frozenset[str], alive: frozenset[str]) -> list[Operation]:
         limits = {"limit": MAXIMUM_PURGE_BATCH}
         return [
-            _part(op, root, method=PURGE_PART, args=(before, op.id), kwargs=limits, clock_ms=())
+            _part(
+                op,
+                root,
+                method=PURGE_PART,
+                args=(before, op.id, tuple(sorted(runs))),
+                kwargs=limits,
+                clock_ms=(),
+            )
         ]
 
     return Split((), per_object)
+
+
+def _split_state(op: Operation) -> Split | str:
+    """A ``state()`` snapshot is a read of every object: each object's rows,
+    leases, facts and acknowledgements in it must be the model's at one
+    instant of the call (each object at its own instant; the database-wide
+    revision and change list are not compared). Only the objects that held a
+    live run while the call ran, or that the snapshot shows unsettled, are
+    read (a settled object's part would add cost and little else)."""
+    refused = _refused(op)
+    if refused is not None:
+        return refused
+    if op.status != "ok":
+        return "a read of unknown outcome constrains nothing"
+    snapshot = op.value
+    if not isinstance(snapshot, StoreState):
+        return "state answered something other than a StoreState"
+    live = {row.run_id for row in snapshot.rows if row.status not in TERMINAL_STATUSES}
+    by_run = _SnapshotIndex(snapshot)
+
+    def per_object(root: str, runs: frozenset[str], alive: frozenset[str]) -> list[Operation]:
+        if not runs & live and not runs & alive:
+            return []
+        return [state_part(op, root, runs, by_run)]
+
+    return Split((), per_object)
+
+
+class _SnapshotIndex:
+    """A ``StoreState``'s rows, leases, facts and acknowledgements by run id."""
+
+    def __init__(self, snapshot: StoreState) -> None:
+        self.items: dict[str, dict[str, list[Any]]] = {}
+        for name in ("rows", "leases", "facts", "acknowledgements"):
+            for item in getattr(snapshot, name):
+                entry = self.items.setdefault(item.run_id, {})
+                entry.setdefault(name, []).append(item)
+
+    def project(self, runs: Iterable[str]) -> dict[str, list[Any]]:
+        """``project_store_state`` of the snapshot for ``runs``."""
+        chosen = sorted(set(runs))
+        found: dict[str, list[Any]] = {}
+        for name in ("rows", "leases", "facts", "acknowledgements"):
+            items = [item for r in chosen for item in self.items.get(r, {}).get(name, ())]
+            if name == "facts":
+                items.sort(key=lambda f: (f.run_id, f.position))
+            found[name] = items
+        return found
+
+
+def state_part(
+    op: Operation, suffix: str, runs: Iterable[str], snapshot: StoreState | _SnapshotIndex
+) -> Operation:
+    """The read of ``runs`` in the ``state()`` call ``op`` (which answered ``snapshot``)."""
+    chosen = tuple(sorted(runs))
+    if isinstance(snapshot, StoreState):
+        value = project_store_state(snapshot, chosen)
+    else:
+        value = snapshot.project(chosen)
+    return _part(op, suffix, method=STATE_PART, args=(chosen,), kwargs={}, value=value, clock_ms=())
 
 
 #: Multi-run operations, split into per-run and per-object sub-operations (or
@@ -565,6 +668,7 @@ SPLITTERS: Final[Mapping[str, Callable[[Operation], Split | str]]] = MappingProx
         "list_runs": _split_list_runs,
         "claim_next": _split_claim_next,
         "purge_settled": _split_purge_settled,
+        "state": _split_state,
     }
 )
 
@@ -672,6 +776,7 @@ _NEVER_LOCKS: Final = frozenset(
         PAGE_SHAPE,
         NO_CANDIDATE,
         FINAL_STATE,
+        STATE_PART,
     }
 )
 

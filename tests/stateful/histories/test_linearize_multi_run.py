@@ -4,8 +4,9 @@
 A page is a read of every object (each object's rows in the page's key range
 must be exactly what the model lists there, so a skipped run fails its
 object) plus a check of the page's shape; ``claim_next`` answering a run is
-a claim of that run on its object (any candidate will do), answering None a
-read of "no candidate" on every object; ``purge_settled`` deletes every
+a claim of that run on its object (and no older run may have been
+claimable throughout the call), answering None a read of "no candidate" on
+every object; ``purge_settled`` deletes every
 eligible run on each object, and the deletions must add up to its answer.
 
 Histories are recorded from the reference model through a
@@ -86,10 +87,12 @@ def test_a_page_of_the_wrong_shape_is_a_violation():
     assert check_history(changed(history, -1, value=cursor)).status == "violation"
 
 
-def test_claim_next_may_take_any_candidate_but_only_a_candidate():
-    """Under contention a store may pass over runs others hold, so any
-    candidate is a legal answer (r3 instead of the oldest, r2); a run that
-    was not a candidate (r1, running) is not."""
+def test_claim_next_takes_the_oldest_unless_a_concurrent_write_holds_it():
+    """With nothing else in flight claim_next must take the oldest candidate
+    (r2): r3 instead breaks the oldest-claim rule. Under contention a store
+    may pass over a run a concurrent write holds, so r3 is legal while a
+    request_cancel of r2 overlaps the call; a run that was not a candidate
+    (r1, running) never is."""
     store, clock, recorder = three_runs()
     store.claim_next(B, clock.now_ms())
     history = recorder.operations()
@@ -98,7 +101,13 @@ def test_claim_next_may_take_any_candidate_but_only_a_candidate():
     assert oldest.run_id == "r2"
     # The row r3 would have had, had claim_next taken it at the same readings.
     other = attrs.evolve(oldest, run_id="r3", created_at_ms=oldest.created_at_ms + 1)
-    assert check_history(changed(history, -1, value=other)).ok
+    verdict = check_history(changed(history, -1, value=other))
+    assert verdict.status == "violation"
+    assert [p.key for p in verdict.violations] == [f"claim_next {history[-1].id}"]
+    store.request_cancel("r2", clock.now_ms())
+    call, cancel = recorder.operations()[-2:]
+    holding = attrs.evolve(cancel, invoked_ns=call.invoked_ns - 1, returned_ns=call.returned_ns + 1)
+    assert check_history([*changed(history, -1, value=other), holding]).ok
     running = attrs.evolve(oldest, run_id="r1", created_at_ms=oldest.created_at_ms - 1)
     verdict = check_history(changed(history, -1, value=running))
     assert verdict.status == "violation"

@@ -1,0 +1,400 @@
+"""Rules judged beside per-object linearizability: what one call promises across objects.
+
+Checking each object (a run, or a lineage) apart is exact for operations that
+touch one object, but two promises of the contract (contract.md, wave 3)
+relate objects, and a per-object check cannot see them broken:
+
+- **A ``heartbeat_many`` is one atomic operation.** Its per-run parts are
+  checked on their objects each at its own instant, so a snapshot read that
+  saw some of the batch's renewals and not others passes there.
+  ``batch_objects`` builds, for every batch a snapshot read (a ``list_runs``
+  page or a ``state()``) overlapped, one object made of the union of the
+  objects the batch names, with the batch as one operation and each
+  overlapping snapshot as one read of the whole union at one instant. The
+  union is then searched like any object: a snapshot that shows the batch
+  partly cannot be placed.
+- **``claim_next`` takes the oldest claimable run**, other than runs a
+  concurrent write holds locked. ``oldest_claim_findings`` judges it as a
+  property of each call that took a run ``X``, against every other object
+  ``P``: when no operation on ``P`` that may write overlaps the call (so no
+  concurrent write can hold a row of ``P``) and none of ``P``'s operations
+  of unknown outcome was invoked before the call returned, ``P``'s state is
+  the same at every instant of the call. If in *every* state the object's
+  earlier writes can leave it in (every order of them that respects real
+  time and answers what each answered) a run of ``P`` older than ``X`` (by
+  ``(created_at_ms, run_id)``, the model's order) is one
+  ``ModelRunStore.claim_next_candidates`` lists for the call's statuses, the
+  call passed over a run it had to take: a violation.
+
+Neither rule can reject a linearizable history of a correct store: the union
+object is exact (a store that applies the batch atomically has a
+linearization of it), and the oldest-claim rule only judges an object whose
+state during the call is fixed, by every order its history allows.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+
+from runstore import RunPage, RunRow, RunStoreError, StoreState, Updated
+
+from ._history import Operation
+from ._spec import (
+    _NEVER_LOCKS,
+    INADMISSIBLE,
+    Node,
+    Partition,
+    Result,
+    Spec,
+    _overlap,
+    _split_list_runs,
+    initial_state,
+    make_node,
+    matches,
+    state_part,
+)
+
+#: Model applications one enumeration of an object's states may spend
+#: (past it the object is not judged for that call).
+MAX_STATE_STEPS: Final = 20_000
+
+#: Operations a union object for one batch may hold before it is not judged.
+MAX_UNION_OPERATIONS: Final = 4_000
+
+_NEVER: Final = 2**63
+
+#: The snapshot reads a batch must show whole or not at all.
+SNAPSHOT_READS: Final = frozenset({"list_runs", "state"})
+
+
+# -- heartbeat_many is atomic -------------------------------------------------------
+
+
+def _batch_arguments(op: Operation) -> tuple[Any, Any, Any]:
+    arguments = dict(zip(("owner", "run_ids", "now_ms"), op.args, strict=False))
+    arguments.update(op.kwargs)
+    return arguments.get("owner"), arguments.get("run_ids"), arguments.get("now_ms")
+
+
+def _written_by_batch(op: Operation) -> list[str]:
+    """The runs a ``heartbeat_many`` call may have written: those it answered
+    ``Updated()`` for, or every run it named when its outcome is unknown."""
+    if op.status == "error" and not op.unknown:
+        return []
+    _, run_ids, _ = _batch_arguments(op)
+    if op.status == "ok":
+        if type(op.value) is not dict:
+            return []
+        return [str(rid) for rid, answer in op.value.items() if isinstance(answer, Updated)]
+    if not isinstance(run_ids, (list, tuple)):
+        return []
+    return [rid for rid in run_ids if type(rid) is str]
+
+
+def _restricted(batch: Operation, written: Sequence[str]) -> Operation:
+    """``batch`` as a call of the runs it wrote only: each run's answer is what ``heartbeat``
+    alone would give, so the others' answers (checked on their own objects) can be left out,
+    and so can their objects."""
+    owner, _, now_ms = _batch_arguments(batch)
+    value = batch.value
+    if batch.status == "ok" and type(value) is dict:
+        value = {rid: answer for rid, answer in value.items() if rid in written}
+    return attrs.evolve(batch, args=(owner, list(written), now_ms), kwargs={}, value=value)
+
+
+def _snapshot_part(snapshot: Operation, runs: frozenset[str]) -> Operation | None:
+    """One read of the whole union ``runs`` at one instant of ``snapshot``."""
+    if snapshot.method == "state" and isinstance(snapshot.value, StoreState):
+        return state_part(snapshot, "union", runs, snapshot.value)
+    if snapshot.method == "list_runs" and isinstance(snapshot.value, RunPage):
+        split = _split_list_runs(snapshot)
+        if isinstance(split, str) or split.per_object is None:
+            return None
+        parts = split.per_object("union", runs, runs)
+        return parts[0] if parts else None
+    return None
+
+
+@attrs.frozen
+class BatchObject:
+    """The union object built to judge one ``heartbeat_many`` call's atomicity."""
+
+    batch: Operation
+    """The ``heartbeat_many`` call."""
+    snapshots: tuple[Operation, ...]
+    """The snapshot reads that overlapped it."""
+    partition: Partition
+    """The union of the objects it names, with the batch whole and each snapshot one read."""
+
+
+def batch_objects(
+    history: Sequence[Operation],
+    partitions: Sequence[Partition],
+    judged: Iterable[str],
+) -> tuple[list[BatchObject], int]:
+    """The union objects to search for every ``heartbeat_many`` of ``history``
+    that wrote (or may have written) two or more runs while a snapshot read
+    overlapped it, over the objects of ``partitions`` whose keys are in
+    ``judged`` (the linearizable ones); also how many such batches were left
+    out (an object not judged, or a union past ``MAX_UNION_OPERATIONS``)."""
+    ok = set(judged)
+    owner: dict[str, Partition] = {}
+    for partition in partitions:
+        if partition.key == INADMISSIBLE:
+            continue
+        for run_id in partition.runs:
+            owner[run_id] = partition
+    snapshots = [
+        op
+        for op in history
+        if op.method in SNAPSHOT_READS and op.status == "ok" and op.returned_ns is not None
+    ]
+    built: list[BatchObject] = []
+    skipped = 0
+    for batch in history:
+        if batch.method != "heartbeat_many":
+            continue
+        written = _written_by_batch(batch)
+        if len(written) < 2:
+            continue
+        seen = [s for s in snapshots if _overlap(s, batch)]
+        if not seen:
+            continue
+        objects = {owner[rid].key: owner[rid] for rid in written if rid in owner}
+        if not objects or any(key not in ok for key in objects):
+            skipped += 1
+            continue
+        runs = frozenset(rid for p in objects.values() for rid in p.runs)
+        prefixes = tuple(f"{op.id}/" for op in (batch, *seen))
+        ops = [
+            op for p in objects.values() for op in p.operations if not op.id.startswith(prefixes)
+        ]
+        ops.append(_restricted(batch, written))
+        for snapshot in seen:
+            part = _snapshot_part(snapshot, runs)
+            if part is not None:
+                ops.append(part)
+        if len(ops) > MAX_UNION_OPERATIONS:
+            skipped += 1
+            continue
+        ops.sort(key=lambda o: (o.invoked_ns, o.id))
+        partition = Partition(
+            key=f"heartbeat_many {batch.id}", runs=tuple(sorted(runs)), operations=tuple(ops)
+        )
+        built.append(BatchObject(batch, tuple(seen), partition))
+    return built, skipped
+
+
+# -- claim_next takes the oldest ----------------------------------------------------
+
+
+@attrs.frozen
+class ClaimFinding:
+    """A ``claim_next`` call that passed over an older run it had to take."""
+
+    call: Operation
+    """The ``claim_next`` call (it answered the run it took)."""
+    older: str
+    """The oldest run of ``partition`` that was claimable throughout the call."""
+    partition: Partition
+    """The object that run belongs to."""
+    support: tuple[tuple[Operation, Result], ...]
+    """The object's writes before the call, in one order that respects real
+    time, each with the model's answer (equal to the recorded one)."""
+    answer: Result
+    """What the model's ``claim_next`` answers on that object after them."""
+
+
+@attrs.frozen
+class ClaimRuleCount:
+    """How many (call, object) pairs the oldest-claim rule judged and left out."""
+
+    calls: int
+    """``claim_next`` calls that took a run."""
+    judged: int
+    """Pairs where some run of the object older than the taken one was claimable in one state
+    the history allows, so every state was enumerated."""
+    skipped: int
+    """Pairs left out: the enumeration's budget, or a replay the model could not make."""
+
+
+def _key(row: RunRow) -> tuple[int, str]:
+    return (row.created_at_ms, row.run_id)
+
+
+def _older_candidates(
+    spec: Spec, node: Node, call: Operation, taken: tuple[int, str]
+) -> list[str] | None:
+    """The runs of ``node``'s state that ``call`` could take and that are older than ``taken``,
+    oldest first (None when the model refuses the call's statuses)."""
+    model = spec.model
+    model._state = node.state
+    status = {k: v for k, v in call.kwargs.items() if k == "status"}
+    try:
+        candidates = model.claim_next_candidates(**status)
+    except RunStoreError:
+        return None
+    rows = node.state.rows
+    return [rid for rid in candidates if _key(rows[rid]) < taken]
+
+
+def _end_states(
+    ops: Sequence[Operation], start: Node, spec: Spec, budget: int
+) -> list[tuple[Node, tuple[tuple[Operation, Result], ...]]] | None:
+    """Every state ``ops`` (definite writes, sorted by invocation) can leave
+    ``start`` in, by an order that respects real time in which the model
+    answers what each answered, each with one such order; None past
+    ``budget`` model applications or when the model cannot replay one."""
+    n = len(ops)
+    configs: dict[tuple[Any, int], tuple[Node, int, tuple[tuple[Operation, Result], ...]]] = {
+        (start.key, 0): (start, 0, ())
+    }
+    steps = 0
+    for _ in range(n):
+        grown: dict[tuple[Any, int], tuple[Node, int, tuple[tuple[Operation, Result], ...]]] = {}
+        for node, mask, order in configs.values():
+            unplaced = [i for i in range(n) if not mask >> i & 1]
+            deadline = min(ops[i].returned_ns or _NEVER for i in unplaced)
+            for i in unplaced:
+                if ops[i].invoked_ns > deadline:
+                    break
+                steps += 1
+                if steps > budget:
+                    return None
+                after, result = spec.apply(node, ops[i])
+                if result[0] == "unreplayable":
+                    return None
+                if not matches(ops[i], result):
+                    continue
+                placed = mask | (1 << i)
+                key = (after.key, placed)
+                if key not in grown:
+                    grown[key] = (after, placed, (*order, (ops[i], result)))
+        configs = grown
+        if not configs:
+            return []
+    return [(node, order) for node, _, order in configs.values()]
+
+
+class _Timeline:
+    """One linearizable object's writes, and its states along the order found."""
+
+    def __init__(
+        self, partition: Partition, order: Sequence[Operation], start: Node, spec: Spec
+    ) -> None:
+        self.partition = partition
+        self.start = start
+        self.writes = sorted(
+            (op for op in partition.operations if op.method not in _NEVER_LOCKS),
+            key=lambda op: (op.invoked_ns, op.id),
+        )
+        self.invoked = [op.invoked_ns for op in self.writes]
+        # A write's end for the overlap test: an unknown outcome may land any time later.
+        reach = 0
+        self.reach: list[int] = []
+        for op in self.writes:
+            end = _NEVER if op.unknown or op.returned_ns is None else op.returned_ns
+            reach = max(reach, end)
+            self.reach.append(reach)
+        position = {op.id: k for k, op in enumerate(order)}
+        latest = -1
+        self.latest: list[int] = []
+        for op in self.writes:
+            latest = max(latest, position.get(op.id, -1))
+            self.latest.append(latest)
+        self.nodes: list[Node] = []
+        node = start
+        for op in order:
+            node, _ = spec.apply(node, op)
+            self.nodes.append(node)
+
+    def quiet_during(self, call: Operation) -> int | None:
+        """How many writes precede ``call`` when none overlaps it (and none of unknown outcome was
+        invoked before it returned); None otherwise."""
+        end = call.returned_ns if call.returned_ns is not None else _NEVER
+        count = bisect.bisect_left(self.invoked, end)
+        if count and self.reach[count - 1] > call.invoked_ns:
+            return None
+        return count
+
+    def state_after(self, count: int) -> Node:
+        """The state after the first ``count`` writes, in the order found."""
+        if count == 0 or self.latest[count - 1] < 0:
+            return self.start
+        return self.nodes[self.latest[count - 1]]
+
+
+def oldest_claim_findings(
+    history: Sequence[Operation],
+    partitions: Sequence[Partition],
+    orders: Mapping[str, Sequence[Operation]],
+    initial: StoreState | None,
+    *,
+    max_state_steps: int = MAX_STATE_STEPS,
+) -> tuple[list[ClaimFinding], ClaimRuleCount]:
+    """The ``claim_next`` calls of ``history`` that passed over an older
+    claimable run (see the module docstring), judged against the objects of
+    ``partitions`` that were found linearizable (``orders`` holds the order
+    found for each, by key), from ``initial``; with the rule's counts."""
+    spec = Spec()
+    calls = [
+        op
+        for op in history
+        if op.method == "claim_next"
+        and op.status == "ok"
+        and isinstance(op.value, RunRow)
+        and op.returned_ns is not None
+    ]
+    findings: list[ClaimFinding] = []
+    judged = skipped = 0
+    if not calls:
+        return findings, ClaimRuleCount(0, 0, 0)
+    timelines = [
+        _Timeline(p, orders[p.key], make_node(initial_state(initial, p.runs)), spec)
+        for p in partitions
+        if p.key in orders and p.key != INADMISSIBLE
+    ]
+    cache: dict[tuple[str, int], list[tuple[Node, tuple[tuple[Operation, Result], ...]]] | None]
+    cache = {}
+    for call in calls:
+        taken_row = call.value
+        taken = _key(taken_row)
+        for timeline in timelines:
+            if taken_row.run_id in timeline.partition.runs:
+                continue
+            count = timeline.quiet_during(call)
+            if count is None:
+                continue
+            suspects = _older_candidates(spec, timeline.state_after(count), call, taken)
+            if not suspects:
+                continue
+            judged += 1
+            cache_key = (timeline.partition.key, count)
+            if cache_key not in cache:
+                cache[cache_key] = _end_states(
+                    timeline.writes[:count], timeline.start, spec, max_state_steps
+                )
+            states = cache[cache_key]
+            if not states:
+                skipped += 1
+                continue
+            common = set(suspects)
+            for node, _ in states:
+                common &= set(_older_candidates(spec, node, call, taken) or ())
+            if not common:
+                continue
+            older = next(rid for rid in suspects if rid in common)
+            node, support = states[0]
+            model = spec.model
+            model._state = node.state
+            spec.clock.load(call.clock_ms[:1] + call.clock_ms)
+            try:
+                answer: Result = ("ok", model.claim_next(*call.args, **call.kwargs))
+            except Exception as error:
+                answer = ("error", getattr(error, "code", type(error).__name__))
+            findings.append(ClaimFinding(call, older, timeline.partition, support, answer))
+    return findings, ClaimRuleCount(len(calls), judged, skipped)
