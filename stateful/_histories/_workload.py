@@ -683,7 +683,10 @@ class Worker:
         return True
 
     def list_pages(self) -> None:
-        """Up to three pages of one random query, each page's cursor the next's."""
+        """Up to three pages of one random query, each page's cursor the next's;
+        now and then a whole-database snapshot read instead (``snapshot_read``)."""
+        if self.snapshot_read():
+            return
         rng = self.rng
         now = self.now()
         query: dict[str, Any] = rng.choice(
@@ -707,6 +710,20 @@ class Worker:
             if not isinstance(page, RunPage) or page.next is None:
                 return
             after = page.next
+
+    def snapshot_read(self) -> bool:
+        """One time in ten a ``state()``, one in ten ``changes(0)``, where the
+        store offers them: snapshot reads recorded with what they saw (the
+        checker holds each to showing every ``heartbeat_many`` whole or not at
+        all). False when none was made."""
+        roll = self.rng.random()
+        if roll < 0.1 and self.offers("state"):
+            self.call("state")
+            return True
+        if roll < 0.2 and self.offers("changes"):
+            self.call("changes", 0)
+            return True
+        return False
 
     def claim_next(self) -> None:
         row = self.call("claim_next", self.me, self.now())
