@@ -73,7 +73,10 @@ from runstore._clock import Clock
 
 from .._histories._history import HistoryRecorder, RecordingClock, load_history
 from .._histories._linearize import MAX_UNKNOWN, HistoryVerdict, check_history
+from .._histories._proxy import CommitCutter
 from .._histories._report import write_violation
+from .._histories._windows import Widener
+from .._histories._windows import install as install_widener
 from .._histories._workload import (
     DEFAULT_MIX,
     OVERLAPS,
@@ -126,6 +129,12 @@ class TortureConfig:
     workloads: tuple[str, ...] = DEFAULT_MIX
     #: A phase's length in real milliseconds (``--phase-ms``).
     phase_ms: float = PHASE_MS
+    #: The chance that a worker's store lingers after a read or inside a
+    #: transaction (``--widen``; ``_histories._windows``); 0: never.
+    widen: float = 0.0
+    #: Mean seconds between lost acknowledgements aimed at commits, through a
+    #: proxy in front of PostgreSQL (``--lost-acks``; ``_histories._proxy``); 0: none.
+    lost_acks_s: float = 0.0
 
 
 @attrs.frozen
@@ -143,6 +152,8 @@ class TortureResult:
     history_dir: Path
     #: How often each pair of operations of ``OVERLAPS`` was in flight at once.
     overlaps: dict[tuple[str, str], int] = attrs.field(factory=dict)
+    #: Connections cut after a committing message, before its answer.
+    lost_acks: int = 0
 
 
 # -- time ---------------------------------------------------------------------------
@@ -318,6 +329,9 @@ def worker_main(config: dict[str, Any]) -> int:
     # short switch interval, between Python statements too.
     sys.setswitchinterval(config.get("switch_interval_s", 0.0005))
     rng = random.Random(config["seed"])
+    if config.get("widen"):
+        # Before any store opens: every sqlite3 or psycopg connection lingers.
+        install_widener(Widener(random.Random(rng.randrange(2**32)), config["widen"]))
     board = ZombieBoard(config["board"]) if config.get("board") else None
     stores = []
     workers = []
@@ -440,6 +454,10 @@ def run_torture(config: TortureConfig) -> TortureResult:
         raise TortureError(f"--workload takes {', '.join(WORKLOADS)}, not {unknown}")
     if config.phase_ms <= 0:
         raise TortureError("--phase-ms must be positive")
+    if not 0.0 <= config.widen <= 1.0:
+        raise TortureError("--widen is a chance: within 0..1")
+    if config.lost_acks_s < 0 or (config.lost_acks_s > 0 and not _is_url(config.db)):
+        raise TortureError("--lost-acks takes positive seconds and a PostgreSQL URL as --db")
     restarts_on = config.restart_command is not None or config.restarter is not None
     if restarts_on and not _is_url(config.db):
         raise TortureError("--restart-command restarts a PostgreSQL server: --db must be its URL")
@@ -486,10 +504,18 @@ def run_torture(config: TortureConfig) -> TortureResult:
         + (f", in turns of {config.phase_ms:g} ms" if len(config.workloads) > 1 else ""),
     )
 
+    cutter = None
+    if config.lost_acks_s > 0:
+        # The workers reach the server through the proxy; the judge does not.
+        cutter = CommitCutter(
+            config.db, random.Random(rng.randrange(2**32)), every_s=config.lost_acks_s
+        )
+
     def spawn(index: int, incarnation: int) -> _Process:
         process = f"w{index}.{incarnation}"
         settings = {
-            "db": config.db,
+            "db": config.db if cutter is None else cutter.url,
+            "widen": config.widen,
             "store": config.store,
             "origin_ns": origin_ns,
             "speed": config.speed,
@@ -590,7 +616,13 @@ def run_torture(config: TortureConfig) -> TortureResult:
                 process.popen.wait()
         for popen in spawned:
             _close_pipes(popen)
-    return _judge(config, seed, initial, history_dir, out, kills, stops, restarts)
+        if cutter is not None:
+            cutter.close()
+    if cutter is None:
+        return _judge(config, seed, initial, history_dir, out, kills, stops, restarts)
+    _say(config, f"torture: {cutter.cuts} acknowledgements lost at commits")
+    judged = _judge(config, seed, initial, history_dir, out, kills, stops, restarts)
+    return attrs.evolve(judged, lost_acks=cutter.cuts)
 
 
 def _judge(
@@ -747,6 +779,22 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="report violations without shrinking them (faster; the files hold whole objects)",
     )
+    parser.add_argument(
+        "--widen",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="chance that a worker's store pauses (up to 5 ms) after a read or inside a "
+        "transaction, on any store built on sqlite3 or psycopg (default 0)",
+    )
+    parser.add_argument(
+        "--lost-acks",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="PostgreSQL: the workers connect through a proxy that, about every SECONDS, "
+        "forwards a commit and cuts the connection before its answer (default 0: never)",
+    )
     parser.add_argument("--quiet", action="store_true", help="print nothing")
     return parser
 
@@ -777,6 +825,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         quiet=args.quiet,
         workloads=tuple(args.workload) if args.workload else DEFAULT_MIX,
         phase_ms=args.phase_ms,
+        widen=args.widen,
+        lost_acks_s=args.lost_acks,
     )
     try:
         return run_torture(config).status
