@@ -20,8 +20,18 @@ table of detection counts with the median wall time of a run; exits 1 unless
 every race is found in at least 19 of 20 runs (the same share of ``--runs``)
 and the clean stores pass every run.
 
+With ``--detect``, instead: each race of ``WINDOW_RACES`` (one per window
+of issue 26, and the misses of the 2 s budget before it) is tortured on each
+backend it applies to with ``DETECT``'s options (widened windows; lost
+acknowledgements aimed at commits on PostgreSQL), first for 10 s and, if
+that passes, for 60 s; it prints, per entry, the time to detection (from the
+first call of the history to the last return of the first minimal violation
+found, or the budget when only the final checks failed), the budget, and the
+load (``os.getloadavg``) before and after. Exits 1 unless every entry is
+found within 60 s.
+
 Run from the repository root: ``python benchmarks/torture_detection.py
-[--runs N] [--backend sqlite|postgresql|all]``.
+[--runs N] [--backend sqlite|postgresql|all] [--detect [--only MODULE ...]]``.
 """
 
 from __future__ import annotations
@@ -43,7 +53,19 @@ sys.path.insert(0, str(ROOT))
 os.chdir(ROOT)  # the workers import the zoo's factories from here
 
 from runstore.stateful._campaigns._torture import TortureConfig, run_torture  # noqa: E402
-from tests.zoo._races import BUDGET, CONTROLS, COUNTS, POSTGRES_RACES, RACES  # noqa: E402
+from runstore.stateful._histories._history import load_history  # noqa: E402
+from tests.zoo._races import (  # noqa: E402
+    BUDGET,
+    CONTROLS,
+    COUNTS,
+    DETECT,
+    POSTGRES_RACES,
+    RACES,
+    WINDOW_RACES,
+)
+
+#: Detection's budgets, tried in turn until the race is found.
+DETECTION_BUDGETS_S = (10.0, 60.0)
 
 REQUIRED_SHARE = 19 / 20
 
@@ -109,6 +131,75 @@ def campaign(
     return failed, times
 
 
+def detection_time(result: Any) -> float | None:
+    """Seconds from the history's first call to the last return of the first
+    minimal violation written (None when none was written)."""
+    histories = sorted(result.history_dir.glob("*.jsonl"))
+    violations = [path for path in result.written if path.suffix == ".jsonl"]
+    if not histories or not violations:
+        return None
+    start = min(op.invoked_ns for op in load_history(histories))
+    ends = [
+        op.returned_ns if op.returned_ns is not None else op.invoked_ns
+        for op in load_history([violations[0]])
+    ]
+    return (max(ends) - start) / 1e9
+
+
+def detect(modules: tuple[str, ...], backends: tuple[str, ...], seed: int) -> int:
+    """The ``--detect`` mode (see the module docstring)."""
+    rows: list[tuple[str, str, float | None, float, str]] = []
+    with contextlib.ExitStack() as stack:
+        server = None
+        for module, applies, window in WINDOW_RACES:
+            if modules and module not in modules:
+                continue
+            for backend in applies:
+                if backend not in backends:
+                    continue
+                if backend == "postgresql" and server is None:
+                    from runstore.stateful._targets._pgserver import TortureServer
+
+                    server = stack.enter_context(TortureServer())
+                target = sqlite_target if backend == "sqlite" else postgres_target(server)
+                found: float | None = None
+                budget = 0.0
+                load_before = os.getloadavg()[0]
+                for budget in DETECTION_BUDGETS_S:
+                    with tempfile.TemporaryDirectory() as folder, target(folder) as (db, extra):
+                        started = time.monotonic()
+                        result = run_torture(
+                            TortureConfig(
+                                db=db,
+                                out=str(Path(folder) / "out"),
+                                store=f"tests.zoo.{module}:factory",
+                                seed=seed,
+                                seconds=budget,
+                                quiet=True,
+                                **DETECT[backend],
+                                **extra,
+                            )
+                        )
+                        wall = time.monotonic() - started
+                        if result.status == 1:
+                            found = detection_time(result)
+                            found = budget if found is None else found
+                            break
+                load = f"{load_before:.1f}-{os.getloadavg()[0]:.1f}"
+                print(
+                    f"  {module} on {backend} ({window}): "
+                    + (f"found at {found:.1f} s" if found is not None else "NOT FOUND")
+                    + f" (budget {budget:g} s, wall {wall:.0f} s, load {load})",
+                    flush=True,
+                )
+                rows.append((backend, module, found, budget, load))
+    print(f"\n{'backend':<11} {'store':<34} {'found at':>9} {'budget':>7}  load")
+    for backend, module, found, budget, load in rows:
+        shown = "MISSED" if found is None else f"{found:.1f} s"
+        print(f"{backend:<11} {module:<34} {shown:>9} {budget:>5g} s  {load}")
+    return 0 if all(found is not None for _b, _m, found, _t, _l in rows) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20, help="runs per store (default 20)")
@@ -116,7 +207,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--backend", choices=("sqlite", "postgresql", "all"), default="all", help="default all"
     )
+    parser.add_argument(
+        "--detect", action="store_true", help="time to detection of WINDOW_RACES (up to 60 s)"
+    )
+    parser.add_argument("--only", nargs="*", default=(), help="--detect: these modules only")
     args = parser.parse_args(argv)
+    if args.detect:
+        chosen = ("sqlite", "postgresql") if args.backend == "all" else (args.backend,)
+        return detect(tuple(args.only), chosen, args.seed)
     needed = math.ceil(REQUIRED_SHARE * args.runs)
     print(f"torture detection: {args.runs} runs per store, budget {BUDGET}")
     rows: list[tuple[str, str, int, float, bool]] = []
