@@ -1,13 +1,14 @@
 """Readable and re-checkable files for a history that is not linearizable.
 
-``write_violation(verdict, directory)`` writes two files for one object's
+``write_violation(verdict, directory)`` writes three files for one object's
 violation: ``<name>.txt``, the minimal offending sub-history as a table (one
 line per operation: who, when, what was asked, what came back, the clock
-readings) followed by the search's explanation, and ``<name>.jsonl``, the
+readings) followed by the search's explanation; ``<name>.jsonl``, the
 same operations as a history file that ``load_history`` reads and
-``check_history`` checks again. Run state is shown by length and digest only,
-never as text (it may hold credentials); the ``.jsonl`` file holds it whole
-(it is needed to replay) and is created 0600.
+``check_history`` checks again; and ``<name>.html``, the same operations as
+a timeline (``runstore.stateful._histories._timeline``). Run state is shown
+by length and digest only, never as text (it may hold credentials); the
+``.jsonl`` file holds it whole (it is needed to replay) and is created 0600.
 """
 
 from __future__ import annotations
@@ -22,27 +23,8 @@ from typing import Any
 from ._codec import encode
 from ._history import Operation
 from ._linearize import PartitionVerdict
-from ._spec import Result
-from ._text import value_text
-
-
-def answer_text(op: Operation) -> str:
-    """What the operation answered, as recorded."""
-    if op.status == "pending":
-        return "(no return: pending, may or may not have taken effect)"
-    if op.status == "error":
-        suffix = " (unknown outcome)" if op.unknown else ""
-        return f"error {op.error}{suffix}"
-    return value_text(op.value)
-
-
-def result_text(result: Result) -> str:
-    kind, payload = result
-    if kind == "ok":
-        return value_text(payload)
-    if kind == "error":
-        return f"error {payload}"
-    return f"(cannot replay: {payload})"
+from ._text import answer_text, result_text
+from ._timeline import write_timeline
 
 
 def _unit(ops: Sequence[Operation]) -> tuple[str, float]:
@@ -161,13 +143,15 @@ def _file_name(key: str) -> str:
 
 
 def write_violation(verdict: PartitionVerdict, directory: str | os.PathLike[str]) -> list[Path]:
-    """Write the readable report and the re-checkable history of one violation,
-    the ``verdict`` of the partition that failed, into ``directory`` (created
-    if missing); return the two paths, the report's first."""
+    """Write the readable report, the re-checkable history and the HTML timeline of one
+    violation, the ``verdict`` of the partition (or rule) that failed, into ``directory``
+    (created if missing); return the three paths: the report's (``.txt``), the history's
+    (``.jsonl``) and the timeline's (``.html``, a page that stands alone, with no run state)."""
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     name = f"violation-{_file_name(verdict.key)}"
     text = folder / f"{name}.txt"
     text.write_text(render_violation(verdict), encoding="utf-8")
     ops = verdict.minimal if verdict.minimal is not None else verdict.history
-    return [text, write_history(ops, folder / f"{name}.jsonl")]
+    history = write_history(ops, folder / f"{name}.jsonl")
+    return [text, history, write_timeline(verdict, folder / f"{name}.html")]

@@ -84,3 +84,24 @@ def call_text(method: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> st
         if v is not None
     ]
     return f"{method}({', '.join(shown)})"
+
+
+def answer_text(op: Any) -> str:
+    """What the operation ``op`` (an ``Operation``) answered, as recorded."""
+    if op.status == "pending":
+        return "(no return: pending, may or may not have taken effect)"
+    if op.status == "error":
+        suffix = " (unknown outcome)" if op.unknown else ""
+        return f"error {op.error}{suffix}"
+    return value_text(op.value)
+
+
+def result_text(result: tuple[str, Any]) -> str:
+    """What the model answered (a ``Result``: ``("ok", value)``, ``("error", code)`` or
+    ``("unreplayable", why)``)."""
+    kind, payload = result
+    if kind == "ok":
+        return value_text(payload)
+    if kind == "error":
+        return f"error {payload}"
+    return f"(cannot replay: {payload})"

@@ -409,7 +409,7 @@ def test_a_violation_is_shrunk_and_written_readable_and_recheckable(tmp_path):
     assert failing.key == "r"
     assert failing.minimal is not None
     assert [o.method for o in failing.minimal] == ["create", "claim", "claim"]
-    text, jsonl = write_violation(failing, tmp_path)
+    text, jsonl, _timeline = write_violation(failing, tmp_path)
     report = text.read_text()
     assert "Not linearizable: object r" in report
     assert "the model answers AlreadyClaimed()" in report
