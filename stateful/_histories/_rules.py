@@ -50,6 +50,7 @@ from ._spec import (
     Partition,
     Result,
     Spec,
+    _Lifetimes,
     _overlap,
     _split_list_runs,
     initial_state,
@@ -306,11 +307,10 @@ class _Timeline:
         for op in self.writes:
             latest = max(latest, position.get(op.id, -1))
             self.latest.append(latest)
+        # The states along the order, replayed only as far as a call needs them.
+        self.order = order
+        self.spec = spec
         self.nodes: list[Node] = []
-        node = start
-        for op in order:
-            node, _ = spec.apply(node, op)
-            self.nodes.append(node)
 
     def quiet_during(self, call: Operation) -> int | None:
         """How many writes precede ``call`` when none overlaps it (and none of unknown outcome was
@@ -325,7 +325,11 @@ class _Timeline:
         """The state after the first ``count`` writes, in the order found."""
         if count == 0 or self.latest[count - 1] < 0:
             return self.start
-        return self.nodes[self.latest[count - 1]]
+        wanted = self.latest[count - 1]
+        while len(self.nodes) <= wanted:
+            node = self.nodes[-1] if self.nodes else self.start
+            self.nodes.append(self.spec.apply(node, self.order[len(self.nodes)])[0])
+        return self.nodes[wanted]
 
 
 def oldest_claim_findings(
@@ -360,12 +364,16 @@ def oldest_claim_findings(
     ]
     cache: dict[tuple[str, int], list[tuple[Node, tuple[tuple[Operation, Result], ...]]] | None]
     cache = {}
+    lifetimes = _Lifetimes(history, initial)
     for call in calls:
         taken_row = call.value
         taken = _key(taken_row)
+        alive = lifetimes.alive(call)
         for timeline in timelines:
             if taken_row.run_id in timeline.partition.runs:
                 continue
+            if not alive.intersection(timeline.partition.runs):
+                continue  # every run of it settled before the call (or not yet created)
             count = timeline.quiet_during(call)
             if count is None:
                 continue

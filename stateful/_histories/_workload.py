@@ -80,7 +80,7 @@ WORKLOADS: dict[str, str] = {
 }
 
 #: The workloads ``runstore torture`` runs when none is named, in phase order.
-DEFAULT_MIX: tuple[str, ...] = ("mixed", "candidates", "zombies", "batches", "lineage", "cancel")
+DEFAULT_MIX: tuple[str, ...] = ("mixed", "cancel", "candidates", "batches", "lineage", "zombies")
 
 #: Operations that take a run from its owner (a zombie is let go when one starts).
 TAKEOVERS = frozenset({"steal", "claim_and_own", "recover_claim"})
@@ -494,10 +494,20 @@ class Worker:
             self.heartbeat_many(others=0.5)
         elif roll < 0.40 and self.offers("list_runs"):
             self.list_pages()
-        elif roll < 0.44 and self.offers("claim_next"):
+        elif roll < 0.55 and self.offers("list_runs"):
+            self.batch_snapshot()
+        elif roll < 0.59 and self.offers("claim_next"):
             self.claim_next()
         else:
             self.walk(width=2, multi=0.0)
+
+    def batch_snapshot(self) -> None:
+        """A snapshot read that can see a whole batch: every running run on one
+        page, or now and then the whole database (``state()``)."""
+        if self.rng.random() < 0.2 and self.offers("state"):
+            self.call("state")
+        else:
+            self.call("list_runs", status="running", limit=100)
 
     def step_lineage(self) -> None:
         """Rounds of one lineage created, cancelled, settled and purged at once."""
