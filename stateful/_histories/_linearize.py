@@ -788,6 +788,7 @@ def check_history(
         partitions,
         verdicts,
         initial,
+        excluded=excluded,
         max_unknown=max_unknown,
         max_steps=max_steps,
         shrink=shrink,
@@ -813,13 +814,15 @@ def judge_rules(
     verdicts: Sequence[PartitionVerdict],
     initial: StoreState | None,
     *,
+    excluded: Sequence[tuple[Operation, str]] = (),
     max_unknown: int = MAX_UNKNOWN,
     max_steps: int = MAX_STEPS,
     shrink: bool = True,
 ) -> tuple[RuleVerdict, ...]:
     """The rules that span objects (``runstore.stateful._histories._rules``), judged over
-    ``history`` whose ``partitions`` got ``verdicts``, from ``initial``; ``max_unknown``,
-    ``max_steps`` and ``shrink`` as ``check_history`` takes them for each union object."""
+    ``history`` whose ``partitions`` got ``verdicts`` (and whose ``excluded`` operations were
+    left out of them), from ``initial``; ``max_unknown``, ``max_steps`` and ``shrink`` as
+    ``check_history`` takes them for each union object."""
     orders = {v.key: v.linearization for v in verdicts if v.linearization is not None}
     unions, left_out = batch_objects(history, partitions, orders)
     judged = 0
@@ -843,7 +846,9 @@ def judge_rules(
             left_out += 1
         else:
             judged += 1
-    findings, counts = oldest_claim_findings(history, partitions, orders, initial)
+    findings, counts = oldest_claim_findings(
+        history, partitions, orders, initial, excluded=excluded
+    )
     claim_violations = [_claim_verdict(finding) for finding in findings]
     return (
         RuleVerdict(BATCH_RULE, judged, left_out, tuple(batch_violations)),

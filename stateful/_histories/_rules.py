@@ -45,6 +45,7 @@ from runstore import RunPage, RunRow, RunStoreError, StoreState, Updated
 from ._history import Operation
 from ._spec import (
     _NEVER_LOCKS,
+    EXCLUDED_READS,
     INADMISSIBLE,
     Node,
     Partition,
@@ -338,12 +339,15 @@ def oldest_claim_findings(
     orders: Mapping[str, Sequence[Operation]],
     initial: StoreState | None,
     *,
+    excluded: Sequence[tuple[Operation, str]] = (),
     max_state_steps: int = MAX_STATE_STEPS,
 ) -> tuple[list[ClaimFinding], ClaimRuleCount]:
     """The ``claim_next`` calls of ``history`` that passed over an older
     claimable run (see the module docstring), judged against the objects of
     ``partitions`` that were found linearizable (``orders`` holds the order
-    found for each, by key), from ``initial``; with the rule's counts."""
+    found for each, by key), from ``initial``; with the rule's counts. A call
+    that overlapped an operation the partitioning ``excluded`` and that may
+    have written (it may have held rows of any object) is not judged."""
     spec = Spec()
     calls = [
         op
@@ -365,9 +369,20 @@ def oldest_claim_findings(
     cache: dict[tuple[str, int], list[tuple[Node, tuple[tuple[Operation, Result], ...]]] | None]
     cache = {}
     lifetimes = _Lifetimes(history, initial)
+    writers = [
+        op
+        for op, _ in excluded
+        if op.method not in EXCLUDED_READS and not (op.status == "error" and op.definite)
+    ]
     for call in calls:
         taken_row = call.value
         taken = _key(taken_row)
+        if any(
+            _overlap(op, call) or (op.unknown and op.invoked_ns < (call.returned_ns or _NEVER))
+            for op in writers
+        ):
+            skipped += 1
+            continue
         alive = lifetimes.alive(call)
         for timeline in timelines:
             if taken_row.run_id in timeline.partition.runs:

@@ -22,7 +22,7 @@ import pytest
 
 import runstore.model
 from runstore import ManualClock, OwnerId, RunSnapshot, StoreState
-from runstore.stateful import HistoryRecorder, RecordingClock, check_history
+from runstore.stateful import HistoryRecorder, RecordingClock, check_history, operation
 from runstore.stateful._histories._linearize import BATCH_RULE, CLAIM_RULE
 
 A = OwnerId("host-a", 1, "a")
@@ -334,3 +334,22 @@ def test_a_purge_of_an_eligible_run_checks():
     assert purge.value == 1
     kept = [attrs.evolve(op, value=0) if op is purge else op for op in history]
     assert check_history(kept).status == "violation"
+
+
+def test_claim_next_is_not_judged_beside_a_write_the_checker_does_not_know():
+    """An operation the checker excludes (a method it does not know) that may
+    have written overlapped the call: it may have held r2's row, so taking
+    r3 is not judged; once it no longer overlaps, it is."""
+    store, clock, recorder = three_runs()
+    store.claim_next(B, clock.now_ms())
+    history = took_r3(recorder.operations())
+    call = history[-1]
+    unknown = operation(
+        "claim_next_many", A, clock.now_ms(), 2,
+        invoked=call.invoked_ns - 1, returned=call.returned_ns + 1, value=[], id="many",
+    )  # fmt: skip
+    verdict = check_history([*history, unknown])
+    assert verdict.ok, verdict.summary()
+    assert rule(verdict, CLAIM_RULE).skipped == 1
+    later = attrs.evolve(unknown, invoked_ns=call.returned_ns + 5, returned_ns=call.returned_ns + 9)
+    assert check_history([*history, later]).status == "violation"
