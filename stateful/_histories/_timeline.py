@@ -124,13 +124,19 @@ def render_timeline(verdict: PartitionVerdict) -> str:
     unplaced = {op.id for op in verdict.unplaced}
     number = {op.id: index for index, op in enumerate(ops, 1)}
     origin = min((op.invoked_ns for op in ops), default=0)
-    ends = [op.returned_ns for op in ops if op.returned_ns is not None]
-    last = max([*ends, *(op.invoked_ns for op in ops)], default=origin)
-    span = max(last - origin, 1)
+    # The axis keeps the order of the calls and returns, not their durations
+    # (as Porcupine's does): every instant gets its rank, so a quick call
+    # between two slow ones is as wide as they are, and a lane's calls, one
+    # after another, never overlap.
+    instants = sorted(
+        {op.invoked_ns for op in ops} | {op.returned_ns for op in ops if op.returned_ns}
+    )
+    rank = {t: index for index, t in enumerate(instants)}
+    slots = max(len(instants), 1)
     pending_end = 100.0
 
     def percent(t: int) -> float:
-        return 100.0 * (t - origin) / span * 0.97
+        return 97.0 * (rank[t] + 0.1) / slots
 
     lanes: dict[str, list[Operation]] = {}
     for op in ops:
@@ -141,7 +147,11 @@ def render_timeline(verdict: PartitionVerdict) -> str:
         spans = []
         for op in members:
             start = percent(op.invoked_ns)
-            end = pending_end if op.returned_ns is None else percent(op.returned_ns)
+            end = (
+                pending_end
+                if op.returned_ns is None
+                else percent(op.returned_ns) + 0.8 * 97 / slots
+            )
             spans.append((start, max(end, start + MIN_BAR_PERCENT)))
         rows = _rows(spans)
         bars = []
@@ -216,7 +226,8 @@ def render_timeline(verdict: PartitionVerdict) -> str:
         '<body data-ready="0">\n'
         f"<h1>Not linearizable: {_e(verdict.key)}</h1>\n"
         f'<p class="reason">Runs {_e(runs)}. {_e(reason)} Times in microseconds since the first '
-        "invocation; click a bar for its call and answer.</p>\n"
+        "invocation in the table; the picture keeps the order of calls and returns, not their "
+        "durations. Click a bar for its call and answer.</p>\n"
         '<p class="legend"><span class="placed">placed in the longest legal order</span>'
         '<span class="unplaced">no legal order could place it</span>'
         '<span id="count"></span></p>\n'
