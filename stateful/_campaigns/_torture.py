@@ -8,7 +8,11 @@ live run ids at a time, three runs to a lineage), recording every call with a
 ``HistoryRecorder`` to a history file of its own. Time is sped up (``--speed``,
 default 100 times), as in ``runstore demo``: every worker's clock is the
 system-wide monotonic clock since a shared origin, scaled, plus its skew, so a
-30-second lease goes stale in a third of a second and steals happen.
+30-second lease goes stale in a third of a second and steals happen. The
+owners take the workloads (``--workload``, all of ``WORKLOADS`` by default)
+in turns of ``--phase-ms``, all on the same one at once; the ``zombies``
+workload holds owners past staleness on a board of files under ``--out``
+and lets each go as a peer starts taking its run over.
 
 While the workers run, the coordinator injects faults: it SIGKILLs a worker
 and starts a new incarnation in its place (same host, new pid and nonce, a new
@@ -26,7 +30,9 @@ with ``check_history(..., initial=..., final=...)``: one final-state read per
 run follows every operation, so the final state must be the end state of some
 linearization, pending operations included or not, and the database's final
 revision must count the row writes of some linearization of every run. It
-prints the verdict with operations checked per second; on a violation it
+prints the verdict with operations checked per second and how many of the
+pairs of operations the workloads aim at (``OVERLAPS``) were in flight
+together; on a violation it
 writes the minimal offending sub-history of each failing object (readable
 ``.txt`` and re-checkable ``.jsonl``) to ``--out`` and exits 1.
 

@@ -129,8 +129,8 @@ OVERLAPS: dict[tuple[str, str], tuple[str, ...]] = {
         ("request_cancel", "steal", "cancel"),
         ("request_cancel", "claim_and_own", "cancel"),
         ("acknowledge_cancel", "transition_owned", "cancel"),
-        ("acknowledge_cancel", "steal", "cancel zombies"),
-        ("acknowledge_cancel", "claim_and_own", "cancel zombies"),
+        ("acknowledge_cancel", "steal", "zombies"),
+        ("acknowledge_cancel", "claim_and_own", "cancel"),
         # Steals and takeovers, and the displaced owner still writing.
         ("steal", "steal", "zombies"),
         ("steal", "claim_and_own", "zombies"),
@@ -144,7 +144,7 @@ OVERLAPS: dict[tuple[str, str], tuple[str, ...]] = {
         ("recover_claim", "activate", "zombies"),
         ("transition_owned", "transition_owned", "zombies cancel"),
         ("heartbeat", "transition_owned", "zombies mixed"),
-        ("claim", "claim", "mixed candidates"),
+        ("claim", "claim", "mixed"),
         ("claim", "claim_and_own", "mixed candidates"),
         ("claim", "activate", "mixed candidates"),
     )
@@ -286,6 +286,11 @@ class ZombieBoard:
             # writes land before, during or after the takeover's.
             _sleep_until(instant + random.randrange(0, self.JITTER_NS))
             return
+
+    def taking(self, run_id: str) -> bool:
+        """Whether a held owner of ``run_id`` has been told of a takeover and
+        named its instant (a peer may join in until then)."""
+        return self._file(run_id, "up").exists()
 
     def held(self) -> list[str]:
         """The run ids owners are holding now (files left by killed owners
@@ -498,6 +503,8 @@ class Worker:
             self.batch_snapshot()
         elif roll < 0.59 and self.offers("claim_next"):
             self.claim_next()
+        elif roll < 0.64:
+            self.call("request_cancel", self.pick(2), self.now())
         else:
             self.walk(width=2, multi=0.0)
 
@@ -528,20 +535,26 @@ class Worker:
             self.walk(width=ROUNDS_PER_LINEAGE, multi=0.0)
 
     def step_cancel(self) -> None:
-        """Cancel requests against owners acknowledging, settling and taking over."""
+        """Cancel requests against owners acknowledging, settling and taking
+        over, and owners that lost the run acting on a request as if they held it."""
         rng = self.rng
         roll = rng.random()
         if roll < 0.2:
             self.call("request_cancel", self.pick(), self.now())
         elif roll < 0.27:
             self.call("request_cancel_lineage", self.pick(), self.now())
+        elif roll < 0.32:
+            # Perhaps not this owner's run (any more): the fence decides.
+            self.call("acknowledge_cancel", self.pick(), self.me, self.now())
+        elif roll < 0.35:
+            self.call("transition_owned", self.pick(), self.me, "cancelled", None)
         else:
             self.walk(multi=0.0)
 
     def step_zombies(self) -> None:
         """Owners of three runs held past staleness, their peers taking over."""
         rng = self.rng
-        held = self.board.held() if self.board is not None and rng.random() < 0.6 else []
+        held = self.board.held() if self.board is not None and rng.random() < 0.8 else []
         if held:
             # Peers gather on a held run, so that several take it over at once.
             self.walk(width=3, multi=0.0, focus=self.number(rng.choice(held)))
@@ -828,6 +841,10 @@ class Worker:
         if self.mode == "batches" and rng.random() < 0.1:
             self.hold(run_id, "batch", row)
             return
+        requested = row.cancel_requested_at_ms is not None
+        if self.mode == "batches" and requested and rng.random() < 0.3:
+            self.call("acknowledge_cancel", run_id, self.me, self.now())
+            return
         if self.mode == "cancel" and row.cancel_requested_at_ms is not None:
             if rng.random() < 0.5:
                 self.call("acknowledge_cancel", run_id, self.me, self.now())
@@ -857,6 +874,9 @@ class Worker:
             return
         now = self.now()
         stale = heartbeat is None or heartbeat < now - HEARTBEAT_STALE_AFTER_MS
+        if self.mode == "zombies" and self.board is not None and self.board.taking(run_id):
+            # A takeover of a held owner's run is under way: join in.
+            stale = True
         roll = self.rng.random()
         # Zombie hunters steal more: several steals of one run at once.
         if stale and roll < (0.6 if self.mode == "zombies" else 0.45):

@@ -251,3 +251,24 @@ def test_a_short_run_of_each_workload_overlaps_its_pairs(tmp_path, workload):
     if workload == "zombies":
         assert fenced > 0
         assert any(pair[0] in TAKEOVERS or pair[1] in TAKEOVERS for pair in seen)
+
+
+def test_the_guide_lists_every_workload_and_every_pair_as_the_code_has_them():
+    """The "Workloads" section of the guide has a row per workload and the
+    pair table row for row as ``OVERLAPS`` has it."""
+    from pathlib import Path
+
+    guide = Path(__file__).resolve().parents[3] / "docs/guides/check-concurrent-histories.md"
+    text = guide.read_text()
+    section = text[text.index("### Workloads") : text.index("### On PostgreSQL")]
+    rows = [line.split("|")[1:-1] for line in section.splitlines() if line.startswith("| `")]
+    workloads = {cells[0].strip().strip("`") for cells in rows if len(cells) == 2}
+    assert workloads == set(WORKLOADS)
+    pairs = {
+        (cells[0].strip().strip("`"), cells[1].strip().strip("`")): tuple(
+            name.strip() for name in cells[2].split(",")
+        )
+        for cells in rows
+        if len(cells) == 3
+    }
+    assert pairs == OVERLAPS
