@@ -18,7 +18,7 @@ import pytest
 from runstore.stateful import check_history, load_history
 from runstore.stateful._campaigns._torture import TortureConfig, run_torture
 
-from ...zoo._races import BUDGET, CONTROLS, COUNTS, POSTGRES_RACES, RACES
+from ...zoo._races import BUDGET, CONTROLS, COUNTS, POSTGRES_RACES, RACES, WINDOW_RACES
 
 pytestmark = [pytest.mark.processes, pytest.mark.slow]
 
@@ -120,3 +120,56 @@ def test_a_bug_only_the_revision_count_shows_is_found(tmp_path, module: str) -> 
     assert not result.verdict.violations
     assert result.verdict.revision is not None
     assert result.verdict.revision.result == "violation"
+
+
+def _one_process(store, clock) -> list[object]:
+    """One process's calls over every window of the issue, each answer kept."""
+    from runstore import OwnerId
+
+    me, other = OwnerId("host-1", 1, "a"), OwnerId("host-2", 2, "b")
+    seen: list[object] = []
+    store.create("root", "{}", lineage_id="root", round_ordinal=1)
+    store.create("older", "{}")
+    clock.advance(10)
+    store.create("newer", "{}")
+    seen.append(store.claim_next(me, clock.now_ms()))
+    seen.append(store.claim_next(other, clock.now_ms()))
+    seen.append(store.heartbeat_many(me, [seen[0].run_id, "newer", "gone"], clock.now_ms()))
+    seen.append(store.request_cancel(seen[1].run_id, clock.now_ms()))
+    seen.append(store.request_cancel(seen[1].run_id, clock.now_ms()))
+    seen.append(store.request_cancel_lineage("root", clock.now_ms()))
+    seen.append(store.transition_owned(seen[0].run_id, me, "suspended", '{"n": 1}'))
+    seen.append(store.transition_owned(seen[1].run_id, other, "completed"))
+    seen.append(store.request_cancel(seen[1].run_id, clock.now_ms()))
+    clock.advance(60_000)
+    seen.append(store.purge_settled(clock.now_ms() - 30_000))
+    seen.append(store.claim_next(me, clock.now_ms()))
+    seen.append(sorted(row.run_id for row in store.list_runs().runs))
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("module", "backend"),
+    [(module, backend) for module, backends, _ in WINDOW_RACES for backend in backends],
+)
+def test_a_window_race_is_the_shipped_store_to_one_process(tmp_path, module, backend) -> None:
+    """Each race of issue 26's zoo answers one process exactly as the
+    reference model does (its mistake needs real concurrency to show); how
+    soon the torture finds each is ``benchmarks/torture_detection.py
+    --detect``'s to measure (up to a minute a backend)."""
+    import importlib
+
+    from runstore import ManualClock
+    from runstore.model import ModelRunStore
+
+    from ..._postgres import database_url
+
+    factory = importlib.import_module(f"tests.zoo.{module}").factory
+    target = database_url() if backend == "postgresql" else str(tmp_path / "db")
+    clock, model_clock = ManualClock(1_000), ManualClock(1_000)
+    store = factory(clock, target)
+    try:
+        assert _one_process(store, clock) == _one_process(ModelRunStore(model_clock), model_clock)
+        store.check_invariants()
+    finally:
+        store.close()
