@@ -42,6 +42,15 @@ def test_the_clean_store_passes_and_the_command_reports_as_it_goes(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("torture: 3 workers, 1.5 s on")
+    assert lines[1] == (
+        "torture: workloads mixed, cancel, candidates, batches, lineage, zombies, "
+        "in turns of 400 ms"
+    )
+    assert any(
+        line.endswith("pairs the workloads aim at were in flight together")
+        or "pairs the workloads aim at were in flight together (not: " in line
+        for line in lines
+    )
     assert any(" operations  " in line and "kills" in line for line in lines)
     assert any(line.startswith("linearizable: ") for line in lines)
     assert any(line.endswith("operations checked per second") for line in lines)
@@ -81,13 +90,16 @@ def test_faults_leave_pending_calls_and_the_history_still_checks(tmp_path):
         (["--db", "x.db", "--store", "no_such_module:factory"], "cannot load the store factory"),
         (["--db", "x.db", "--skew-ms", "20000"], "--skew-ms must be within"),
         (["--db", "x.db", "--restart-command", "true"], "--db must be its URL"),
+        (["--db", "x.db", "--workload", "nope"], "argument --workload: invalid choice"),
+        (["--db", "x.db", "--phase-ms", "0"], "--phase-ms must be positive"),
     ],
 )
 def test_unusable_targets_and_options_exit_2_with_a_message(tmp_path, arguments, message):
     """Refused before any worker starts: a target that cannot be opened (a
     PostgreSQL server that is not there, or a version that cannot open URLs),
     a factory that cannot be imported, a skew past the allowance, a restart
-    command for a target that is not a PostgreSQL server."""
+    command for a target that is not a PostgreSQL server, a workload that does
+    not exist, turns of no length."""
     done = subprocess.run(
         [sys.executable, "-m", "runstore.cli", "torture", *arguments],
         capture_output=True,
