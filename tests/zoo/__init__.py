@@ -33,3 +33,21 @@ ZOO = (
     "cursor_decoded_by_hand",
     "self_check_misreads_claims",
 )
+
+#: The explorer's zoo (issue 25): short-program bugs that today's default
+#: ``run_conformance`` lets through and ``explore`` finds as shortest programs,
+#: at least two of each kind (``BUG_KIND``: ``fencing``, ``state-lost``,
+#: ``read-lag``, ``read-order``). Not in ``ZOO``, whose test expects every entry
+#: caught by ``run_conformance``; ``tests/stateful/explore/test_explore_zoo.py``
+#: explores them, and ``EXPLORE_ZOO.md`` records both verdicts.
+EXPLORE_ZOO = (
+    "checkpoint_ignores_absent_guard",
+    "failed_ignores_guard",
+    "guarded_suspend_drops_state",
+    "reown_clears_cancel_request",
+    "revision_lag_after_heartbeat_many",
+    "revision_lag_after_lineage_cancel",
+    "list_stale_cutoff_inclusive",
+    "claim_next_newest_first",
+    "claim_next_pending_first",
+)
