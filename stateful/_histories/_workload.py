@@ -50,6 +50,7 @@ from runstore import (
     HEARTBEAT_SKEW_ALLOWANCE_MS,
     HEARTBEAT_STALE_AFTER_MS,
     TERMINAL_STATUSES,
+    Activated,
     Claimed,
     LivenessEvidence,
     OwnerId,
@@ -126,7 +127,7 @@ OVERLAPS: dict[tuple[str, str], tuple[str, ...]] = {
         # Cancellation.
         ("request_cancel", "acknowledge_cancel", "cancel"),
         ("request_cancel", "transition_owned", "cancel"),
-        ("request_cancel", "steal", "cancel"),
+        ("request_cancel", "steal", "cancel zombies"),
         ("request_cancel", "claim_and_own", "cancel"),
         ("acknowledge_cancel", "transition_owned", "cancel"),
         ("acknowledge_cancel", "steal", "zombies"),
@@ -146,7 +147,7 @@ OVERLAPS: dict[tuple[str, str], tuple[str, ...]] = {
         ("heartbeat", "transition_owned", "zombies mixed"),
         ("claim", "claim", "mixed"),
         ("claim", "claim_and_own", "mixed candidates"),
-        ("claim", "activate", "mixed candidates"),
+        ("claim", "activate", "mixed"),
     )
 }
 
@@ -878,16 +879,28 @@ class Worker:
             # A takeover of a held owner's run is under way: join in.
             stale = True
         roll = self.rng.random()
+        hunting = self.mode == "zombies"
+        if hunting and stale and roll < 0.1:
+            # A cancel request lands in the middle of the takeover.
+            self.call("request_cancel", run_id, now)
+            return
         # Zombie hunters steal more: several steals of one run at once.
-        if stale and roll < (0.6 if self.mode == "zombies" else 0.45):
+        if stale and roll < (0.6 if hunting else 0.45):
             evidence = self.evidence(owner, now)
             outcome = self.call("steal", run_id, row.snapshot, self.me, now, evidence)
             if isinstance(outcome, Claimed):
                 self.claims[run_id] = row
-                self.call("activate", run_id, self.me, outcome.claimed_at_ms, row.snapshot)
+                activated = self.call(
+                    "activate", run_id, self.me, outcome.claimed_at_ms, row.snapshot
+                )
+                if hunting and isinstance(activated, Activated):
+                    # The new owner's first checkpoint, while the old one still writes.
+                    self.call("transition_owned", run_id, self.me, "running", self.state_json())
         elif stale and roll < 0.9:
             evidence = self.evidence(owner, now)
-            self.call("claim_and_own", run_id, row.snapshot, self.me, now, evidence)
+            owned = self.call("claim_and_own", run_id, row.snapshot, self.me, now, evidence)
+            if hunting and isinstance(owned, Activated):
+                self.call("transition_owned", run_id, self.me, "running", self.state_json())
         elif roll < 0.1:
             # A fresh owner: evidence cannot beat its heartbeat.
             self.call("claim_and_own", run_id, row.snapshot, self.me, now)
