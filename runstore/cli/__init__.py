@@ -7,6 +7,13 @@ Subcommands:
   [--db DIR] [--out DIR]``: a randomized conformance campaign; it ends with one
   summary (what was found, the seed to replay it, whether shrinking finished,
   every file written); on a failure it writes a regression test file and exits 1.
+- ``runstore explore [--target NAME | --consensus MODULE:FACTORY | --store
+  MODULE:FACTORY] [--scope small|medium|large] [--seconds N] [--out DIR]``:
+  walk a whole scope over the reference model and apply every transition to
+  the store or strategy under test; exits 0 when the scope was exhausted
+  clean, 1 on a divergence or broken invariant (the shortest program printed
+  and written as a regression file), 2 on a usage or harness error, 3 when
+  the time ran out first.
 - ``runstore replay FILE``: run a regression file under pytest.
 - ``runstore demo ...``: the ownership demonstration: worker processes
   compete for runs while one is killed and one frozen.
@@ -17,7 +24,7 @@ Subcommands:
   commands, on a SQLite path or a PostgreSQL URL (see "Operate a store from
   the command line" in the docs).
 
-``fuzz``, ``replay`` and ``torture`` need the ``conformance`` extra (Hypothesis
+``fuzz``, ``explore``, ``replay`` and ``torture`` need the ``conformance`` extra (Hypothesis
 and pytest); without it they say so and exit 2.
 
 This package, ``python -m runstore`` and ``python -m runstore.stateful`` are
@@ -123,6 +130,50 @@ def _parser() -> argparse.ArgumentParser:
         help="where regression files go (default %(default)s)",
     )
 
+    explore = commands.add_parser(
+        "explore",
+        help="walk a small scope exhaustively, for the model and for a store or strategy",
+        description="Walk every state of a scope over the reference model breadth-first,"
+        " checking every invariant in every state, and apply every transition to the store"
+        " or strategy under test (if one is given), comparing answers and states. Exit 0:"
+        " exhausted and everything agreed; 1: a divergence or a broken invariant (the"
+        " shortest program is printed and written as a regression file; 1 wins over 3);"
+        " 2: a usage or harness error; 3: the time ran out first.",
+    )
+    explore_which = explore.add_mutually_exclusive_group()
+    explore_which.add_argument(
+        "--target",
+        metavar="NAME",
+        help="a built-in target (model, sqlite-sql, sqlite-local, sqlite-file-sql,"
+        " sqlite-file-local, postgres-sql) or MODULE:FACTORY; default: the model alone",
+    )
+    explore_which.add_argument(
+        "--consensus", metavar="MODULE:FACTORY", help="a Consensus strategy factory to test"
+    )
+    explore_which.add_argument(
+        "--store", metavar="MODULE:FACTORY", help="a store factory (clock, path) -> store"
+    )
+    explore.add_argument(
+        "--scope",
+        choices=("small", "medium", "large"),
+        default="small",
+        help="the scope to walk (default %(default)s)",
+    )
+    explore.add_argument(
+        "--seconds", type=float, help="time budget in seconds (default: none, walk it all)"
+    )
+    explore.add_argument(
+        "--capabilities",
+        metavar="NAME=BOOL,...",
+        help="what the store under test can do, over what its factory declares",
+    )
+    explore.add_argument(
+        "--out",
+        default=".runstore-explore/out",
+        metavar="DIR",
+        help="where the regression file of a failure goes (default %(default)s)",
+    )
+
     replay = commands.add_parser(
         "replay", help="run a regression file written by fuzz under pytest"
     )
@@ -212,6 +263,14 @@ def main(argv: list[str] | None = None) -> int:
             raise
         sys.stderr.write(_extra_missing(args.command))
         return 2
+    if args.command == "explore":
+        from runstore.stateful._campaigns import _explore
+
+        try:
+            return _explore.main_explore(args)
+        except ValueError as error:
+            sys.stderr.write(f"runstore explore: {error}\n")
+            return 2
     try:
         return _fuzz.main_fuzz(args)
     except ValueError as error:

@@ -16,6 +16,11 @@ verdict; the budget is designed for that call, not for a developer's loop:
   (``WALL_SECONDS``), so a failing run ends within that, shrunk as far as
   time allowed.
 
+The default budget also walks the small scope exhaustively (``explore``),
+after the machines pass, within ``EXPLORE_SECONDS`` per store or strategy
+under test; a run with ``settings=`` or a profile does not, unless asked
+(``run_conformance(..., explore=True)``).
+
 ``HYPOTHESIS_PROFILE``, when set, replaces the budget with that profile
 (``ci``, ``dev`` or ``deep``); ``settings=`` replaces it too. Whichever
 settings a machine runs under, ``judged_settings`` makes the verdict
@@ -43,6 +48,9 @@ from .._base._profiles import profile_settings
 WALL_SECONDS = 300.0
 #: Shrinking always gets at least this long, however late the failure.
 MIN_SHRINK_SECONDS = 20.0
+#: The small scope's exhaustive exploration gets this long per store or strategy under
+#: test; a walk not exhausted within it fails the run (a partial walk is never a pass).
+EXPLORE_SECONDS = 900.0
 
 
 @attrs.frozen

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 
 import attrs
 from hypothesis import settings as Settings
@@ -12,13 +13,15 @@ from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
 from .._base import _observe
 from .._base._capabilities import FULL_STORE, Capabilities
+from .._base._compare import OutcomeMismatch, StateMismatch
+from .._checks._invariants import INVARIANTS, ReferenceInvariantViolation
 from .._checks._opening import opening_check_for, sqlite_store_consensus
 from .._machines._attempts import attempt_comparison_for
 from .._machines._consensus import ConsensusFactory, consensus_comparison_for
 from .._machines._run_store import StoreFactory, comparison_for
 from .._targets._builtin import raw_writer_for, sqlite_store_factory
 from .._targets._probe import builds_sqlite_stores
-from ._budget import WALL_SECONDS, chosen_settings, shrinking_within
+from ._budget import EXPLORE_SECONDS, WALL_SECONDS, chosen_settings, shrinking_within
 from ._summary import summarize
 
 
@@ -110,6 +113,7 @@ def run_conformance(
     consensus_factory: ConsensusFactory | None = None,
     capabilities: Capabilities = FULL_STORE,
     settings: Settings | None = None,
+    explore: bool | None = None,
 ) -> None:
     """Check a store, a consensus strategy, or both against the reference model.
 
@@ -143,6 +147,18 @@ def run_conformance(
     (at least 20 s), so a failing run ends about then, shrunk as far as time
     allowed.
 
+    ``explore`` says whether the small scope is also walked exhaustively (see
+    ``explore``, and "What exhaustive exploration proves" in the docs): every
+    state of two runs and three owners within three moves, each transition
+    applied to the store (or to the SQLite adapter over the strategy) and
+    compared. None (the default) walks it under the default budget only, not
+    with ``settings`` or a profile; True always; False never. It runs after
+    the machines pass, within 900 s per store or strategy under test; a walk
+    that is not exhausted by then fails the run with ``ConformanceError``
+    saying how far it got (a partial walk is never a pass), and a failure it
+    finds is raised as the failing check (``OutcomeMismatch``,
+    ``StateMismatch``, an invariant's class) with the shortest program.
+
     Returns when everything conforms. When something does not, raises the
     failing check (an ``AssertionError`` subclass named for the invariant or
     comparison) with the shrunk program printed by Hypothesis and a
@@ -157,13 +173,14 @@ def run_conformance(
     )
     under_test = (store_factory is not None) + (consensus_factory is not None)
     deadline = time.monotonic() + WALL_SECONDS * under_test
+    defaults = False
     observer = _observe.current()
     own = observer is None
     if observer is None:
         observer = _observe.Observer()
     with _observe.observing(observer) if own else contextlib.nullcontext():
         for machine in machines:
-            chosen, _ = chosen_settings(machine, settings)
+            chosen, defaults = chosen_settings(machine, settings)
             failures_before = observer.failures
             try:
                 with shrinking_within(deadline):
@@ -177,3 +194,56 @@ def run_conformance(
                 if observer.failures > failures_before and observer.last_failure is not None:
                     summary += "\n" + summarize(observer.last_failure)
                 raise ConformanceError(summary) from error
+    if explore or (explore is None and defaults):
+        _explored(store_factory, consensus_factory, capabilities)
+
+
+def _explored(
+    store_factory: StoreFactory | None,
+    consensus_factory: ConsensusFactory | None,
+    capabilities: Capabilities,
+) -> None:
+    """Walk the small scope for each factory under test; raise its failure, or
+    ``ConformanceError`` when it was not exhausted within ``EXPLORE_SECONDS``."""
+    from ._explore import Exploration
+    from ._explore import explore as walk_scope
+
+    runs: list[Callable[[], Exploration]] = []
+    if consensus_factory is not None:
+        strategy = consensus_factory
+
+        def strategy_walk() -> Exploration:
+            return walk_scope(consensus_factory=strategy, seconds=EXPLORE_SECONDS)
+
+        runs.append(strategy_walk)
+    if store_factory is not None:
+        store = store_factory
+
+        def store_walk() -> Exploration:
+            return walk_scope(
+                store_factory=store, capabilities=capabilities, seconds=EXPLORE_SECONDS
+            )
+
+        runs.append(store_walk)
+    for run in runs:
+        result = run()
+        found = result.failure
+        if found is not None:
+            kind = _CHECKS.get(found.check, ConformanceError)
+            raise kind(
+                f"exhaustive exploration of the small scope on {result.target}: {found.check}"
+                f" on the shortest program ({len(found.program.splitlines())} steps,"
+                f" setup included):\n{found.program}\n{found.message}"
+            )
+        if not result.exhausted:
+            raise ConformanceError(
+                f"the small scope was not exhausted within {EXPLORE_SECONDS:g} s on"
+                f" {result.target}: {result.states} states, {result.transitions} transitions,"
+                f" depth {result.depth} reached; a partial walk is never a pass"
+            )
+
+
+_CHECKS: dict[str, type[AssertionError]] = {
+    cls.__name__: cls
+    for cls in (*INVARIANTS, OutcomeMismatch, StateMismatch, ReferenceInvariantViolation)
+}

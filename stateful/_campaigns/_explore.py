@@ -11,14 +11,31 @@ regression file like ``runstore fuzz`` writes.
 
 from __future__ import annotations
 
+import re
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import attrs
 
-from .._base._capabilities import Capabilities
+from .._base._capabilities import FULL_STORE, Capabilities
+from .._base._observe import Failure
+from .._explore._replay import Replayer, Sut, log_of, programs
+from .._explore._scope import scope_named
+from .._explore._walk import Walker
+from .._targets._builtin import (
+    Target,
+    capability_overrides,
+    consensus_target,
+    load_factory,
+    sqlite_store_factory,
+    store_target,
+)
+from ._fuzz import resolve_target
+from ._regression import write_regression
+from ._summary import program_lines
 
 
 @attrs.frozen
@@ -152,5 +169,245 @@ def explore(
     )
 
 
-def _run(**options: Any) -> Exploration:
-    raise NotImplementedError("explore: the walk lands next (issue 25)")
+def _spec_of(factory: Any) -> str | None:
+    """``module:qualname`` of a factory importable by that name, else None."""
+    module = getattr(factory, "__module__", None)
+    name = getattr(factory, "__qualname__", None)
+    if not module or not name or "<" in name or module == "__main__":
+        return None
+    return f"{module}:{name}"
+
+
+def _resolve(
+    target: str | None,
+    store_factory: Callable[..., Any] | None,
+    consensus_factory: Callable[[], Any] | None,
+    capabilities: Capabilities | None,
+) -> Target | None:
+    """What is under test, as a ``Target`` (None: the model alone)."""
+    given = sum(x is not None for x in (target, store_factory, consensus_factory))
+    if given > 1:
+        raise ValueError("explore takes one of target, store_factory and consensus_factory")
+    if target is not None:
+        if target == "model":
+            return None
+        resolved = resolve_target(target)
+        if resolved.kind == "consensus" and resolved.consensus_factory is not None:
+            # No move of a scope reopens the store: the adapter in memory is enough.
+            factory = sqlite_store_factory(resolved.consensus_factory, file=False)
+            resolved = attrs.evolve(resolved, store_factory=factory)
+    elif store_factory is not None:
+        name = getattr(store_factory, "__qualname__", "store")
+        resolved = Target(
+            name, store_factory, FULL_STORE, None, spec=_spec_of(store_factory), kind="store"
+        )
+    elif consensus_factory is not None:
+        name = getattr(consensus_factory, "__qualname__", "strategy")
+        resolved = Target(
+            name,
+            sqlite_store_factory(consensus_factory, file=False),
+            Capabilities(reopen=False, fault_injection=True),
+            consensus_factory,
+            spec=_spec_of(consensus_factory),
+            kind="consensus",
+        )
+    else:
+        return None
+    if capabilities is not None:
+        resolved = attrs.evolve(resolved, capabilities=capabilities)
+    return resolved
+
+
+_STATE_ARGUMENT = re.compile(r"state_json=(?:'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")")
+
+
+def program_text(failure: Failure) -> str:
+    """The failing program, one step a line, run state values left out."""
+    lines = program_lines(failure, width=10_000)
+    return "\n".join(_STATE_ARGUMENT.sub("state_json=...", line) for line in lines)
+
+
+def _run(
+    *,
+    target: str | None,
+    store_factory: Callable[..., Any] | None,
+    consensus_factory: Callable[[], Any] | None,
+    scope: str,
+    seconds: float | None,
+    out: Path | None,
+    capabilities: Capabilities | None,
+    attempts: bool | None,
+    depth_k: int | None,
+    clock: Callable[[], float],
+) -> Exploration:
+    del attempts  # the attempt store's scope: not walked yet
+    chosen = scope_named(scope)
+    under_test = _resolve(target, store_factory, consensus_factory, capabilities)
+    began = clock()
+    deadline = None if seconds is None else began + seconds
+    name = "model" if under_test is None else under_test.name
+    walker = Walker(chosen)
+    graph = walker.graph
+    sut = None
+    if under_test is not None and under_test.store_factory is not None:
+        sut = Sut(under_test.store_factory, under_test.capabilities, chosen)
+    failure: Failure | None = None
+    k = 0
+    replayer = None if sut is None else Replayer(graph, sut)
+    programs_done = True
+    try:
+        index = 0
+        # Level by level, the model's expansion of a node and its transitions on the store
+        # together: the first failure found is on a shortest program, whichever side.
+        while index < len(graph.nodes):
+            node = graph.nodes[index]
+            if node.depth < chosen.depth:
+                if deadline is not None and clock() > deadline:
+                    break
+                if not walker.expand(index):
+                    break
+                if replayer is not None and replayer.node(index) is not None:
+                    break
+            index += 1
+        else:
+            graph.exhausted = True
+        transitions, depth = graph.transitions, graph.depth if graph.exhausted else node.depth
+        if replayer is not None:
+            progress = replayer.progress
+            transitions += progress.transitions
+            k = chosen.depth_k if depth_k is None else depth_k
+            if graph.exhausted and progress.divergence is None and k > 0 and sut is not None:
+                more = programs(graph, sut, k, deadline=deadline, clock=clock)
+                transitions += more.transitions
+                if more.divergence is not None:
+                    progress.divergence = more.divergence
+                programs_done = more.done
+                progress.programs = more.programs
+    finally:
+        if sut is not None:
+            sut.close()
+    exhausted = graph.exhausted and programs_done
+    programs_run = 0 if replayer is None else replayer.progress.programs
+    if graph.failure is not None:
+        found = graph.failure
+        program = (*graph.path(found.node), (found.move, found.outcome))
+        failure = Failure(
+            machine="store",
+            target=name,
+            log=log_of(chosen, program),
+            expected_state=None,
+            error=f"ReferenceInvariantViolation: {found.check}: {found.message}",
+            check="ReferenceInvariantViolation",
+        )
+    elif replayer is not None and replayer.progress.divergence is not None:
+        found_on = replayer.progress.divergence
+        failure = Failure(
+            machine="store",
+            target=name,
+            log=log_of(chosen, found_on.program),
+            expected_state=found_on.expected_state,
+            error=f"{found_on.check}: {found_on.message}",
+            check=found_on.check,
+        )
+    counterexample = None
+    if failure is not None:
+        path = None
+        if out is not None:
+            path = _write(failure, out, under_test)
+        counterexample = Counterexample(
+            program=program_text(failure),
+            check=failure.check,
+            path=path,
+            message=failure.error.partition(": ")[2],
+            target=name,
+        )
+    return Exploration(
+        exhausted=exhausted and failure is None,
+        states=len(graph.nodes),
+        transitions=transitions,
+        depth=depth,
+        elapsed_s=clock() - began,
+        failure=counterexample,
+        scope=chosen.name,
+        target=name,
+        programs=programs_run,
+        programs_depth=k if programs_run else 0,
+    )
+
+
+def _write(failure: Failure, out: Path, under_test: Target | None) -> Path | None:
+    """The regression file of ``failure`` in ``out`` (None when the store under test cannot
+    be named in a file: a factory defined inside a function)."""
+    if under_test is None:
+        return write_regression(failure, out, kind="reference")
+    if under_test.kind in ("store", "consensus") and under_test.spec is None:
+        return None
+    caps = under_test.capabilities
+    return write_regression(
+        failure,
+        out,
+        spec=under_test.spec,
+        kind="consensus" if under_test.kind == "consensus" else "store",
+        whole_state=caps.whole_state,
+        leases=caps.lease_introspection,
+        faults=False,
+    )
+
+
+def main_explore(args: Any, stream: TextIO | None = None) -> int:
+    """``runstore explore`` with parsed arguments: print the exploration and return the exit
+    status (0 exhausted clean, 1 a failure, 3 the time ran out first). A usage error (an
+    unknown target, a bad capability) is raised as ``ValueError`` (exit 2); so is a target
+    that cannot run here, and an error the factory raises."""
+    out = sys.stdout if stream is None else stream
+    overrides = capability_overrides(getattr(args, "capabilities", None))
+    target: Target | None = None
+    if args.store:
+        target = store_target(args.store)
+    elif args.consensus:
+        target = consensus_target(args.consensus)
+    elif args.target and args.target != "model":
+        target = resolve_target(args.target)
+    spec = None if target is None else (target.spec or target.name)
+    capabilities = None
+    if target is not None and overrides:
+        capabilities = attrs.evolve(target.capabilities, **overrides)
+    out.write(
+        f"explore: scope {args.scope} on {spec or 'the model'}"
+        + (f", {args.seconds:g} s at most" if args.seconds is not None else "")
+        + "\n"
+    )
+    out.flush()
+    try:
+        if args.consensus:
+            result = explore(
+                consensus_factory=load_factory(args.consensus),
+                scope=args.scope,
+                seconds=args.seconds,
+                out=args.out,
+                capabilities=capabilities,
+            )
+        else:
+            result = explore(
+                target=spec,
+                scope=args.scope,
+                seconds=args.seconds,
+                out=args.out,
+                capabilities=capabilities,
+            )
+    except ValueError:
+        raise
+    except Exception as error:
+        raise ValueError(f"the harness failed: {type(error).__name__}: {error}") from None
+    out.write(result.describe() + "\n")
+    if result.failure is not None:
+        if result.failure.path is None:
+            out.write("explore: no regression file (the factory cannot be imported by name)\n")
+        return 1
+    if not result.exhausted:
+        out.write(
+            f"explore: time ran out first: {result.states} states, {result.transitions}"
+            f" transitions, depth {result.depth} of {scope_named(args.scope).depth}\n"
+        )
+        return 3
+    return 0

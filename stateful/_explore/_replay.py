@@ -1,0 +1,292 @@
+"""Applying a walked graph to a store, and every program up to depth k.
+
+``replay`` takes the graph ``walk`` built over the reference model and applies
+every transition of it to the store under test, from a state equal to the
+transition's source: a fresh store from the factory with the scope's setup and
+the shortest path to the source replayed (the factory may be anyone's; a
+fresh store is the one restore every store allows). Nodes are taken level by
+level, so the first failure found is on a shortest program. After each
+transition the store's answer and state are compared with the model's, and
+the invariants are checked on the store's step, in the order the machines
+check them (``RunStoreComparison``): the outcome kind and admission, the
+store's state invariants, its transition invariants, the answer, the whole
+state. A transition that left both sides unchanged leaves the store where it
+was (the next transition starts from it); any other is followed by a rebuild.
+
+``programs`` runs every program of up to ``k`` moves against the store
+without deduplication, a fresh store for each, since a store may carry state
+the model does not (a cache, a connection's state, a strategy's own memory).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from runstore._clock import ManualClock
+from runstore._values import StoreState
+from runstore.model import ModelRunStore
+from runstore.model._state import ModelState
+
+from .._base._capabilities import Capabilities
+from .._base._compare import (
+    OutcomeMismatch,
+    StateMismatch,
+    describe_difference,
+    public_state,
+    without_leases,
+)
+from .._base._observe import ClockSet, LogEntry, Performed
+from .._base._steps import Call, Step, perform
+from .._checks._invariants import check_state, check_transition
+from .._checks._malformed import SKEW_ALLOWANCE_MS
+from .._machines._run_store import _check_outcome_kind, _reading_ahead, _same_outcome
+from ._scope import MISSING_RUN, Move, Scope, Tick, moves, setup_calls, start_ms
+from ._walk import Dial, Node, Walk, apply
+
+StoreFactory = Callable[[ManualClock, Path], Any]
+
+
+@attrs.frozen
+class Divergence:
+    """A check that failed on the store: the program (setup excluded) as moves with the
+    reference's answers, the failing check's class name and message, and the state the
+    reference holds after it (as the store's capabilities let it be read)."""
+
+    program: tuple[tuple[Move, Any], ...]
+    check: str
+    message: str
+    expected_state: StoreState | None
+
+
+@attrs.define
+class Progress:
+    """How far a replay got: transitions applied, fresh stores built, the deepest level
+    whose every transition was applied, whether it was done, and the divergence, if any."""
+
+    transitions: int = 0
+    rebuilds: int = 0
+    depth: int = 0
+    done: bool = False
+    programs: int = 0
+    divergence: Divergence | None = None
+
+
+class Sut:
+    """The store under test, rebuilt on demand in its own folder."""
+
+    def __init__(self, factory: StoreFactory, capabilities: Capabilities, scope: Scope) -> None:
+        self.factory = factory
+        self.capabilities = capabilities
+        self.scope = scope
+        self.folder = Path(tempfile.mkdtemp(prefix="runstore-explore-"))
+        self.count = 0
+        self.store: Any = None
+        self.clock = ManualClock(start_ms())
+        self.reads = (*scope.run_ids, MISSING_RUN)
+
+    def close(self) -> None:
+        """Close the current store and remove the folder."""
+        self._drop()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _drop(self) -> None:
+        if self.store is not None:
+            store, self.store = self.store, None
+            try:
+                store.close()
+            finally:
+                path = self.folder / f"s{self.count}.db"
+                for suffix in ("", "-wal", "-shm", "-journal"):
+                    Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+    def build(self, path: list[tuple[Move, Any]]) -> None:
+        """A fresh store with the setup and ``path`` replayed (answers are not judged again:
+        each was judged when its transition was applied)."""
+        self._drop()
+        self.count += 1
+        self.clock = ManualClock(start_ms())
+        self.store = self.factory(self.clock, self.folder / f"s{self.count}.db")
+        for op in setup_calls(self.scope):
+            perform(self.store, op)
+        for move, _ in path:
+            self.move(move)
+
+    def move(self, move: Move) -> Any:
+        """Apply one move to the store: its answer (None for a clock move)."""
+        if isinstance(move, Tick):
+            self.clock.set(move.ms)
+            return None
+        return perform(self.store, move)
+
+    def view(self, target: Any) -> StoreState:
+        """``target``'s state as the capabilities let it be read."""
+        caps = self.capabilities
+        state = target.state() if caps.whole_state else public_state(target, self.reads)
+        return state if caps.lease_introspection else without_leases(state)
+
+    def expected(self, state: ModelState) -> StoreState:
+        """The reference's state ``state`` as the capabilities let it be read."""
+        model = ModelRunStore(clock=Dial(0))
+        model._state = state
+        return self.view(model)
+
+
+def judge(
+    sut: Sut,
+    move: Call,
+    model_out: Any,
+    store_out: Any,
+    before: StoreState,
+    after: StoreState,
+    expected: StoreState,
+    clock_ms: int,
+) -> tuple[str, str] | None:
+    """The machines' checks of one step, in their order: None when all hold, else the failing
+    check's class name and message."""
+    caps = sut.capabilities
+    leases = caps.lease_introspection and caps.whole_state
+    model_step, store_step = Step(move, model_out), Step(move, store_out)
+    ahead = _reading_ahead(move, clock_ms)
+    admission = False if ahead is not None and ahead > SKEW_ALLOWANCE_MS else None
+    try:
+        _check_outcome_kind(model_step, store_step, admission, at_bound=ahead == SKEW_ALLOWANCE_MS)
+        check_state(after, leases=leases)
+        check_transition(before, after, store_step, leases=leases)
+        if not _same_outcome(model_out, store_out):
+            raise OutcomeMismatch(
+                f"{move.describe()}: reference answered {model_out!r}, store answered {store_out!r}"
+            )
+        if expected != after:
+            raise StateMismatch(
+                f"after {move.describe()}:\n" + describe_difference(expected, after)
+            )
+    except AssertionError as error:
+        return type(error).__name__, str(error)
+    return None
+
+
+class Replayer:
+    """Applies the transitions of a walk's nodes to the store under test, a node at a time
+    (``node(index)``), and counts what it did (``progress``)."""
+
+    def __init__(self, graph: Walk, sut: Sut) -> None:
+        self.graph = graph
+        self.sut = sut
+        self.model = ModelRunStore(clock=Dial(start_ms()))
+        self.progress = Progress()
+
+    def node(self, index: int) -> Divergence | None:
+        """Apply every transition from node ``index``; the first divergence, or None."""
+        dial = self.model._clock
+        assert isinstance(dial, Dial)
+        node = self.graph.nodes[index]
+        found = _from_node(self.graph, index, node, self.sut, self.model, dial, self.progress)
+        self.progress.depth = max(self.progress.depth, node.depth + 1)
+        if found is not None:
+            self.progress.divergence = found
+        return found
+
+
+def _from_node(
+    graph: Walk,
+    index: int,
+    node: Node,
+    sut: Sut,
+    model: ModelRunStore,
+    dial: Dial,
+    progress: Progress,
+) -> Divergence | None:
+    path = graph.path(index)
+    dirty = True
+    before: StoreState | None = None
+    unchanged = sut.expected(node.state)
+    for move in moves(graph.scope, node.state, node.clock_ms):
+        if dirty:
+            sut.build(path)
+            progress.rebuilds += 1
+            before = sut.view(sut.store)
+            dirty = False
+        assert before is not None
+        model_out, after_state, _ = apply(model, dial, node, move)
+        progress.transitions += 1
+        if isinstance(move, Tick):
+            sut.move(move)
+            dirty = True
+            continue
+        store_out = sut.move(move)
+        after = sut.view(sut.store)
+        expected = unchanged if after_state is node.state else sut.expected(after_state)
+        verdict = judge(sut, move, model_out, store_out, before, after, expected, node.clock_ms)
+        if verdict is not None:
+            return Divergence((*path, (move, model_out)), verdict[0], verdict[1], expected)
+        dirty = after_state is not node.state or after != before
+    return None
+
+
+def programs(
+    graph: Walk,
+    sut: Sut,
+    k: int,
+    *,
+    deadline: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    progress: Progress | None = None,
+) -> Progress:
+    """Run every program of up to ``k`` moves against the store, each on a fresh store (no
+    deduplication); stop at the first divergence or at ``deadline``."""
+    progress = Progress() if progress is None else progress
+    model = ModelRunStore(clock=Dial(start_ms()))
+    dial = model._clock
+    assert isinstance(dial, Dial)
+    root = graph.nodes[0]
+    stack: list[tuple[Node, list[tuple[Move, Any]]]] = [(root, [])]
+    while stack:
+        node, path = stack.pop()
+        for move in moves(graph.scope, node.state, node.clock_ms):
+            if deadline is not None and clock() > deadline:
+                return progress
+            sut.build(path)
+            progress.rebuilds += 1
+            progress.programs += 1
+            before = sut.view(sut.store)
+            model_out, after_state, after_clock = apply(model, dial, node, move)
+            progress.transitions += 1
+            store_out = sut.move(move)
+            if isinstance(move, Call):
+                after = sut.view(sut.store)
+                expected = sut.expected(after_state)
+                verdict = judge(
+                    sut, move, model_out, store_out, before, after, expected, node.clock_ms
+                )
+                if verdict is not None:
+                    progress.divergence = Divergence(
+                        (*path, (move, model_out)), verdict[0], verdict[1], expected
+                    )
+                    return progress
+            if len(path) + 1 < k:
+                child = Node(after_state, after_clock, -1, move, model_out, node.depth + 1)
+                stack.append((child, [*path, (move, model_out)]))
+    progress.done = True
+    return progress
+
+
+def log_of(scope: Scope, program: tuple[tuple[Move, Any], ...]) -> tuple[LogEntry, ...]:
+    """A program as the machines' log (for the summary and the regression file): the setup's
+    creates, then each clock move and call with the reference's answer."""
+    model = ModelRunStore(clock=Dial(start_ms()))
+    entries: list[LogEntry] = []
+    for op in setup_calls(scope):
+        entries.append(Performed(op, perform(model, op)))
+    for move, outcome in program:
+        if isinstance(move, Tick):
+            entries.append(ClockSet(move.ms))
+        else:
+            entries.append(Performed(move, outcome))
+    return tuple(entries)

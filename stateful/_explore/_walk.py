@@ -1,0 +1,277 @@
+"""The breadth-first walk of a scope over the reference model, and canonical states.
+
+A node of the walk is a committed ``ModelState`` and the store clock. From each
+node of depth below the scope's, every move of the scope is applied to a
+``ModelRunStore`` set to that node, and every invariant of the suite is checked
+on the reference's own step (``check_state`` on the state it reached,
+``check_transition`` on the step), as the machines check it. A state reached
+for the first time (by its canonical form) becomes a node one level deeper,
+remembering the move and the node it came from: breadth-first, so the path to
+a node is a shortest program that reaches it.
+
+The canonical form identifies states that behave alike:
+
+- time is kept relative to the store clock: every timestamp of the state
+  (created, started, finished, heartbeat, claim, cancellation, grant,
+  acknowledgement) as its distance from the clock, so every returned
+  timestamp keeps its relation to every cutoff and to every other timestamp;
+  the model's rules read only such differences;
+- owners of one class (the same host) are interchangeable: the form is the
+  least of the state's images under the permutations within each class;
+- revisions, facts, statuses, state texts and the change feed are kept as
+  they are.
+
+``canonical=False`` keys a state by its exact value and clock instead (the
+unabstracted walk a test compares with).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import attrs
+
+from runstore._values import OwnerId, StoreState
+from runstore.model import ModelRunStore
+from runstore.model._state import ModelState
+
+from .._base._steps import Call, Raised, Step, perform
+from .._checks._invariants import InvariantViolation, check_state, check_transition
+from ._scope import Move, Scope, Tick, moves, setup_calls, start_ms
+
+
+class Dial:
+    """A store clock the walk sets to any reading (back as well as forward)."""
+
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+
+    def now_ms(self) -> int:
+        """The reading last set."""
+        return self.ms
+
+
+@attrs.frozen
+class Node:
+    """One state of the walk: the model's committed state, the store clock, the node it was
+    first reached from (``-1`` for the start), the move that reached it and the reference's
+    answer, and its depth (the length of the shortest program)."""
+
+    state: ModelState
+    clock_ms: int
+    parent: int
+    move: Move | None
+    outcome: Any
+    depth: int
+
+
+@attrs.frozen
+class ReferenceFailure:
+    """An invariant the reference model broke on its own step (a defect of the suite)."""
+
+    node: int
+    move: Move
+    outcome: Any
+    check: str
+    message: str
+
+
+@attrs.define
+class Walk:
+    """The graph walked so far: its nodes in breadth-first order, how many transitions were
+    checked, whether it was exhausted, and a reference failure if one stopped it."""
+
+    scope: Scope
+    nodes: list[Node] = attrs.field(factory=list)
+    transitions: int = 0
+    exhausted: bool = False
+    failure: ReferenceFailure | None = None
+    outcomes: set[tuple[str, str]] = attrs.field(factory=set)
+
+    @property
+    def depth(self) -> int:
+        """The deepest level reached."""
+        return self.nodes[-1].depth if self.nodes else 0
+
+    def path(self, index: int) -> list[tuple[Move, Any]]:
+        """The moves (and the reference's answers) from the start to node ``index``."""
+        out: list[tuple[Move, Any]] = []
+        while index > 0:
+            node = self.nodes[index]
+            assert node.move is not None
+            out.append((node.move, node.outcome))
+            index = node.parent
+        out.reverse()
+        return out
+
+    def levels(self) -> Iterator[tuple[int, list[int]]]:
+        """Each depth and the indexes of its nodes, shallowest first."""
+        for depth, group in itertools.groupby(
+            range(len(self.nodes)), lambda i: self.nodes[i].depth
+        ):
+            yield depth, list(group)
+
+
+def view(state: ModelState) -> StoreState:
+    """A model state as the ``StoreState`` ``ModelRunStore.state()`` gives."""
+    store = ModelRunStore(clock=Dial(0))
+    store._state = state
+    shown: StoreState = store.state()
+    return shown
+
+
+def start(scope: Scope) -> tuple[ModelRunStore, Dial]:
+    """A model store with the scope's runs created, and its clock."""
+    dial = Dial(start_ms())
+    model = ModelRunStore(clock=dial)
+    for op in setup_calls(scope):
+        outcome = perform(model, op)
+        if isinstance(outcome, Raised):
+            raise AssertionError(f"the scope's setup failed on the reference: {op.describe()}")
+    return model, dial
+
+
+# -- canonical form ---------------------------------------------------------------
+
+
+def _permutations(scope: Scope) -> list[dict[OwnerId, OwnerId]]:
+    """Every renaming of owners within their classes (the identity first)."""
+    per_class = [
+        [dict(zip(group, image, strict=True)) for image in itertools.permutations(group)]
+        for group in scope.owner_classes
+    ]
+    out = []
+    for choice in itertools.product(*per_class):
+        mapping: dict[OwnerId, OwnerId] = {}
+        for part in choice:
+            for a, b in part.items():
+                mapping[scope.owners[a]] = scope.owners[b]
+        out.append(mapping)
+    return out
+
+
+def _form(value: Any, shift: int, rename: Mapping[OwnerId, OwnerId]) -> Any:
+    if isinstance(value, OwnerId):
+        renamed = rename.get(value, value)
+        return (renamed.host_id, renamed.pid, renamed.nonce)
+    if isinstance(value, tuple):
+        return tuple(_form(item, shift, rename) for item in value)
+    if attrs.has(type(value)):
+        out = []
+        for field in attrs.fields(type(value)):
+            item = getattr(value, field.name)
+            if field.name.endswith("_at_ms") and type(item) is int:
+                out.append(item - shift)
+            else:
+                out.append(_form(item, shift, rename))
+        return tuple(out)
+    return value
+
+
+def canonical_key(
+    scope: Scope, state: ModelState, clock_ms: int, renamings: list[dict[OwnerId, OwnerId]]
+) -> Any:
+    """The canonical form of ``state`` with the store clock at ``clock_ms``."""
+    shown = view(state)
+    forms = [(_form(shown, clock_ms, rename), state.compacted_through) for rename in renamings]
+    return min(forms, key=repr) if len(forms) > 1 else forms[0]
+
+
+def exact_key(scope: Scope, state: ModelState, clock_ms: int, renamings: Any) -> Any:
+    """A state's exact value and clock (no abstraction)."""
+    del scope, renamings
+    return (view(state), state.compacted_through, clock_ms)
+
+
+# -- the walk ---------------------------------------------------------------------
+
+
+def apply(model: ModelRunStore, dial: Dial, node: Node, move: Move) -> tuple[Any, ModelState, int]:
+    """Apply ``move`` to the model set to ``node``: the answer, the state and the clock after."""
+    model._state = node.state
+    dial.ms = node.clock_ms
+    if isinstance(move, Tick):
+        return None, node.state, move.ms
+    outcome = perform(model, move)
+    return outcome, model._state, node.clock_ms
+
+
+class Walker:
+    """A breadth-first walk of ``scope`` over the reference model, one node at a time.
+
+    ``expand(index)`` applies every move of the scope to node ``index``, checks every
+    invariant on every step (``check_state``, ``check_transition``) and adds each state
+    reached for the first time as a node one level deeper; ``graph`` is the walk so far.
+    ``canonical=False`` keys states by their exact value (the unabstracted walk)."""
+
+    def __init__(self, scope: Scope, *, canonical: bool = True) -> None:
+        self.model, self.dial = start(scope)
+        self.renamings = _permutations(scope) if canonical else [{}]
+        self.key_of = canonical_key if canonical else exact_key
+        self.graph = Walk(scope)
+        root = Node(self.model._state, self.dial.ms, -1, None, None, 0)
+        self.graph.nodes.append(root)
+        self.seen = {self.key_of(scope, root.state, root.clock_ms, self.renamings)}
+        check_state(view(root.state))
+
+    def expand(self, index: int) -> bool:
+        """Expand node ``index``; False when the reference broke an invariant (``failure``)."""
+        graph, scope = self.graph, self.graph.scope
+        node = graph.nodes[index]
+        before = view(node.state)
+        for move in moves(scope, node.state, node.clock_ms):
+            outcome, after_state, after_clock = apply(self.model, self.dial, node, move)
+            graph.transitions += 1
+            if isinstance(move, Call):
+                graph.outcomes.add((move.method, _shape(outcome)))
+                after = before if after_state is node.state else view(after_state)
+                try:
+                    check_state(after)
+                    check_transition(before, after, Step(move, outcome))
+                except InvariantViolation as error:
+                    graph.failure = ReferenceFailure(
+                        index, move, outcome, type(error).__name__, str(error)
+                    )
+                    return False
+            if after_state is node.state and after_clock == node.clock_ms:
+                continue
+            key = self.key_of(scope, after_state, after_clock, self.renamings)
+            if key in self.seen:
+                continue
+            self.seen.add(key)
+            graph.nodes.append(Node(after_state, after_clock, index, move, outcome, node.depth + 1))
+        return True
+
+
+def walk(
+    scope: Scope,
+    *,
+    canonical: bool = True,
+    deadline: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Walk:
+    """Walk ``scope`` breadth-first over the reference model, checking every invariant on
+    every step, until every state within the scope's depth was expanded (``exhausted``), the
+    reference broke an invariant (``failure``), or ``clock()`` passed ``deadline``."""
+    walker = Walker(scope, canonical=canonical)
+    graph = walker.graph
+    index = 0
+    while index < len(graph.nodes):
+        if graph.nodes[index].depth < scope.depth:
+            if deadline is not None and clock() > deadline:
+                return graph
+            if not walker.expand(index):
+                return graph
+        index += 1
+    graph.exhausted = True
+    return graph
+
+
+def _shape(outcome: Any) -> str:
+    """An answer's kind: the outcome class, or the error's code."""
+    if isinstance(outcome, Raised):
+        return f"raised {outcome.code}"
+    return type(outcome).__name__

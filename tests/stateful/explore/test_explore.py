@@ -1,0 +1,240 @@
+"""Exhaustive exploration: the walk, its canonical form, stores and regression files.
+
+The default run uses the ``tiny`` scope (one run, two owners on two hosts,
+three moves deep), which walks in well under a second; the shipped stores at
+the small and medium scopes are campaigns (``-m campaign``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import attrs
+import pytest
+
+from runstore import ManualClock
+from runstore._values import LivenessEvidence
+from runstore.model import ModelRunStore
+from runstore.stateful import Capabilities, Counterexample, Exploration, explore
+from runstore.stateful._explore._scope import SCOPES, moves, scope_named, stale_snapshot
+from runstore.stateful._explore._walk import Walker, start, walk
+
+ROOT = Path(__file__).resolve().parents[3]
+TINY = SCOPES["tiny"]
+
+
+class StealsWithoutEvidence(ModelRunStore):
+    """A planted bug: ``steal`` without evidence is taken as if the owner's host had
+    vouched that it is gone (the fencing rule's evidence skipped on one code path)."""
+
+    def steal(self, run_id, expected, claimant, now_ms, evidence):
+        if evidence is None and getattr(expected, "owner", None) is not None:
+            same = expected.owner.host_id == claimant.host_id
+            kind = "same-host-pid-dead" if same else "cross-host-unreachable-stale"
+            evidence = LivenessEvidence(expected.owner, now_ms, kind)
+        return super().steal(run_id, expected, claimant, now_ms, evidence)
+
+
+def steals_without_evidence(clock: ManualClock, path: Path) -> ModelRunStore:
+    """The planted store, as a store factory."""
+    return StealsWithoutEvidence(clock=clock)
+
+
+def model_store(clock: ManualClock, path: Path) -> ModelRunStore:
+    """The reference model as a store under test."""
+    return ModelRunStore(clock=clock)
+
+
+MODEL_ONLY = Capabilities(reopen=False)
+
+
+def test_the_tiny_scope_is_exhausted_on_the_model() -> None:
+    """The model alone: every state of the tiny scope reached, every invariant held."""
+    result = explore(scope="tiny")
+    assert isinstance(result, Exploration)
+    assert result.exhausted
+    assert result.failure is None
+    assert result.clean
+    assert result.depth == TINY.depth
+    assert result.states > 50
+    assert result.transitions > result.states
+
+
+def test_the_canonical_walk_agrees_with_the_unabstracted_one() -> None:
+    """Identifying states (time relative to the clock, owners of one host interchangeable)
+    changes neither the verdict nor the set of answers each operation gave, and reaches no
+    more states than the exact walk."""
+    canonical = walk(TINY)
+    exact = walk(TINY, canonical=False)
+    assert canonical.exhausted
+    assert exact.exhausted
+    assert canonical.failure is None
+    assert exact.failure is None
+    assert canonical.outcomes == exact.outcomes
+    assert len(canonical.nodes) <= len(exact.nodes)
+
+
+def test_owner_symmetry_identifies_states() -> None:
+    """At the small scope's first level, a claim by h1:p1 and one by h1:p2 reach one
+    canonical state; one by h2:p1 another."""
+    scope = attrs.evolve(scope_named("small"), depth=1)
+    canonical, exact = walk(scope), walk(scope, canonical=False)
+    assert len(canonical.nodes) < len(exact.nodes)
+
+
+def test_every_move_of_a_state_is_listed_in_a_fixed_order() -> None:
+    """The same state gives the same moves, so a walk is deterministic."""
+    model, dial = start(TINY)
+    first = moves(TINY, model._state, dial.ms)
+    assert first == moves(TINY, model._state, dial.ms)
+    methods = {getattr(move, "method", "tick") for move in first}
+    assert {"claim", "claim_and_own", "steal", "transition_owned", "list_runs"} <= methods
+
+
+def test_a_stale_snapshot_is_never_the_current_one() -> None:
+    """The stale snapshot a scope passes differs from the row's own."""
+    model, _ = start(scope_named("small"))
+    for row in model._state.rows.values():
+        assert stale_snapshot(row) != row.snapshot
+
+
+def test_the_model_as_a_store_exhausts_the_tiny_scope_clean() -> None:
+    """No false alarm: the reference put under test as a store agrees on every transition."""
+    result = explore(store_factory=model_store, capabilities=MODEL_ONLY, scope="tiny")
+    assert result.clean, result.describe()
+    assert result.programs > 0
+    assert result.programs_depth == TINY.depth_k
+
+
+def test_a_planted_bug_is_found_as_a_shortest_program(tmp_path: Path) -> None:
+    """A steal without evidence taken as if it had some: found two moves deep (own the run,
+    steal it with no evidence, which the contract refuses), written as a regression file."""
+    result = explore(
+        store_factory=steals_without_evidence,
+        capabilities=MODEL_ONLY,
+        scope="tiny",
+        out=tmp_path,
+    )
+    assert not result.exhausted
+    found = result.failure
+    assert isinstance(found, Counterexample)
+    assert found.check in ("OutcomeMismatch", "StealWithoutStaleness")
+    steps = found.program.splitlines()
+    assert steps[-1].startswith("steal(")
+    assert "evidence=None" in steps[-1]
+    # the setup's create, then the two moves: no shorter program shows it
+    assert len(steps) == 3
+    assert "state_json='" not in found.program
+    assert '"n"' not in found.program
+    assert found.path is not None
+    assert found.path.exists()
+
+
+def _run_regression(path: Path, tmp_path: Path) -> BaseException | None:
+    spec = importlib.util.spec_from_file_location(f"regression_{path.stem}", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    tests = [getattr(module, name) for name in dir(module) if name.startswith("test_")]
+    assert len(tests) == 1
+    try:
+        tests[0](tmp_path)
+    except BaseException as error:
+        return error
+    return None
+
+
+def test_the_regression_file_fails_exactly_while_the_bug_is_there(tmp_path: Path) -> None:
+    """The file written for the shortest program fails against the planted store and passes
+    once the store is the reference (the bug fixed)."""
+    result = explore(
+        store_factory=steals_without_evidence,
+        capabilities=MODEL_ONLY,
+        scope="tiny",
+        out=tmp_path / "out",
+    )
+    assert result.failure is not None
+    assert result.failure.path is not None
+    path = result.failure.path
+    failed = _run_regression(path, tmp_path / "buggy")
+    assert isinstance(failed, AssertionError)
+    fixed = path.with_name("test_fixed.py")
+    fixed.write_text(
+        path.read_text().replace("import steals_without_evidence as", "import model_store as")
+    )
+    assert "model_store as open_store" in fixed.read_text()
+    assert _run_regression(fixed, tmp_path / "fixed") is None
+
+
+def test_a_run_out_of_time_is_not_exhausted() -> None:
+    """A walk cut by its time budget says how far it got and is not exhausted."""
+    ticks = iter(range(1_000_000))
+    result = explore(scope="small", seconds=5, clock=lambda: float(next(ticks)))
+    assert not result.exhausted
+    assert result.failure is None
+    assert result.states > 0
+    assert result.transitions > 0
+
+
+def test_bad_arguments_are_value_errors() -> None:
+    """An unknown scope or target, or two things under test, raise ``ValueError``."""
+    with pytest.raises(ValueError, match="unknown scope"):
+        explore(scope="huge")
+    with pytest.raises(ValueError, match="unknown target"):
+        explore(target="no-such-target")
+    with pytest.raises(ValueError, match="one of"):
+        explore(target="model", store_factory=model_store)
+
+
+def test_the_walker_reports_a_broken_reference_invariant() -> None:
+    """An invariant the reference itself breaks stops the walk as the suite's defect."""
+    walker = Walker(TINY)
+    assert walker.expand(0)
+    assert walker.graph.failure is None
+
+
+def _cli(*arguments: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "runstore", "explore", *arguments],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_the_command_exits_2_on_a_usage_error() -> None:
+    """``runstore explore`` with an unknown target says so and exits 2."""
+    done = _cli("--target", "no-such-target")
+    assert done.returncode == 2
+    assert "unknown target" in done.stderr
+
+
+def test_the_command_exits_3_when_time_runs_out() -> None:
+    """A budget too small for the scope: exit 3, saying how far the walk got."""
+    done = _cli("--scope", "medium", "--seconds", "0.5")
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "time ran out first" in done.stdout
+    assert "states" in done.stdout
+    assert "depth" in done.stdout
+
+
+def test_the_command_exits_1_on_a_divergence(tmp_path: Path) -> None:
+    """A planted bug: exit 1, the shortest program printed and written (1 wins over 3: a
+    budget the walk outlives still reports what it found first)."""
+    done = _cli(
+        "--store",
+        "tests.stateful.explore.test_explore:steals_without_evidence",
+        "--capabilities",
+        "reopen=false",
+        "--out",
+        str(tmp_path),
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "steal(" in done.stdout
+    assert list(tmp_path.glob("test_regression_*.py"))
