@@ -127,7 +127,7 @@ OVERLAPS: dict[tuple[str, str], tuple[str, ...]] = {
         # Cancellation.
         ("request_cancel", "acknowledge_cancel", "cancel"),
         ("request_cancel", "transition_owned", "cancel"),
-        ("request_cancel", "steal", "cancel zombies"),
+        ("request_cancel", "steal", "zombies"),
         ("request_cancel", "claim_and_own", "cancel"),
         ("acknowledge_cancel", "transition_owned", "cancel"),
         ("acknowledge_cancel", "steal", "zombies"),
@@ -415,13 +415,15 @@ class Worker:
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Call the store; an exception is returned, not raised (the recorder
         has written it down; a store that crashes is reported, not obeyed).
-        A takeover with evidence first lets go an owner held on that run."""
+        A takeover with evidence (or a zombie hunter's cancel request) first
+        lets go an owner held on that run, and waits for the instant it names."""
         if (
             self.board is not None
             and method in TAKEOVERS
             and args
             and (method != "claim_and_own" or len(args) > 4 or "evidence" in kwargs)
-        ):
+        ) or (self.board is not None and method == "request_cancel" and self.mode == "zombies"):
+            # A zombie hunter's cancel request joins the takeover's instant too.
             self.board.wake(args[0])
         try:
             return getattr(self.store, method)(*args, **kwargs)
