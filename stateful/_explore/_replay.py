@@ -207,12 +207,18 @@ def _from_node(
     dirty = True
     before: StoreState | None = None
     unchanged = sut.expected(node.state)
+    checked_itself = False
     for move in moves(graph.scope, node.state, node.clock_ms):
         if dirty:
             sut.build(path)
             progress.rebuilds += 1
             before = sut.view(sut.store)
             dirty = False
+            if not checked_itself:
+                checked_itself = True
+                broken = _self_check(sut.store)
+                if broken is not None:
+                    return Divergence(tuple(path), broken[0], broken[1], unchanged)
         assert before is not None
         model_out, after_state, _ = apply(model, dial, node, move)
         progress.transitions += 1
@@ -227,6 +233,23 @@ def _from_node(
         if verdict is not None:
             return Divergence((*path, (move, model_out)), verdict[0], verdict[1], expected)
         dirty = after_state is not node.state or after != before
+    return None
+
+
+def _self_check(store: Any) -> tuple[str, str] | None:
+    """The store's own ``check_invariants()`` (when it has one), as the machines run it at the
+    end of a program that passed every check: None when it passes."""
+    check = getattr(store, "check_invariants", None)
+    if not callable(check):
+        return None
+    try:
+        check()
+    except AssertionError as error:
+        text = str(error)
+        text = text if len(text) <= 400 else f"{text[:400]}...({len(text)} characters)"
+        return "StoreInvariantsFailed", f"the store's own check_invariants() failed: {text}"
+    except Exception as error:
+        return "StoreCrashed", f"check_invariants() raised {type(error).__name__}"
     return None
 
 
