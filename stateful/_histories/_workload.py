@@ -483,7 +483,8 @@ class Worker:
         roll = rng.random()
         if roll < 0.25 and self.offers("claim_next"):
             self.claim_next()
-        elif roll < 0.32 and self.offers("purge_settled"):
+        elif roll < 0.28 and self.offers("purge_settled"):
+            # Rarer than the rest: every purge is a term of the revision count.
             self.call("purge_settled", self.clock.now_ms() - 20_000)
         elif roll < 0.40:
             self.call("request_cancel", self.pick(3), self.now())
@@ -529,7 +530,7 @@ class Worker:
         elif roll < 0.27:
             # A round or child created early, perhaps twice: the store decides.
             self.create(rng.choice(window))
-        elif roll < 0.33 and self.offers("purge_settled"):
+        elif roll < 0.30 and self.offers("purge_settled"):
             self.call("purge_settled", self.clock.now_ms() - 20_000)
         elif roll < 0.38:
             run_id = self.run_id(rng.choice(window))
