@@ -685,10 +685,13 @@ def check_partition(
     max_unknown: int = MAX_UNKNOWN,
     max_steps: int = MAX_STEPS,
     shrink_violations: bool = True,
+    start: Node | None = None,
 ) -> PartitionVerdict:
-    """The verdict on one object."""
+    """The verdict on one object, searched from ``start`` (by default the object's part of
+    ``initial``)."""
     started = time.perf_counter()
-    start = make_node(initial_state(initial, partition.runs))
+    if start is None:
+        start = make_node(initial_state(initial, partition.runs))
     found = search_partition(
         partition.operations, start, max_unknown=max_unknown, max_steps=max_steps
     )
@@ -803,6 +806,9 @@ def check_history(
     )
 
 
+#: Model steps the union objects of one history may spend together.
+MAX_RULE_STEPS: Final = 1_000_000
+
 #: The rules ``judge_rules`` judges, by name.
 BATCH_RULE: Final = "heartbeat_many is atomic"
 CLAIM_RULE: Final = "claim_next takes the oldest"
@@ -817,24 +823,50 @@ def judge_rules(
     excluded: Sequence[tuple[Operation, str]] = (),
     max_unknown: int = MAX_UNKNOWN,
     max_steps: int = MAX_STEPS,
+    max_rule_steps: int = MAX_RULE_STEPS,
     shrink: bool = True,
 ) -> tuple[RuleVerdict, ...]:
     """The rules that span objects (``runstore.stateful._histories._rules``), judged over
     ``history`` whose ``partitions`` got ``verdicts`` (and whose ``excluded`` operations were
     left out of them), from ``initial``; ``max_unknown``, ``max_steps`` and ``shrink`` as
-    ``check_history`` takes them for each union object."""
+    ``check_history`` takes them for each union object, and ``max_rule_steps`` the model
+    steps all union objects may spend together (smallest first; the rest are left out)."""
     orders = {v.key: v.linearization for v in verdicts if v.linearization is not None}
-    unions, left_out = batch_objects(history, partitions, orders)
+    unions, left_out = batch_objects(history, partitions, orders, initial)
     judged = 0
     batch_violations = []
-    for union in unions:
-        verdict = check_partition(
-            union.partition,
-            initial,
-            max_unknown=max_unknown,
-            max_steps=max_steps,
-            shrink_violations=shrink,
-        )
+    # Smallest first, within one budget of model steps for them all.
+    remaining = max_rule_steps
+    for union in sorted(unions, key=lambda u: len(u.partition.operations) * len(u.starts)):
+        verdict = None
+        # A violation only when the union is one from every state it may start in
+        # (shrunk once that is known).
+        for start in union.starts:
+            if remaining <= 0:
+                verdict = None
+                break
+            verdict = check_partition(
+                union.partition,
+                initial,
+                max_unknown=max_unknown,
+                max_steps=min(max_steps, remaining),
+                shrink_violations=False,
+                start=start,
+            )
+            remaining -= verdict.steps
+            if verdict.result != "violation":
+                break
+        if verdict is not None and verdict.result == "violation" and shrink:
+            verdict = check_partition(
+                union.partition,
+                initial,
+                max_unknown=max_unknown,
+                max_steps=max_steps,
+                start=union.starts[0],
+            )
+        if verdict is None:
+            left_out += 1
+            continue
         if verdict.result == "violation":
             reason = (
                 f"{union.batch.id} heartbeat_many of {', '.join(verdict.runs)}: the snapshot "

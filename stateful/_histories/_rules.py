@@ -15,11 +15,12 @@ relate objects, and a per-object check cannot see them broken:
   partly cannot be placed.
 - **``claim_next`` takes the oldest claimable run**, other than runs a
   concurrent write holds locked. ``oldest_claim_findings`` judges it as a
-  property of each call that took a run ``X``, against every other object
-  ``P``: when no operation on ``P`` that may write overlaps the call (so no
-  concurrent write can hold a row of ``P``) and none of ``P``'s operations
-  of unknown outcome was invoked before the call returned, ``P``'s state is
-  the same at every instant of the call. If in *every* state the object's
+  property of each call that took a run ``X``, against every object ``P``
+  (``X``'s own included, the call's part there set aside): when no other
+  operation on ``P`` that may write overlaps the call (so no concurrent write
+  can hold a row of ``P``) and none of ``P``'s operations of unknown outcome
+  was invoked before the call returned, ``P``'s state just before the call
+  takes effect is the same at every instant of the call. If in *every* state the object's
   earlier writes can leave it in (every order of them that respects real
   time and answers what each answered) a run of ``P`` older than ``X`` (by
   ``(created_at_ms, run_id)``, the model's order) is one
@@ -35,12 +36,16 @@ state during the call is fixed, by every order its history allows.
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Final
 
 import attrs
+from sortedcontainers import SortedList
 
 from runstore import RunPage, RunRow, RunStoreError, StoreState, Updated
+from runstore.model._state import ModelState
 
 from ._history import Operation
 from ._spec import (
@@ -130,20 +135,95 @@ class BatchObject:
     snapshots: tuple[Operation, ...]
     """The snapshot reads that overlapped it."""
     partition: Partition
-    """The union of the objects it names, with the batch whole and each snapshot one read."""
+    """The union of the objects it names, with the batch whole and each snapshot one read:
+    the operations of a window of time around them."""
+    starts: tuple[Node, ...]
+    """The states the union may be in when the window opens (one for each way its objects'
+    earlier writes can leave them); the union is a violation only if it is one from each."""
+
+
+#: Start states a union may try (combinations of its objects' states at the window's start).
+MAX_UNION_STARTS: Final = 16
+
+
+def _closed(ops: Sequence[Operation]) -> list[int]:
+    """For each index ``k`` of ``ops`` (sorted by invocation), the latest end of ``ops[:k+1]``
+    (``_NEVER`` once one of unknown outcome came: it may take effect any time later)."""
+    reach = 0
+    found = []
+    for op in ops:
+        end = _NEVER if op.unknown or op.returned_ns is None else op.returned_ns
+        reach = max(reach, end)
+        found.append(reach)
+    return found
+
+
+def _window(ops: Sequence[Operation], first: int, last: int) -> tuple[int, int]:
+    """Indices ``(k, e)`` of ``ops`` (sorted by invocation) such that every operation before
+    ``k`` returned before ``ops[k]`` was invoked and was invoked no later than ``first``, and
+    every operation before ``e`` returned before ``ops[e]`` was invoked, which is after
+    ``last``: in every order that respects real time, ``ops[:k]`` come first and ``ops[e:]``
+    last. ``(0, len(ops))`` when there are no such cuts."""
+    reach = _closed(ops)
+    k = 0
+    for index in range(1, len(ops)):
+        if ops[index].invoked_ns > first:
+            break
+        if reach[index - 1] < ops[index].invoked_ns:
+            k = index
+    e = len(ops)
+    for index in range(k + 1, len(ops)):
+        if ops[index].invoked_ns > last and reach[index - 1] < ops[index].invoked_ns:
+            e = index
+            break
+    return k, e
+
+
+def merge_states(states: Iterable[ModelState]) -> ModelState:
+    """One state holding the rows, leases, facts and acknowledgements of ``states`` (of
+    disjoint objects); its revision and change feed start afresh, as ``initial_state``'s do."""
+    rows: dict[str, Any] = {}
+    leases: dict[str, Any] = {}
+    facts: dict[str, Any] = {}
+    acknowledgements: dict[str, Any] = {}
+    for state in states:
+        rows.update(state.rows)
+        leases.update(state.leases)
+        facts.update(state.facts)
+        acknowledgements.update(state.acknowledgements)
+    return ModelState(
+        order=SortedList((row.created_at_ms, row.run_id) for row in rows.values()),
+        rows=MappingProxyType(rows),
+        leases=MappingProxyType(leases),
+        facts=MappingProxyType(facts),
+        acknowledgements=MappingProxyType(acknowledgements),
+        changes=MappingProxyType({}),
+        revision=0,
+    )
 
 
 def batch_objects(
     history: Sequence[Operation],
     partitions: Sequence[Partition],
     judged: Iterable[str],
+    initial: StoreState | None = None,
+    *,
+    max_state_steps: int = MAX_STATE_STEPS,
 ) -> tuple[list[BatchObject], int]:
     """The union objects to search for every ``heartbeat_many`` of ``history``
     that wrote (or may have written) two or more runs while a snapshot read
     overlapped it, over the objects of ``partitions`` whose keys are in
-    ``judged`` (the linearizable ones); also how many such batches were left
-    out (an object not judged, or a union past ``MAX_UNION_OPERATIONS``)."""
+    ``judged`` (the linearizable ones), from ``initial``; also how many such
+    batches were left out (an object not judged, a union past
+    ``MAX_UNION_OPERATIONS``, too many start states).
+
+    Each union holds a window of time around the batch and its snapshots: on
+    each object, the operations from the last instant before them when
+    everything earlier had returned (those earlier writes all come first in
+    any legal order; the states they can leave the object in are enumerated
+    within ``max_state_steps``) to the first such instant after them."""
     ok = set(judged)
+    spec = Spec()
     owner: dict[str, Partition] = {}
     for partition in partitions:
         if partition.key == INADMISSIBLE:
@@ -155,6 +235,28 @@ def batch_objects(
         for op in history
         if op.method in SNAPSHOT_READS and op.status == "ok" and op.returned_ns is not None
     ]
+    cuts: dict[str, list[tuple[int, list[Node]]]] = {}
+
+    def states_at(partition: Partition, k: int) -> list[Node] | None:
+        """The states ``partition``'s writes before index ``k`` (a closed cut) can leave it in,
+        enumerated on from the latest cut met before (None past the budget)."""
+        known = cuts.setdefault(
+            partition.key, [(0, [make_node(initial_state(initial, partition.runs))])]
+        )
+        since, states = max((cut for cut in known if cut[0] <= k), key=lambda cut: cut[0])
+        if since == k:
+            return states
+        segment = [op for op in partition.operations[since:k] if op.method not in _NEVER_LOCKS]
+        found: dict[Any, Node] = {}
+        for node in states:
+            ends = _end_states(segment, node, spec, max_state_steps)
+            if ends is None:
+                return None
+            for end, _ in ends:
+                found.setdefault(end.key, end)
+        known.append((k, list(found.values())))
+        return list(found.values())
+
     built: list[BatchObject] = []
     skipped = 0
     for batch in history:
@@ -172,22 +274,40 @@ def batch_objects(
             continue
         runs = frozenset(rid for p in objects.values() for rid in p.runs)
         prefixes = tuple(f"{op.id}/" for op in (batch, *seen))
-        ops = [
-            op for p in objects.values() for op in p.operations if not op.id.startswith(prefixes)
-        ]
+        first = min(op.invoked_ns for op in (batch, *seen))
+        last = max(op.returned_ns or _NEVER for op in (batch, *seen))
+        ops: list[Operation] = []
+        choices: list[list[Node]] = []
+        for partition in objects.values():
+            every = partition.operations
+            k, e = _window(every, first, last)
+            if any(op.id.startswith(prefixes) for op in every[:k]):
+                k = 0
+            states = states_at(partition, k) if k else None
+            if not states:
+                k, states = 0, [make_node(initial_state(initial, partition.runs))]
+            ops.extend(op for op in every[k:e] if not op.id.startswith(prefixes))
+            choices.append(states)
+        combinations = 1
+        for states in choices:
+            combinations *= len(states)
         ops.append(_restricted(batch, written))
         for snapshot in seen:
             part = _snapshot_part(snapshot, runs)
             if part is not None:
                 ops.append(part)
-        if len(ops) > MAX_UNION_OPERATIONS:
+        if len(ops) > MAX_UNION_OPERATIONS or combinations > MAX_UNION_STARTS:
             skipped += 1
             continue
         ops.sort(key=lambda o: (o.invoked_ns, o.id))
         partition = Partition(
             key=f"heartbeat_many {batch.id}", runs=tuple(sorted(runs)), operations=tuple(ops)
         )
-        built.append(BatchObject(batch, tuple(seen), partition))
+        starts = tuple(
+            make_node(merge_states(node.state for node in combination))
+            for combination in itertools.product(*choices)
+        )
+        built.append(BatchObject(batch, tuple(seen), partition, starts))
     return built, skipped
 
 
@@ -314,11 +434,15 @@ class _Timeline:
         self.nodes: list[Node] = []
 
     def quiet_during(self, call: Operation) -> int | None:
-        """How many writes precede ``call`` when none overlaps it (and none of unknown outcome was
-        invoked before it returned); None otherwise."""
-        end = call.returned_ns if call.returned_ns is not None else _NEVER
-        count = bisect.bisect_left(self.invoked, end)
+        """How many writes precede ``call`` when none but the call's own part overlaps it (and none
+        of unknown outcome was invoked before it returned); None otherwise."""
+        count = bisect.bisect_left(self.invoked, call.invoked_ns)
         if count and self.reach[count - 1] > call.invoked_ns:
+            return None
+        end = call.returned_ns if call.returned_ns is not None else _NEVER
+        own = f"{call.id}/"
+        during = self.writes[count : bisect.bisect_left(self.invoked, end)]
+        if any(not op.id.startswith(own) for op in during):
             return None
         return count
 
@@ -385,8 +509,6 @@ def oldest_claim_findings(
             continue
         alive = lifetimes.alive(call)
         for timeline in timelines:
-            if taken_row.run_id in timeline.partition.runs:
-                continue
             if not alive.intersection(timeline.partition.runs):
                 continue  # every run of it settled before the call (or not yet created)
             count = timeline.quiet_during(call)

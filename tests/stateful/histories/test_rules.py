@@ -353,3 +353,30 @@ def test_claim_next_is_not_judged_beside_a_write_the_checker_does_not_know():
     assert rule(verdict, CLAIM_RULE).skipped == 1
     later = attrs.evolve(unknown, invoked_ns=call.returned_ns + 5, returned_ns=call.returned_ns + 9)
     assert check_history([*history, later]).status == "violation"
+
+
+def test_claim_next_is_judged_on_the_taken_runs_own_lineage():
+    """The root r1 of a lineage is pending and older than its round r2:
+    a claim_next that took r2 passed over r1 on the same object (the call's
+    own part there is set aside); taking r1 checks."""
+    store, clock, recorder = recorded()
+    store.create("r1", "{}")
+    clock.advance(1)
+    store.create("r2", "{}", lineage_id="r1", round_ordinal=1)
+    clock.advance(1)
+    store.claim_next(B, clock.now_ms())
+    history = recorder.operations()
+    call = history[-1]
+    assert call.value.run_id == "r1"
+    assert check_history(history).ok
+    other = attrs.evolve(
+        call.value,
+        run_id="r2",
+        created_at_ms=call.value.created_at_ms + 1,
+        lineage_id="r1",
+        round_ordinal=1,
+    )
+    verdict = check_history([*history[:-1], attrs.evolve(call, value=other)])
+    assert all(p.result == "linearizable" for p in verdict.partitions)
+    (violation,) = rule(verdict, CLAIM_RULE).violations
+    assert "the older r1 was claimable" in (violation.reason or "")
