@@ -795,6 +795,9 @@ def check_history(
         max_unknown=max_unknown,
         max_steps=max_steps,
         shrink=shrink,
+        max_shrunk=None
+        if max_shrunk is None
+        else max(0, max_shrunk - sum(1 for v in verdicts if v.minimal is not None)),
     )
     return HistoryVerdict(
         partitions=tuple(verdicts),
@@ -825,12 +828,14 @@ def judge_rules(
     max_steps: int = MAX_STEPS,
     max_rule_steps: int = MAX_RULE_STEPS,
     shrink: bool = True,
+    max_shrunk: int | None = None,
 ) -> tuple[RuleVerdict, ...]:
     """The rules that span objects (``runstore.stateful._histories._rules``), judged over
     ``history`` whose ``partitions`` got ``verdicts`` (and whose ``excluded`` operations were
     left out of them), from ``initial``; ``max_unknown``, ``max_steps`` and ``shrink`` as
-    ``check_history`` takes them for each union object, and ``max_rule_steps`` the model
-    steps all union objects may spend together (smallest first; the rest are left out)."""
+    ``check_history`` takes them for each union object (``max_shrunk``: how many of their
+    violations may be shrunk), and ``max_rule_steps`` the model steps all union objects may
+    spend together (smallest first; the rest are left out)."""
     orders = {v.key: v.linearization for v in verdicts if v.linearization is not None}
     unions, left_out = batch_objects(history, partitions, orders, initial)
     judged = 0
@@ -856,7 +861,8 @@ def judge_rules(
             remaining -= verdict.steps
             if verdict.result != "violation":
                 break
-        if verdict is not None and verdict.result == "violation" and shrink:
+        shrinkable = max_shrunk is None or len(batch_violations) < max_shrunk
+        if verdict is not None and verdict.result == "violation" and shrink and shrinkable:
             verdict = check_partition(
                 union.partition,
                 initial,
