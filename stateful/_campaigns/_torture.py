@@ -674,7 +674,12 @@ def _judge(
         config,
         f"torture: {len(aimed) - len(missed)} of {len(aimed)} pairs the workloads aim at "
         "were in flight together"
-        + (f" (not: {', '.join(f'{a} with {b}' for a, b in missed)})" if missed else ""),
+        + (
+            f" (not: {', '.join(f'{a} with {b}' for a, b in missed[:3])}"
+            + (f" and {len(missed) - 3} more)" if len(missed) > 3 else ")")
+            if missed
+            else ""
+        ),
     )
     written: list[Path] = []
     for failing in verdict.violations:
