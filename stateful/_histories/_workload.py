@@ -146,7 +146,7 @@ OVERLAPS: dict[tuple[str, str], tuple[str, ...]] = {
         ("transition_owned", "transition_owned", "zombies cancel"),
         ("heartbeat", "transition_owned", "zombies mixed"),
         ("claim", "claim", "mixed"),
-        ("claim", "claim_and_own", "mixed candidates"),
+        ("claim", "claim_and_own", "mixed"),
         ("claim", "activate", "mixed"),
     )
 }
