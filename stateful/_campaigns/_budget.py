@@ -50,7 +50,7 @@ WALL_SECONDS = 300.0
 MIN_SHRINK_SECONDS = 20.0
 #: The small scope's exhaustive exploration gets this long per store or strategy under
 #: test; a walk not exhausted within it fails the run (a partial walk is never a pass).
-EXPLORE_SECONDS = 900.0
+EXPLORE_SECONDS = 1800.0
 
 
 @attrs.frozen

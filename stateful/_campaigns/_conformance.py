@@ -153,7 +153,7 @@ def run_conformance(
     applied to the store (or to the SQLite adapter over the strategy) and
     compared. None (the default) walks it under the default budget only, not
     with ``settings`` or a profile; True always; False never. It runs after
-    the machines pass, within 900 s per store or strategy under test; a walk
+    the machines pass, within 1 800 s per store or strategy under test; a walk
     that is not exhausted by then fails the run with ``ConformanceError``
     saying how far it got (a partial walk is never a pass), and a failure it
     finds is raised as the failing check (``OutcomeMismatch``,

@@ -30,6 +30,7 @@ from runstore._values import (
     RunSnapshot,
     TransitionGuard,
 )
+from runstore.model import ModelRunStore
 from runstore.model._state import ModelState
 
 from .._base._domain import START_MS, STATE_TEXTS, fresh
@@ -38,6 +39,8 @@ from .._base._steps import Call, call
 #: The evidence kinds, each a selector of its own.
 KINDS: Final = ("lease-expired", "same-host-pid-dead", "cross-host-unreachable-stale")
 SKEW: Final = HEARTBEAT_SKEW_ALLOWANCE_MS
+#: ``claim_next_many`` is a move once the reference has it (the performance issue).
+_CLAIMS_MANY: Final = hasattr(ModelRunStore, "claim_next_many")
 STALE: Final = HEARTBEAT_STALE_AFTER_MS
 #: A run id no run ever has (``heartbeat_many``'s missing run).
 MISSING_RUN: Final = "never"
@@ -336,6 +339,16 @@ def _finding_work(scope: Scope, state: ModelState, clock_ms: int) -> list[Move]:
         for now in (clock_ms, clock_ms + SKEW):
             out.append(call("claim_next", ("owner", who), ("now_ms", now)))
         out.append(call("claim_next", ("owner", who), ("now_ms", clock_ms), status="suspended"))
+        if _CLAIMS_MANY:
+            for limit in (1, 2):
+                out.append(
+                    call(
+                        "claim_next_many",
+                        ("owner", who),
+                        ("now_ms", clock_ms),
+                        ("limit", limit),
+                    )
+                )
         for batch in (run_ids, [*reversed(run_ids), MISSING_RUN]):
             out.append(
                 call("heartbeat_many", ("owner", who), ("run_ids", batch), ("now_ms", clock_ms))
