@@ -1,13 +1,13 @@
-"""A PostgreSQL store that replays a write whose commit was not answered.
+"""A PostgreSQL store that replays a settle whose commit was not answered.
 
-The bug: when the connection drops after a write was sent and before its
-answer arrived (``persistence_failed`` with ``outcome_unknown``), the store
-reconnects and runs the operation again, as if the first attempt had surely
-failed ("connection errors are transient"). If the first attempt committed,
-the replay meets its own work: a claim answers ``AlreadyClaimed`` for the
-claim it made, a create fails on the run it created, a heartbeat stamps
-twice. Without lost acknowledgements aimed at commits this needs a server
-restart to land exactly there.
+The bug: when the connection drops after ``transition_owned`` was sent and
+before its answer arrived (``persistence_failed`` with ``outcome_unknown``),
+the store reconnects and runs it again, as if the first attempt had surely
+failed ("a settle must not be lost"). If the first attempt committed, the
+replay meets its own work: the run is no longer owned, and the call answers
+``FenceLost`` for the settle it made (or settles twice over a state written
+since). Without lost acknowledgements aimed at commits this needs a server
+restart to land during a settle.
 """
 
 from __future__ import annotations
@@ -18,24 +18,7 @@ from runstore.postgres import PostgresRunStore
 
 KIND = "race"
 
-_WRITES = (
-    "create",
-    "claim",
-    "claim_and_own",
-    "activate",
-    "abandon_claim",
-    "recover_claim",
-    "heartbeat",
-    "reconfirm",
-    "transition_owned",
-    "steal",
-    "request_cancel",
-    "request_cancel_lineage",
-    "acknowledge_cancel",
-    "claim_next",
-    "heartbeat_many",
-    "purge_settled",
-)
+_WRITES = ("transition_owned",)
 
 
 def _replaying(name):

@@ -113,8 +113,8 @@ def test_the_history_of_a_cut_write_still_checks() -> None:
 
 
 def test_a_store_that_replays_a_lost_commit_is_seen() -> None:
-    """The zoo's store that replays a write whose answer was lost answers
-    ``AlreadyClaimed``-like losses for its own claim: the history fails."""
+    """The zoo's store that replays a settle whose answer was lost answers
+    ``FenceLost`` for the settle it made: the history fails."""
     from tests.zoo.race_pg_replays_lost_ack import factory
 
     url = database_url()
@@ -124,10 +124,12 @@ def test_a_store_that_replays_a_lost_commit_is_seen() -> None:
         try:
             store.create("r1", "{}")
             snapshot = store.get("r1").snapshot
+            assert type(store.claim_and_own("r1", snapshot, ME, 1_000)) is Activated
             cutter.arm()
-            outcome = store.claim_and_own("r1", snapshot, ME, 1_000)
-            assert type(outcome) is not Activated
-            assert store.get("r1").owner == ME
+            outcome = store.transition_owned("r1", ME, "completed", '{"done": 1}')
+            assert type(outcome).__name__ == "FenceLost"
+            assert cutter.cuts == 1
+            assert store.get("r1").status == "completed"
         finally:
             store.close()
     assert check_history(recorder.operations()).status == "violation"
