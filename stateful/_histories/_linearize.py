@@ -839,7 +839,7 @@ def judge_rules(
     orders = {v.key: v.linearization for v in verdicts if v.linearization is not None}
     unions, left_out = batch_objects(history, partitions, orders, initial)
     judged = 0
-    batch_violations = []
+    batch_violations: list[PartitionVerdict] = []
     # Smallest first, within one budget of model steps for them all.
     remaining = max_rule_steps
     for union in sorted(unions, key=lambda u: len(u.partition.operations) * len(u.starts)):

@@ -338,10 +338,10 @@ class ClaimRuleCount:
     calls: int
     """``claim_next`` calls that took a run."""
     judged: int
-    """Pairs where some run of the object older than the taken one was claimable in one state
-    the history allows, so every state was enumerated."""
+    """Pairs judged: the object held a live run and no write on it overlapped the call."""
     skipped: int
-    """Pairs left out: the enumeration's budget, or a replay the model could not make."""
+    """Calls beside an excluded write, and pairs whose states could not all be enumerated (the
+    budget, or a replay the model could not make)."""
 
 
 def _key(row: RunRow) -> tuple[int, str]:
@@ -429,6 +429,9 @@ class _Timeline:
             latest = max(latest, position.get(op.id, -1))
             self.latest.append(latest)
         # The states along the order, replayed only as far as a call needs them.
+        self.cuts: list[tuple[int, list[tuple[Node, tuple[tuple[Operation, Result], ...]]]]] = [
+            (0, [(start, ())])
+        ]
         self.order = order
         self.spec = spec
         self.nodes: list[Node] = []
@@ -445,6 +448,28 @@ class _Timeline:
         if any(not op.id.startswith(own) for op in during):
             return None
         return count
+
+    def states_at(
+        self, count: int, budget: int
+    ) -> list[tuple[Node, tuple[tuple[Operation, Result], ...]]] | None:
+        """Every state the first ``count`` writes can leave the object in (each with one legal
+        order of them), when they all returned before any later write was invoked (as
+        ``quiet_during`` ensures); enumerated on from the latest such count met before, within
+        ``budget`` model steps a stretch (None past it)."""
+        known = self.cuts
+        since, states = max((cut for cut in known if cut[0] <= count), key=lambda cut: cut[0])
+        if since == count:
+            return states
+        found: dict[Any, tuple[Node, tuple[tuple[Operation, Result], ...]]] = {}
+        for node, order in states:
+            ends = _end_states(self.writes[since:count], node, self.spec, budget)
+            if ends is None:
+                return None
+            for end, more in ends:
+                found.setdefault(end.key, (end, (*order, *more)))
+        result = list(found.values())
+        known.append((count, result))
+        return result
 
     def state_after(self, count: int) -> Node:
         """The state after the first ``count`` writes, in the order found."""
@@ -490,8 +515,6 @@ def oldest_claim_findings(
         for p in partitions
         if p.key in orders and p.key != INADMISSIBLE
     ]
-    cache: dict[tuple[str, int], list[tuple[Node, tuple[tuple[Operation, Result], ...]]] | None]
-    cache = {}
     lifetimes = _Lifetimes(history, initial)
     writers = [
         op
@@ -514,16 +537,11 @@ def oldest_claim_findings(
             count = timeline.quiet_during(call)
             if count is None:
                 continue
+            judged += 1
             suspects = _older_candidates(spec, timeline.state_after(count), call, taken)
             if not suspects:
                 continue
-            judged += 1
-            cache_key = (timeline.partition.key, count)
-            if cache_key not in cache:
-                cache[cache_key] = _end_states(
-                    timeline.writes[:count], timeline.start, spec, max_state_steps
-                )
-            states = cache[cache_key]
+            states = timeline.states_at(count, max_state_steps)
             if not states:
                 skipped += 1
                 continue
