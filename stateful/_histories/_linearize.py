@@ -874,10 +874,11 @@ def judge_rules(
             left_out += 1
             continue
         if verdict.result == "violation":
+            reads = [s.id for s in union.snapshots]
+            shown = ", ".join(reads[:3]) + (f" and {len(reads) - 3} more" if len(reads) > 3 else "")
             reason = (
                 f"{union.batch.id} heartbeat_many of {', '.join(verdict.runs)}: the snapshot "
-                f"reads {', '.join(s.id for s in union.snapshots)} cannot all show it whole or "
-                "not at all"
+                f"reads {shown} cannot all show it whole or not at all"
             )
             batch_violations.append(attrs.evolve(verdict, reason=reason))
         if verdict.result == "unchecked":
