@@ -41,12 +41,9 @@ ZOO = (
 #: caught by ``run_conformance``; ``tests/stateful/explore/test_explore_zoo.py``
 #: explores them, and ``EXPLORE_ZOO.md`` records both verdicts.
 EXPLORE_ZOO = (
-    "checkpoint_ignores_absent_guard",
     "failed_ignores_guard",
     "guarded_suspend_drops_state",
-    "reown_clears_cancel_request",
-    "revision_lag_after_heartbeat_many",
-    "revision_lag_after_lineage_cancel",
+    "revision_lag_after_request_cancel",
     "list_stale_cutoff_inclusive",
     "claim_next_newest_first",
     "claim_next_pending_first",

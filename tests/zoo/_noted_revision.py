@@ -1,18 +1,13 @@
-"""A store whose ``revision()`` answers from memory: the revision is noted at
-the end of every read or write transaction an operation runs, and
-``revision()`` returns the last one noted instead of asking the database. The
-zoo's lagging ``revision()`` is this store with one write that does not note
-it (``forgets``): until the next operation's transaction, ``revision()``
-answers the count from before that write.
-
-(``state()``, an introspection read, runs in a snapshot and notes nothing.)"""
+"""A store whose ``revision()`` answers from memory: each write that changed
+rows notes the revision it committed, and ``revision()`` returns the last one
+noted instead of asking the database (reads, and writes that changed
+nothing, leave the note as it is). The zoo's lagging ``revision()`` is this
+store with one write that does not note it (``forgets``): until the next
+write that changes rows, ``revision()`` answers the count from before it."""
 
 from runstore.sqlite import SqliteRunStore
 
 from ._stores import open_as
-
-#: The introspection reads, made in one snapshot (through ``read``): no operation's.
-_SNAPSHOTS = frozenset({"state", "check_invariants"})
 
 
 class NotedRevision(SqliteRunStore):
@@ -24,7 +19,7 @@ class NotedRevision(SqliteRunStore):
 
 
 def opened(cls, clock):
-    """``cls`` opened in memory, its transactions noting the revision."""
+    """``cls`` opened in memory, its writes noting the revision they committed."""
     store = open_as(cls, clock)
     tm = store._tm
     write, read = tm.write, tm.read
@@ -35,18 +30,13 @@ def opened(cls, clock):
         store.__dict__["_zoo_noted"] = int(row[0])
 
     def noting_write(method, body):
+        changed = tm.connection.total_changes
         try:
             return write(method, body)
         finally:
-            if method not in store.forgets:
+            if tm.connection.total_changes != changed and method not in store.forgets:
                 note()
 
-    def noting_read(method, body):
-        try:
-            return read(method, body)
-        finally:
-            if method not in _SNAPSHOTS:
-                note()
-
-    tm.write, tm.read = noting_write, noting_read
+    tm.write = noting_write
+    note()
     return store

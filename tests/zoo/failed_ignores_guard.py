@@ -18,7 +18,7 @@ capabilities = IN_MEMORY
 #: setup at which ``explore`` finds it (tests/stateful/explore/test_explore_zoo.py).
 BUG_KIND = "fencing"
 EXPLORE_SCOPE = "small"
-SHORTEST = 3
+SHORTEST = 2
 
 _GUARDED = "AND NOT ((?5 IS 'absent'"
 assert _GUARDED in shipped.TRANSITION_SETTLE_WRITE, "the adapter's settle changed"

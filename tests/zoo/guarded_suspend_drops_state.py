@@ -8,7 +8,7 @@ from ._stores import IN_MEMORY, open_as
 from ._transition import PatchedTransition
 
 KIND = "store"
-EXPECTED_CHECK = "StateMismatch"
+EXPECTED_CHECK = "StateNotPreserved"
 capabilities = IN_MEMORY
 #: The explorer's zoo: the kind of bug, and the scope and number of moves after its
 #: setup at which ``explore`` finds it (tests/stateful/explore/test_explore_zoo.py).
