@@ -264,9 +264,9 @@ def _run(
             if node.depth < chosen.depth:
                 if deadline is not None and clock() > deadline:
                     break
-                if not walker.expand(index):
+                if not walker.expand(index, keep=replayer is not None):
                     break
-                if replayer is not None and replayer.node(index) is not None:
+                if replayer is not None and replayer.node(index, walker.last) is not None:
                     break
             index += 1
         else:

@@ -182,12 +182,17 @@ class Replayer:
         self.model = ModelRunStore(clock=Dial(start_ms()))
         self.progress = Progress()
 
-    def node(self, index: int) -> Divergence | None:
-        """Apply every transition from node ``index``; the first divergence, or None."""
+    def node(
+        self, index: int, known: list[tuple[Move, Any, ModelState, StoreState | None]] | None = None
+    ) -> Divergence | None:
+        """Apply every transition from node ``index``; the first divergence, or None. ``known``
+        is the walker's own expansion of the node (``Walker.last``), reused when given."""
         dial = self.model._clock
         assert isinstance(dial, Dial)
         node = self.graph.nodes[index]
-        found = _from_node(self.graph, index, node, self.sut, self.model, dial, self.progress)
+        found = _from_node(
+            self.graph, index, node, self.sut, self.model, dial, self.progress, known
+        )
         self.progress.depth = max(self.progress.depth, node.depth + 1)
         if found is not None:
             self.progress.divergence = found
@@ -202,13 +207,22 @@ def _from_node(
     model: ModelRunStore,
     dial: Dial,
     progress: Progress,
+    known: list[tuple[Move, Any, ModelState, StoreState | None]] | None = None,
 ) -> Divergence | None:
     path = graph.path(index)
+    caps = sut.capabilities
+    # The walker's views are whole states with leases: reusable when the store's are too.
+    reuse_views = caps.whole_state and caps.lease_introspection
     dirty = True
     before: StoreState | None = None
     unchanged = sut.expected(node.state)
     checked_itself = False
-    for move in moves(graph.scope, node.state, node.clock_ms):
+    listed = (
+        [(move, None, None, None) for move in moves(graph.scope, node.state, node.clock_ms)]
+        if known is None
+        else known
+    )
+    for move, known_out, known_state, known_view in listed:
         if dirty:
             sut.build(path)
             progress.rebuilds += 1
@@ -220,7 +234,10 @@ def _from_node(
                 if broken is not None:
                     return Divergence(tuple(path), broken[0], broken[1], unchanged)
         assert before is not None
-        model_out, after_state, _ = apply(model, dial, node, move)
+        if known_state is None:
+            model_out, after_state, _ = apply(model, dial, node, move)
+        else:
+            model_out, after_state = known_out, known_state
         progress.transitions += 1
         if isinstance(move, Tick):
             sut.move(move)
@@ -228,7 +245,12 @@ def _from_node(
             continue
         store_out = sut.move(move)
         after = sut.view(sut.store)
-        expected = unchanged if after_state is node.state else sut.expected(after_state)
+        if after_state is node.state:
+            expected = unchanged
+        elif reuse_views and known_view is not None:
+            expected = known_view
+        else:
+            expected = sut.expected(after_state)
         verdict = judge(sut, move, model_out, store_out, before, after, expected, node.clock_ms)
         if verdict is not None:
             return Divergence((*path, (move, model_out)), verdict[0], verdict[1], expected)

@@ -215,16 +215,22 @@ class Walker:
         root = Node(self.model._state, self.dial.ms, -1, None, None, 0)
         self.graph.nodes.append(root)
         self.seen = {self.key_of(scope, root.state, root.clock_ms, self.renamings)}
+        self.last: list[tuple[Move, Any, ModelState, StoreState | None]] | None = None
         check_state(view(root.state))
 
-    def expand(self, index: int) -> bool:
-        """Expand node ``index``; False when the reference broke an invariant (``failure``)."""
+    def expand(self, index: int, *, keep: bool = False) -> bool:
+        """Expand node ``index``; False when the reference broke an invariant (``failure``).
+        With ``keep``, ``last`` holds every move of the node with the reference's answer, the
+        state it reached and that state's view (None for a clock move), for a replay to reuse."""
         graph, scope = self.graph, self.graph.scope
         node = graph.nodes[index]
         before = view(node.state)
+        kept: list[tuple[Move, Any, ModelState, StoreState | None]] = []
+        self.last = kept if keep else None
         for move in moves(scope, node.state, node.clock_ms):
             outcome, after_state, after_clock = apply(self.model, self.dial, node, move)
             graph.transitions += 1
+            after: StoreState | None = None
             if isinstance(move, Call):
                 graph.outcomes.add((move.method, _shape(outcome)))
                 after = before if after_state is node.state else view(after_state)
@@ -236,6 +242,8 @@ class Walker:
                         index, move, outcome, type(error).__name__, str(error)
                     )
                     return False
+            if keep:
+                kept.append((move, outcome, after_state, after))
             if after_state is node.state and after_clock == node.clock_ms:
                 continue
             key = self.key_of(scope, after_state, after_clock, self.renamings)
