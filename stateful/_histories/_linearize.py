@@ -809,8 +809,10 @@ def check_history(
     )
 
 
-#: Model steps the union objects of one history may spend together.
+#: Model steps the union objects of one history may spend together: twice the
+#: objects' own searches, at least ``MIN_RULE_STEPS`` and at most ``MAX_RULE_STEPS``.
 MAX_RULE_STEPS: Final = 1_000_000
+MIN_RULE_STEPS: Final = 60_000
 
 #: The rules ``judge_rules`` judges, by name.
 BATCH_RULE: Final = "heartbeat_many is atomic"
@@ -834,14 +836,16 @@ def judge_rules(
     ``history`` whose ``partitions`` got ``verdicts`` (and whose ``excluded`` operations were
     left out of them), from ``initial``; ``max_unknown``, ``max_steps`` and ``shrink`` as
     ``check_history`` takes them for each union object (``max_shrunk``: how many of their
-    violations may be shrunk), and ``max_rule_steps`` the model steps all union objects may
-    spend together (smallest first; the rest are left out)."""
+    violations may be shrunk), and ``max_rule_steps`` the most model steps all union objects
+    may spend together (twice the objects' own searches, at least ``MIN_RULE_STEPS``;
+    smallest first, the rest are left out)."""
     orders = {v.key: v.linearization for v in verdicts if v.linearization is not None}
     unions, left_out = batch_objects(history, partitions, orders, initial)
     judged = 0
     batch_violations: list[PartitionVerdict] = []
-    # Smallest first, within one budget of model steps for them all.
-    remaining = max_rule_steps
+    # Smallest first, within one budget of model steps for them all: twice what
+    # the objects' own searches took (at least MIN_RULE_STEPS), at most max_rule_steps.
+    remaining = min(max_rule_steps, max(MIN_RULE_STEPS, 2 * sum(v.steps for v in verdicts)))
     for union in sorted(unions, key=lambda u: len(u.partition.operations) * len(u.starts)):
         verdict = None
         # A violation only when the union is one from every state it may start in

@@ -7,12 +7,13 @@ relate objects, and a per-object check cannot see them broken:
 - **A ``heartbeat_many`` is one atomic operation.** Its per-run parts are
   checked on their objects each at its own instant, so a snapshot read that
   saw some of the batch's renewals and not others passes there.
-  ``batch_objects`` builds, for every batch a snapshot read (a ``list_runs``
-  page or a ``state()``) overlapped, one object made of the union of the
-  objects the batch names, with the batch as one operation and each
-  overlapping snapshot as one read of the whole union at one instant. The
-  union is then searched like any object: a snapshot that shows the batch
-  partly cannot be placed.
+  ``batch_objects`` builds, for every batch that wrote two or more runs
+  while another call on their objects was in flight, one object made of the
+  union of the objects of the runs it wrote, with the batch as one operation
+  and each overlapping snapshot read (a ``list_runs`` page or a ``state()``)
+  as one read of the whole union at one instant. The union is then searched
+  like any object: a snapshot that shows the batch partly cannot be placed,
+  nor can two reads, one after the other, that see it in halves.
 - **``claim_next`` takes the oldest claimable run**, other than runs a
   concurrent write holds locked. ``oldest_claim_findings`` judges it as a
   property of each call that took a run ``X``, against every object ``P``
@@ -211,8 +212,10 @@ def batch_objects(
     max_state_steps: int = MAX_STATE_STEPS,
 ) -> tuple[list[BatchObject], int]:
     """The union objects to search for every ``heartbeat_many`` of ``history``
-    that wrote (or may have written) two or more runs while a snapshot read
-    overlapped it, over the objects of ``partitions`` whose keys are in
+    that wrote (or may have written) two or more runs while a snapshot read,
+    or any other call on those runs' objects, overlapped it (a ``get`` of
+    each of two runs, one after the other, can see a batch in halves too),
+    over the objects of ``partitions`` whose keys are in
     ``judged`` (the linearizable ones), from ``initial``; also how many such
     batches were left out (an object not judged, a union past
     ``MAX_UNION_OPERATIONS``, too many start states).
@@ -266,9 +269,14 @@ def batch_objects(
         if len(written) < 2:
             continue
         seen = [s for s in snapshots if _overlap(s, batch)]
-        if not seen:
-            continue
         objects = {owner[rid].key: owner[rid] for rid in written if rid in owner}
+        own = f"{batch.id}/"
+        if not seen and not any(
+            _overlap(op, batch) and not op.id.startswith(own)
+            for p in objects.values()
+            for op in p.operations
+        ):
+            continue  # alone in its time: its parts, in order, are the batch
         if not objects or any(key not in ok for key in objects):
             skipped += 1
             continue

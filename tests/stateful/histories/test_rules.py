@@ -380,3 +380,28 @@ def test_claim_next_is_judged_on_the_taken_runs_own_lineage():
     assert all(p.result == "linearizable" for p in verdict.partitions)
     (violation,) = rule(verdict, CLAIM_RULE).violations
     assert "the older r1 was claimable" in (violation.reason or "")
+
+
+def test_two_reads_in_turn_during_a_batch_see_it_whole_or_not_at_all():
+    """No snapshot at all: a get of r1 showing the renewal, then a get of r2
+    not showing it, both while the batch ran, split the batch in halves;
+    in the other order (r2 old first, then r1 renewed) they fit."""
+    history, _, _ = batch_history(lambda store: (store.get("r1"), store.get("r2")))
+    *start, old_r1, old_r2, batch, new_r1, new_r2 = history
+    assert batch.method == "heartbeat_many"
+
+    def inside(op, slot):
+        return attrs.evolve(
+            op,
+            invoked_ns=batch.invoked_ns + 2 * slot + 1,
+            returned_ns=batch.invoked_ns + 2 * slot + 2,
+        )
+
+    assert batch.returned_ns > batch.invoked_ns + 6
+    halves = [*start, old_r1, batch, inside(new_r1, 0), inside(old_r2, 1), new_r2]
+    verdict = check_history(halves)
+    assert all(p.result == "linearizable" for p in verdict.partitions)
+    (violation,) = rule(verdict, BATCH_RULE).violations
+    assert violation.key == f"heartbeat_many {batch.id}"
+    fitting = [*start, old_r1, batch, inside(old_r2, 0), inside(new_r1, 1), new_r2]
+    assert check_history(fitting).ok
