@@ -155,9 +155,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     explore.add_argument(
         "--scope",
-        choices=("small", "medium", "large"),
+        choices=("tiny", "small", "medium", "large"),
         default="small",
-        help="the scope to walk (default %(default)s)",
+        help="the scope to walk (default %(default)s; tiny is the tests' own, one run and"
+        " two owners)",
     )
     explore.add_argument(
         "--seconds", type=float, help="time budget in seconds (default: none, walk it all)"

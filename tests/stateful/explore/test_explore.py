@@ -215,6 +215,14 @@ def test_the_command_exits_2_on_a_usage_error() -> None:
     assert "unknown target" in done.stderr
 
 
+def test_the_command_exits_0_when_the_scope_is_exhausted_clean() -> None:
+    """The model alone in the tiny scope: exhausted, exit 0, the figures printed."""
+    done = _cli("--target", "model", "--scope", "tiny")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "exhausted" in done.stdout
+    assert " states, " in done.stdout
+
+
 def test_the_command_exits_3_when_time_runs_out() -> None:
     """A budget too small for the scope: exit 3, saying how far the walk got."""
     done = _cli("--scope", "medium", "--seconds", "0.5")
