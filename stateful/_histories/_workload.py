@@ -135,7 +135,7 @@ OVERLAPS: dict[tuple[str, str], tuple[str, ...]] = {
         # Steals and takeovers, and the displaced owner still writing.
         ("steal", "steal", "zombies"),
         ("steal", "claim_and_own", "zombies"),
-        ("claim_and_own", "claim_and_own", "zombies mixed"),
+        ("claim_and_own", "claim_and_own", "mixed"),
         ("steal", "heartbeat", "zombies"),
         ("steal", "transition_owned", "zombies"),
         ("claim_and_own", "heartbeat", "zombies"),

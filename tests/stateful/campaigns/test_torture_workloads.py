@@ -209,9 +209,11 @@ def test_the_default_mix_takes_every_workload_in_turn_and_passes(tmp_path):
 
 
 #: A torture run per workload: how long, and how many runs may add up to
-#: cover every pair (a pair missing from all of them fails the test).
+#: cover every pair (a pair missing from all of them fails the test). At
+#: loads 15 to 20 the zombies workload needed two to four runs of 8 s, the
+#: others one or two.
 WORKLOAD_SECONDS = 8.0
-WORKLOAD_TRIES = 3
+WORKLOAD_TRIES = 4
 
 
 @pytest.mark.campaign
@@ -219,7 +221,7 @@ WORKLOAD_TRIES = 3
 @pytest.mark.parametrize("workload", list(WORKLOADS))
 def test_a_short_run_of_each_workload_overlaps_its_pairs(tmp_path, workload):
     """A torture of one workload on the shipped SQLite store passes and puts
-    every pair it aims at in flight together (summed over up to three runs
+    every pair it aims at in flight together (summed over up to four runs
     of eight seconds); the zombies run also shows displaced owners' writes
     refused by the fence during takeovers."""
     aimed = {pair for pair, names in OVERLAPS.items() if workload in names}
