@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         from runstore.stateful._campaigns import _explore
 
         try:
-            return _explore.main_explore(args)
+            return int(_explore.main_explore(args))
         except ValueError as error:
             sys.stderr.write(f"runstore explore: {error}\n")
             return 2
