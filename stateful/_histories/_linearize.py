@@ -866,14 +866,17 @@ def judge_rules(
             if verdict.result != "violation":
                 break
         shrinkable = max_shrunk is None or len(batch_violations) < max_shrunk
-        if verdict is not None and verdict.result == "violation" and shrink and shrinkable:
-            verdict = check_partition(
-                union.partition,
+        if verdict is not None and verdict.result == "violation":
+            # Shown from the objects' beginnings, so that it checks again on its own.
+            entire = check_partition(
+                union.whole,
                 initial,
                 max_unknown=max_unknown,
                 max_steps=max_steps,
-                start=union.starts[0],
+                shrink_violations=shrink and shrinkable,
             )
+            if entire.result == "violation":
+                verdict = entire
         if verdict is None:
             left_out += 1
             continue

@@ -141,6 +141,10 @@ class BatchObject:
     starts: tuple[Node, ...]
     """The states the union may be in when the window opens (one for each way its objects'
     earlier writes can leave them); the union is a violation only if it is one from each."""
+    whole: Partition
+    """The same union from the objects' first operations (to the window's end): searched from
+    the initial state when the window is a violation, so that the sub-history shown and
+    written holds what the window's start states came from."""
 
 
 #: Start states a union may try (combinations of its objects' states at the window's start).
@@ -285,6 +289,7 @@ def batch_objects(
         first = min(op.invoked_ns for op in (batch, *seen))
         last = max(op.returned_ns or _NEVER for op in (batch, *seen))
         ops: list[Operation] = []
+        whole: list[Operation] = []
         choices: list[list[Node]] = []
         for partition in objects.values():
             every = partition.operations
@@ -295,15 +300,18 @@ def batch_objects(
             if not states:
                 k, states = 0, [make_node(initial_state(initial, partition.runs))]
             ops.extend(op for op in every[k:e] if not op.id.startswith(prefixes))
+            whole.extend(op for op in every[:e] if not op.id.startswith(prefixes))
             choices.append(states)
         combinations = 1
         for states in choices:
             combinations *= len(states)
-        ops.append(_restricted(batch, written))
+        extra = [_restricted(batch, written)]
         for snapshot in seen:
             part = _snapshot_part(snapshot, runs)
             if part is not None:
-                ops.append(part)
+                extra.append(part)
+        ops += extra
+        whole += extra
         if len(ops) > MAX_UNION_OPERATIONS or combinations > MAX_UNION_STARTS:
             skipped += 1
             continue
@@ -315,7 +323,9 @@ def batch_objects(
             make_node(merge_states(node.state for node in combination))
             for combination in itertools.product(*choices)
         )
-        built.append(BatchObject(batch, tuple(seen), partition, starts))
+        whole.sort(key=lambda o: (o.invoked_ns, o.id))
+        entire = attrs.evolve(partition, operations=tuple(whole))
+        built.append(BatchObject(batch, tuple(seen), partition, starts, entire))
     return built, skipped
 
 

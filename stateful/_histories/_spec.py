@@ -93,6 +93,10 @@ PURGE_PART: Final = "purge_settled/part"
 #: of those runs (as ``project_store_state`` gives them).
 STATE_PART: Final = "state/part"
 
+#: Per-object parts of multi-run calls; each names its object's runs last in
+#: its arguments, so a part read back from a history file finds its object.
+OBJECT_PARTS: Final = frozenset({LIST_PART, NO_CANDIDATE, PURGE_PART, STATE_PART})
+
 #: Methods whose (sub-)operations go to the object of their run id.
 ROUTED: Final = PER_RUN | {"claim_next", PAGE_SHAPE}
 
@@ -836,8 +840,10 @@ def partition_operations(
         if split.per_object is not None:
             fanned.append((op, split.per_object))
     for op in queue:
-        if op.method == FINAL_STATE:
-            runs = list(op.args[0])
+        if op.method == FINAL_STATE or (op.method in OBJECT_PARTS and op.args):
+            # A part written to a history file (a violation's minimal
+            # sub-history) is read back as the read of the runs it names.
+            runs = list(op.args[0] if op.method == FINAL_STATE else op.args[-1])
             for run_id in runs:
                 joined.find(run_id)
             for a, b in itertools.pairwise(runs):

@@ -22,7 +22,14 @@ import pytest
 
 import runstore.model
 from runstore import ManualClock, OwnerId, RunSnapshot, StoreState
-from runstore.stateful import HistoryRecorder, RecordingClock, check_history, operation
+from runstore.stateful import (
+    HistoryRecorder,
+    RecordingClock,
+    check_history,
+    load_history,
+    operation,
+    write_violation,
+)
 from runstore.stateful._histories._linearize import BATCH_RULE, CLAIM_RULE
 
 A = OwnerId("host-a", 1, "a")
@@ -405,3 +412,22 @@ def test_two_reads_in_turn_during_a_batch_see_it_whole_or_not_at_all():
     assert violation.key == f"heartbeat_many {batch.id}"
     fitting = [*start, old_r1, batch, inside(old_r2, 0), inside(new_r1, 1), new_r2]
     assert check_history(fitting).ok
+
+
+def test_a_broken_rule_is_written_as_a_history_that_breaks_it_again(tmp_path):
+    """The minimal sub-history of a torn snapshot, written as a history file
+    (the snapshot as its read of the union's runs), is read back and judged a
+    violation of the same rule again; so is a passed-over run's."""
+    history, before, after = batch_history(lambda store: store.state())
+    batch = history[-2]
+    torn = during(attrs.evolve(history[-1], value=torn_state(before, after)), batch)
+    (failing,) = check_history([*history[:-1], torn]).violations
+    _, replayable, _ = write_violation(failing, tmp_path / "batch")
+    again = check_history(load_history([replayable]))
+    assert [v.key for v in rule(again, BATCH_RULE).violations] == [failing.key]
+    store, clock, recorder = three_runs()
+    store.claim_next(B, clock.now_ms())
+    (failing,) = check_history(took_r3(recorder.operations())).violations
+    _, replayable, _ = write_violation(failing, tmp_path / "claim")
+    again = check_history(load_history([replayable]))
+    assert [v.key for v in rule(again, CLAIM_RULE).violations] == [failing.key]
