@@ -42,8 +42,11 @@ ZOO = (
 #: explores them, and ``EXPLORE_ZOO.md`` records both verdicts.
 EXPLORE_ZOO = (
     "failed_ignores_guard",
+    "completion_with_result_ignores_guard",
     "guarded_suspend_drops_state",
+    "guarded_failure_forgets_release",
     "revision_lag_after_request_cancel",
+    "revision_lag_after_claim",
     "list_stale_cutoff_inclusive",
     "claim_next_newest_first",
     "claim_next_pending_first",

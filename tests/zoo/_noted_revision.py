@@ -1,9 +1,11 @@
-"""A store whose ``revision()`` answers from memory: each write that changed
-rows notes the revision it committed, and ``revision()`` returns the last one
-noted instead of asking the database (reads, and writes that changed
-nothing, leave the note as it is). The zoo's lagging ``revision()`` is this
-store with one write that does not note it (``forgets``): until the next
-write that changes rows, ``revision()`` answers the count from before it."""
+"""A store whose ``revision()`` answers from memory: it returns the revision
+last noted instead of asking the database. A note is taken at the end of
+every write that changed rows, and of every transaction that goes through the
+store's generic helpers (``_write`` and ``_read``, the attempt store's path);
+the run operations' own reads, and writes that changed nothing, leave it as it
+is. The zoo's lagging ``revision()`` is this store with one write that does
+not take its note (``forgets``): until the next note, ``revision()`` answers
+the count from before that write."""
 
 from runstore.sqlite import SqliteRunStore
 
@@ -19,10 +21,11 @@ class NotedRevision(SqliteRunStore):
 
 
 def opened(cls, clock):
-    """``cls`` opened in memory, its writes noting the revision they committed."""
+    """``cls`` opened in memory, taking its notes of the revision."""
     store = open_as(cls, clock)
     tm = store._tm
     write, read = tm.write, tm.read
+    helper_write, helper_read = store._write, store._read
     revision_query = store._queries.REVISION
 
     def note():
@@ -37,6 +40,16 @@ def opened(cls, clock):
             if tm.connection.total_changes != changed and method not in store.forgets:
                 note()
 
+    def helper(through):
+        def noting(method, body):
+            try:
+                return through(method, body)
+            finally:
+                note()
+
+        return noting
+
     tm.write = noting_write
+    store._write, store._read = helper(helper_write), helper(helper_read)
     note()
     return store
