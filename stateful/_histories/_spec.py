@@ -41,6 +41,7 @@ lists them.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
@@ -802,12 +803,22 @@ def _without_passed_over(ops: list[Operation]) -> list[Operation]:
     reads = [op for op in ops if op.method == NO_CANDIDATE]
     if not reads:
         return ops
-    lockers = [op for op in ops if op.method not in _NEVER_LOCKS]
-    passed_over = {
-        id(read)
-        for read in reads
-        if any(other.id != read.id and _overlap(read, other) for other in lockers)
-    }
+    # Lockers by invocation, with the latest end so far: a read overlaps one
+    # iff some locker invoked before the read ended ends after it began.
+    lockers = sorted(
+        (op for op in ops if op.method not in _NEVER_LOCKS), key=lambda op: op.invoked_ns
+    )
+    starts = [op.invoked_ns for op in lockers]
+    reach: list[int] = []
+    for op in lockers:
+        end = op.returned_ns if op.returned_ns is not None else _NEVER
+        reach.append(max(end, reach[-1]) if reach else end)
+    passed_over = set()
+    for read in reads:
+        end = read.returned_ns if read.returned_ns is not None else _NEVER
+        count = bisect.bisect_left(starts, end)
+        if count and reach[count - 1] > read.invoked_ns:
+            passed_over.add(id(read))
     return [op for op in ops if id(op) not in passed_over]
 
 
