@@ -43,14 +43,14 @@ UNSETTLED: dict[str, str] = {
     "guard_always_passes": "not found in the tiny scope; its small-scope walk through the "
     "adapter had not ended after 25 minutes at load 18 (the store's row check refuses most "
     "writes the strategy's guard lets through)",
-    "evidence_wrong_host": "not found in the tiny scope (one owner a host: same-host evidence "
-    "is never about another host there); its small-scope walk is measured in the docs",
 }
 
 #: Entry -> why no scope's walk through a store reaches it.
 NOT_REACHED: dict[str, str] = {
     "steal_cutoff_inclusive": "a strategy-interface bug the adapter's own row rule masks: "
     "the walk drives strategies through the adapter only",
+    "evidence_wrong_host": "a strategy-interface bug the adapter's own evidence rule masks "
+    "(the store checks the evidence before it asks the strategy)",
     "release_claim_drops_owner": "a strategy-interface bug (the machines see it as "
     "LeaseMismatch at the strategy's own interface)",
     "local_not_rolled_back": "needs a transaction the strategy sees rolled back "
