@@ -133,3 +133,11 @@ def test_a_store_that_replays_a_lost_commit_is_seen() -> None:
         finally:
             store.close()
     assert check_history(recorder.operations()).status == "violation"
+
+
+def test_torture_refuses_lost_acks_without_a_postgres_url(tmp_path, capsys) -> None:
+    from runstore.stateful._campaigns._torture import main
+
+    assert main(["--db", str(tmp_path / "db"), "--lost-acks", "0.5", "--quiet"]) == 2
+    assert "--lost-acks" in capsys.readouterr().err
+    assert not (tmp_path / "db").exists()

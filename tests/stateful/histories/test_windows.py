@@ -168,3 +168,11 @@ def test_a_postgres_store_holds_its_transaction_open_between_statements(stepper:
         assert store.get("r1").claim is not None
     finally:
         store.close()
+
+
+def test_torture_refuses_a_chance_outside_zero_to_one(tmp_path, capsys) -> None:
+    from runstore.stateful._campaigns._torture import main
+
+    assert main(["--db", str(tmp_path / "db"), "--widen", "1.5", "--quiet"]) == 2
+    assert "--widen" in capsys.readouterr().err
+    assert not (tmp_path / "db").exists()
