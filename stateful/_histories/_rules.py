@@ -428,6 +428,20 @@ class _Timeline:
     ) -> None:
         self.partition = partition
         self.start = start
+        # The oldest listing key each run may ever have had: its initial row's,
+        # or the first clock reading of a create of it (the model stamps
+        # created_at_ms with it); None when some create took no reading.
+        self.oldest: tuple[int, str] | None = None
+        keys = [_key(row) for row in start.state.rows.values()]
+        for op in partition.operations:
+            if op.method == "create" and op.args and type(op.args[0]) is str:
+                if not op.clock_ms:
+                    keys = []
+                    self.oldest = None
+                    break
+                keys.append((op.clock_ms[0], op.args[0]))
+        else:
+            self.oldest = min(keys, default=(_NEVER, ""))
         self.writes = sorted(
             (op for op in partition.operations if op.method not in _NEVER_LOCKS),
             key=lambda op: (op.invoked_ns, op.id),
@@ -552,6 +566,8 @@ def oldest_claim_findings(
         for timeline in timelines:
             if not alive.intersection(timeline.partition.runs):
                 continue  # every run of it settled before the call (or not yet created)
+            if timeline.oldest is not None and timeline.oldest >= taken:
+                continue  # no run of it was ever older than the one taken
             count = timeline.quiet_during(call)
             if count is None:
                 continue
