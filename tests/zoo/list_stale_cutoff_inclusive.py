@@ -16,7 +16,7 @@ capabilities = IN_MEMORY
 #: The explorer's zoo: the kind of bug, and the scope and number of moves after its
 #: setup at which ``explore`` finds it (tests/stateful/explore/test_explore_zoo.py).
 BUG_KIND = "read-order"
-EXPLORE_SCOPE = "small"
+EXPLORE_SCOPE = "tiny"
 SHORTEST = 3
 
 assert shipped.LIST_STALE.endswith("r.heartbeat_at_ms < ?4"), "the adapter's filter changed"
