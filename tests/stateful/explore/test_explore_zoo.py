@@ -5,7 +5,7 @@ Each module named in ``tests.zoo.EXPLORE_ZOO`` is one realistic bug (a small
 change to the shipped SQLite store) of a kind the suite claims to check: a
 write's guard skipped on one code path (``BUG_KIND = "fencing"``: the store's
 own checks; its owner and evidence checks are made twice, by the store and by
-the strategy, so no single change gets a takeover through), state lost by one
+the strategy, so one change in either is masked by the other), state lost by one
 transition, a read lagging an acknowledged write, an ordering or filter rule
 of a read broken.
 Each survived the whole default budget of ``run_conformance`` at 9e899fd
