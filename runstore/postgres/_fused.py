@@ -129,12 +129,16 @@ REQUEST_CANCEL_LINEAGE: Final = (
     "SELECT marked, requested_at, status FROM flows_op_request_cancel_lineage($1::text, $2::bigint)"
 )
 #: ``create``'s two inserts as one statement (the state row's foreign key is
-#: checked at the end of the statement, when the run row exists).
+#: checked at the end of the statement, when the run row exists); a round
+#: first takes a key-share lock on its lineage's root, as the general path's
+#: ``CREATE_RUN`` does (see there why).
 CREATE: Final = """
-WITH run AS (
+WITH root AS (SELECT 1 AS held FROM flows_runs WHERE run_id = $4::text FOR KEY SHARE),
+run AS (
   INSERT INTO flows_runs
     (run_id, status, created_at_ms, parent_run_id, lineage_id, round_ordinal)
-  VALUES ($1::text, 'pending', $2::bigint, $3::text, $4::text, $5::bigint)
+  SELECT $1::text, 'pending', $2::bigint, $3::text, $4::text, $5::bigint
+  WHERE (SELECT count(*) FROM root) >= 0
   RETURNING run_id
 )
 INSERT INTO flows_run_state (run_id, state_json) SELECT run_id, $6::text FROM run

@@ -112,9 +112,21 @@ LOCK_RUNS: Final = (
 
 # -- create, get, lineage, latest_round ----------------------------------------
 
-CREATE_RUN: Final = """
+# A new round takes a key-share lock on its lineage's root, as a child's
+# foreign key does on its parent: lineage_id has no foreign key, and without
+# the lock a purge that had judged the root (no live round) could delete it
+# after this round committed (found by the torture's lineage workload). A
+# purge skips a root so locked (SKIP LOCKED); a create that waits for a purge
+# holding the root lands after it, when the root is gone (legal: the model
+# asks no root of a round). The CTE is referenced, so it runs.
+_LOCK_ROOT: Final = (
+    "WITH root AS (SELECT 1 AS held FROM flows_runs WHERE run_id = $4::text FOR KEY SHARE)"
+)
+CREATE_RUN: Final = f"""
+{_LOCK_ROOT}
 INSERT INTO flows_runs (run_id, status, created_at_ms, parent_run_id, lineage_id, round_ordinal)
-VALUES ($1::text, 'pending', $2::bigint, $3::text, $4::text, $5::bigint)
+SELECT $1::text, 'pending', $2::bigint, $3::text, $4::text, $5::bigint
+WHERE (SELECT count(*) FROM root) >= 0
 """
 CREATE_STATE: Final = "INSERT INTO flows_run_state (run_id, state_json) VALUES ($1::text, $2::text)"
 
