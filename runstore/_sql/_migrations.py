@@ -46,6 +46,7 @@ HISTORY: Final[tuple[tuple[int, str], ...]] = (
     (2007, "runstore_claim_next_once"),
     (2008, "runstore_whole_row_checks"),
     (2009, "runstore_live_rounds"),
+    (2010, "runstore_change_log"),
 )
 
 _KNOWN: Final = dict(HISTORY)

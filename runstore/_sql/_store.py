@@ -1132,6 +1132,11 @@ class SqlRunStore:
                 acknowledgements=acknowledgements,
             )
 
+        number = getattr(q, "NUMBER_CHANGES", None)
+        if number is not None:
+            # A feed numbered by its readers (PostgreSQL): number every write
+            # acknowledged so far, so the snapshot's feed shows it.
+            self._tm.read("state", lambda c: c.execute(number).fetchone())
         return self._tm.snapshot("state", body)
 
     def check_invariants(self) -> None:

@@ -42,6 +42,7 @@ TABLE_GRANTS: Final[dict[str, tuple[str, ...]]] = {
         ),
         ("SELECT", "INSERT", "UPDATE", "DELETE"),
     ),
+    "flows_change_log": ("SELECT", "INSERT", "DELETE"),
 }
 
 _DATABASE: Final = """

@@ -19,7 +19,7 @@ PostgreSQL's. What differs, and why:
   DEFERRED``: every row event still takes exactly one revision, in event
   order, but at commit, so writers on different runs share only the short
   step at commit instead of serializing on the counter row for their whole
-  transaction.
+  transaction (and, since migration 2010, not even that: see below).
 - ``flows_request_cancel_lineage`` marks a lineage's rounds one by one in run
   id order (the order the revisions must follow) and returns each round it
   marked; an UPDATE's row order is the plan's, not the table's.
@@ -41,6 +41,12 @@ PostgreSQL's. What differs, and why:
   every built-in it uses in ``pg_catalog`` instead of pinning a search path.
 - Migration 2009 adds the same index as on SQLite, of the live rounds of
   lineages, which ``purge_settled``'s lineage lookup reads.
+- Migration 2010 moves the change feed off the one counter row: writers
+  append unnumbered entries to ``flows_change_log`` and ``revision()``,
+  ``changes()`` (or, now and then, a writer) number them
+  (``runstore.postgres._change_feed``). Entries already numbered stay as
+  they are, so a revision a reader holds stays valid. It records nothing on
+  SQLite.
 - Functions that read tables are created with ``SET search_path FROM
   CURRENT``: they always see the schema they were migrated into, whatever the
   search path of the session whose write fires them.
@@ -61,6 +67,7 @@ from typing import Any, Final
 
 from .._constants import MAX_SAFE_INTEGER
 from .._sql._migrations import Migration, SchemaRefused, chain, refuse_unknown
+from ._change_feed import CHANGE_LOG
 from ._fused_sql import CLAIM_NEXT_ONCE, FUSED_OPERATIONS
 
 _MAX = str(MAX_SAFE_INTEGER)
@@ -886,6 +893,7 @@ _TEXTS: Final = {
     2007: CLAIM_NEXT_ONCE,
     2008: _WHOLE_ROW_CHECKS,
     2009: _LIVE_ROUNDS,
+    2010: CHANGE_LOG,
 }
 
 #: The chain: the shared history's ids and names, in its order, with PostgreSQL text.

@@ -313,11 +313,14 @@ FROM flows_ownership_facts WHERE run_id = $1::text ORDER BY position
 
 # -- revisions ----------------------------------------------------------------------
 
-REVISION: Final = "SELECT revision FROM flows_run_source WHERE singleton = 1"
-CHANGES: Final = (
-    "SELECT run_id, revision, deleted FROM flows_run_changes WHERE revision > $1::bigint "
-    "ORDER BY revision"
-)
+# Both number the change log first (runstore.postgres._change_feed): a read
+# that finds entries waiting writes; one that finds none writes nothing. In a
+# read-only session they answer the numbered prefix.
+REVISION: Final = "SELECT flows_number_changes()"
+CHANGES: Final = "SELECT run_id, revision, deleted FROM flows_changes_after($1::bigint)"
+#: What ``state()`` runs before its snapshot, so the snapshot sees every
+#: write acknowledged before it numbered.
+NUMBER_CHANGES: Final = REVISION
 
 # -- list_runs ---------------------------------------------------------------------
 #
@@ -447,10 +450,10 @@ PURGE_LEASES: Final = "DELETE FROM flows_consensus_leases WHERE run_id = ANY($1:
 # deferred revision trigger numbers their tombstones) and answers how many.
 PURGE_RUNS: Final = "SELECT flows_purge_runs($1::text[])"
 
-COMPACT_CANDIDATES: Final = """
-SELECT run_id, revision FROM flows_run_changes
-WHERE deleted = 1 AND revision <= $1::bigint ORDER BY revision LIMIT $2::bigint
-"""
+# After the counter's lock, as a numberer takes its locks (no deadlock).
+COMPACT_CANDIDATES: Final = (
+    "SELECT run_id, revision FROM flows_compact_candidates($1::bigint, $2::bigint)"
+)
 COMPACT_DELETE: Final = (
     "DELETE FROM flows_run_changes WHERE deleted = 1 AND run_id = ANY($1::text[])"
 )
@@ -482,6 +485,18 @@ SELECT run_id, cancel_acknowledgement_json FROM flows_runs
 WHERE cancel_acknowledgement_json IS NOT NULL ORDER BY run_id
 """
 
+# Each run's newest change entry: its last in the change log, which is still
+# to be numbered (runstore.postgres._change_feed), or else its numbered one.
+_NEWEST_ENTRY: Final = """
+WITH waiting AS (
+  SELECT DISTINCT ON (u.id) u.id AS run_id, l.deleted
+  FROM flows_change_log AS l, unnest(l.run_ids) WITH ORDINALITY AS u(id, position)
+  ORDER BY u.id, l.seq DESC, u.position DESC
+), newest AS (
+  SELECT COALESCE(w.run_id, c.run_id) AS run_id, COALESCE(w.deleted, c.deleted) AS deleted
+  FROM waiting AS w FULL JOIN flows_run_changes AS c ON c.run_id = w.run_id
+)"""
+
 INVARIANT_QUERIES: Final[tuple[tuple[str, str], ...]] = (
     (
         "one revision source",
@@ -496,13 +511,13 @@ INVARIANT_QUERIES: Final[tuple[tuple[str, str], ...]] = (
     ),
     (
         "every run has a live change entry",
-        """SELECT r.run_id FROM flows_runs AS r
-           LEFT JOIN flows_run_changes AS c ON c.run_id = r.run_id
+        f"""{_NEWEST_ENTRY} SELECT r.run_id FROM flows_runs AS r
+           LEFT JOIN newest AS c ON c.run_id = r.run_id
            WHERE c.run_id IS NULL OR c.deleted <> 0 LIMIT 1""",
     ),
     (
         "every live change entry has its run and every tombstone has none",
-        """SELECT c.run_id FROM flows_run_changes AS c
+        f"""{_NEWEST_ENTRY} SELECT c.run_id FROM newest AS c
            WHERE (c.deleted = 0) <> EXISTS (SELECT 1 FROM flows_runs WHERE run_id = c.run_id)
            LIMIT 1""",
     ),

@@ -29,6 +29,9 @@ id     name                                what it does
                                            take the row as one argument
 2009   ``runstore_live_rounds``            an index of the live rounds of lineages
                                            (``purge_settled``'s lineage lookup)
+2010   ``runstore_change_log``             nothing on SQLite (one writer at a time);
+                                           PostgreSQL's writers append to a change
+                                           log that readers number
 =====  ==================================  =========================================
 
 The pending migrations run, in order, inside one ``BEGIN IMMEDIATE``
@@ -378,6 +381,7 @@ _TEXTS: Final = {
     2007: "",
     2008: "",
     2009: _LIVE_ROUNDS,
+    2010: "",
 }
 
 #: The chain: the shared history's ids and names, in its order, with SQLite text.

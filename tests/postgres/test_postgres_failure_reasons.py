@@ -333,10 +333,11 @@ def test_a_heartbeat_stuck_on_a_lock_is_interrupted_when_the_lease_lapses(url: s
 
 
 def _stuck_at_commit(store: Any, url: str, call: Any) -> tuple[Any, float]:
-    """Run ``call`` while another session holds the revision source's row,
-    which every write's commit takes (a deferred trigger, run after
-    PostgreSQL disarmed statement_timeout): its answer (or error) and how
-    long it took. Bounded: after 15 s the holder lets go."""
+    """Run ``call`` while another session holds the change log in SHARE
+    mode, which every write's commit waits for (the deferred revision
+    trigger appends the write's entry, after PostgreSQL disarmed
+    statement_timeout): its answer (or error) and how long it took. Bounded:
+    after 15 s the holder lets go."""
     answers: list[Any] = []
 
     def run() -> None:
@@ -346,7 +347,7 @@ def _stuck_at_commit(store: Any, url: str, call: Any) -> tuple[Any, float]:
             answers.append(error)
 
     with psycopg.connect(url) as holder:
-        holder.execute("SELECT 1 FROM flows_run_source FOR UPDATE")
+        holder.execute("LOCK TABLE flows_change_log IN SHARE MODE")
         started = time.monotonic()
         worker = threading.Thread(target=run, daemon=True)
         worker.start()

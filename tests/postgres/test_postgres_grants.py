@@ -104,6 +104,7 @@ def test_without_the_grants_the_role_is_refused(worker_url: Any) -> None:
                 "flows_run_source",
             )
         ),
+        "SELECT, INSERT, DELETE ON runstore.flows_change_log",
     ]
     assert "permission denied" in error.message
     assert "USAGE ON SCHEMA runstore" in error.message
@@ -134,9 +135,9 @@ def quoted(name: str) -> str:
     ("revoke", "operation", "missing"),
     [
         (
-            "REVOKE UPDATE ON runstore.flows_run_changes FROM {role}",
+            "REVOKE INSERT ON runstore.flows_change_log FROM {role}",
             "create",
-            "UPDATE ON runstore.flows_run_changes",
+            "INSERT ON runstore.flows_change_log",
         ),
         (
             "REVOKE SELECT ON runstore.flows_runs FROM {role}",

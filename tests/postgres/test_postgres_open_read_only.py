@@ -63,6 +63,8 @@ def reader_url() -> Iterator[tuple[str, str]]:
         pytest.skip("the test server's role cannot create roles")
     with postgres.open(url, clock=ManualClock(0)) as store:
         store.create("r", "{}")
+        # Numbered by a writable store: a read-only one sees the numbered feed.
+        assert store.revision() == 1
     with psycopg.connect(url, autocommit=True) as owner:
         owner.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
         owner.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")

@@ -188,8 +188,11 @@ def test_revisions_are_taken_at_commit_in_write_order(store: Any, raw: Any) -> N
     raw.execute("UPDATE flows_runs SET status = status WHERE run_id = 'y'")
     raw.execute("UPDATE flows_runs SET status = status WHERE run_id = 'x'")
     raw.execute("UPDATE flows_runs SET status = status WHERE run_id = 'y'")
-    assert raw.execute("SELECT revision FROM flows_run_source").fetchone() == (2,)
-    # Another session is not held up by the uncommitted writer (different run).
+    # Numbering inside the open transaction takes the two committed creates
+    # (and holds the counter until COMMIT); its own writes are not logged yet.
+    assert raw.execute("SELECT flows_number_changes()").fetchone() == (2,)
+    # Another session is not held up by the uncommitted writer (different run),
+    # nor by the numberer holding the counter.
     store.create("z", "{}")
     raw.execute("COMMIT")
     assert store.revision() == 6
@@ -213,6 +216,7 @@ def test_a_lineage_cancel_numbers_its_rounds_in_run_id_order(store: Any) -> None
 def test_revision_overflow_refuses_the_commit(store: Any, raw: Any, mutation: str) -> None:
     """At 2**53 - 1 the next revision breaks its CHECK; the commit is refused."""
     store.create("run", "{}")
+    store.revision()  # numbered, so nothing waits to pass the maximum
     raw.execute("UPDATE flows_run_source SET revision = %s", (MAX,))
     before = dump(raw)
     with pytest.raises(psycopg.errors.CheckViolation):
@@ -222,6 +226,7 @@ def test_revision_overflow_refuses_the_commit(store: Any, raw: Any, mutation: st
 
 def test_revision_overflow_refuses_every_store_write(store: Any, raw: Any) -> None:
     store.create("run", "{}")
+    store.revision()  # numbered, so nothing waits to pass the maximum
     raw.execute("UPDATE flows_run_source SET revision = %s", (MAX,))
     before = dump(raw)
     for call in (
