@@ -407,3 +407,120 @@ def test_unnumbered_writes_survive_a_crash_and_are_numbered_after_it() -> None:
             store.check_invariants()
     finally:
         cluster.stop()
+
+
+# -- migration 2010 and a fleet of older processes --------------------------------------
+
+import urllib.parse  # noqa: E402
+
+from runstore._sql import _migrations as shared_migrations  # noqa: E402
+from runstore.postgres import _migrations, _queries  # noqa: E402
+
+
+@pytest.fixture
+def fresh_url() -> str:
+    """A database URL whose store schema (``feed``) does not exist yet."""
+    parts = urllib.parse.urlsplit(_postgres.database_url())
+    query = [*urllib.parse.parse_qsl(parts.query), ("schema", "feed")]
+    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
+
+
+class _OlderQueries:
+    """The feed's statements of a release before migration 2010: the counter
+    and the numbered feed read as they stand, compaction without the lock."""
+
+    REVISION = "SELECT revision FROM flows_run_source WHERE singleton = 1"
+    CHANGES = (
+        "SELECT run_id, revision, deleted FROM flows_run_changes WHERE revision > $1::bigint "
+        "ORDER BY revision"
+    )
+    COMPACT_CANDIDATES = """
+SELECT run_id, revision FROM flows_run_changes
+WHERE deleted = 1 AND revision <= $1::bigint ORDER BY revision LIMIT $2::bigint
+"""
+    NUMBER_CHANGES = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(_queries, name)
+
+
+def _older_store(url: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A store as the release before 2010 opens it: it migrates to 2009 only
+    and reads the feed with 2009's statements."""
+    with monkeypatch.context() as patch:
+        patch.setattr(_migrations, "MIGRATIONS", _migrations.MIGRATIONS[:-1])
+        store = postgres.open(url, clock=ManualClock(0))
+    store._queries = _OlderQueries()
+    return store
+
+
+def _recorded(url: str) -> list[int]:
+    """The migrations the ``feed`` schema records (``url`` names it)."""
+    parts = urllib.parse.urlsplit(url)
+    query = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query) if k != "schema"]
+    base = urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
+    with psycopg.connect(base, autocommit=True) as raw:
+        return [row[0] for row in raw.execute("SELECT id FROM feed.flows_migrations")]
+
+
+def test_a_cursor_taken_before_the_migration_stays_valid(
+    fresh_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = fresh_url
+    """Entries numbered before 2010 keep their revisions: a reader's cursor
+    from then reads exactly the changes after it."""
+    older = _older_store(url, monkeypatch)
+    try:
+        assert 2010 not in _recorded(url)
+        older.create("a", "{}")
+        older.create("b", "{}")
+        assert older.claim_and_own("a", PENDING, OWNER, 0) == Activated()
+        cursor = older.revision()
+        before = older.changes(0)
+        assert cursor == 3
+    finally:
+        older.close()
+    with postgres.open(url, clock=ManualClock(0)) as store:
+        assert 2010 in _recorded(url)
+        assert store.revision() == cursor
+        assert store.changes(0) == before
+        assert store.changes(cursor) == []
+        assert store.heartbeat("a", OWNER, 5) == Updated()
+        assert [(c.run_id, c.revision) for c in store.changes(cursor)] == [("a", cursor + 1)]
+        store.check_invariants()
+
+
+def test_an_older_process_keeps_writing_and_its_feed_lags(
+    fresh_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compatibility policy (docs/guides/fleet.md): a store an older
+    release opened before the migration keeps working; its writes are
+    logged and numbered by the new release's reads, and its own reads of the
+    feed see the numbered feed, which lags until something numbers it. An
+    older release opening the migrated schema is refused."""
+    url = fresh_url
+    older = _older_store(url, monkeypatch)
+    try:
+        older.create("a", "{}")
+        assert older.claim_and_own("a", PENDING, OWNER, 0) == Activated()
+        with postgres.open(url, clock=ManualClock(0)) as store:  # migrates to 2010
+            assert older.heartbeat("a", OWNER, 5) == Updated()
+            assert older.heartbeat_many(OWNER, ["a"], 6) == {"a": Updated()}
+            older.create("gone", "{}")
+            assert older.request_cancel("gone", 1).__class__.__name__ == "CancelRequested"
+            assert older.revision() == 2  # the numbered feed: not yet numbered
+            assert older.changes(2) == []
+            assert store.revision() == 6  # the new release numbers every write
+            assert older.revision() == 6
+            assert [c.run_id for c in older.changes(2)] == ["a", "gone"]
+            store.check_invariants()
+            # An older compaction still runs beside the new numbering.
+            assert older.compact_changes(older.revision()) == 0
+        with monkeypatch.context() as patch:
+            patch.setattr(_migrations, "MIGRATIONS", _migrations.MIGRATIONS[:-1])
+            patch.setattr(shared_migrations, "_KNOWN", dict(shared_migrations.HISTORY[:-1]))
+            with pytest.raises(RunStoreError) as caught:
+                postgres.open(url, clock=ManualClock(0))
+        assert caught.value.cause["unknown_migrations"] == [2010]
+    finally:
+        older.close()
