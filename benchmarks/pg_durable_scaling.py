@@ -41,9 +41,9 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import postgres_throughput as pt  # noqa: E402
+import postgres_throughput as pt
 
-from runstore.stateful._targets import _postgres  # noqa: E402
+from runstore.stateful._targets import _postgres
 
 COUNTS = (1, 2, 4, 8)
 
@@ -84,18 +84,45 @@ class Standby:
         data = self.folder / "data"
         socket = str(cluster.folder)
         subprocess.run(
-            ["pg_basebackup", "-h", socket, "-U", cluster.role, "-D", str(data), "-X", "stream",
-             "-R", "--no-sync"],
+            [
+                _postgres._binary("pg_basebackup") or "pg_basebackup",
+                "-h",
+                socket,
+                "-U",
+                cluster.role,
+                "-D",
+                str(data),
+                "-X",
+                "stream",
+                "-R",
+                "--no-sync",
+            ],
             check=True,
             **user,
         )
         with (data / "postgresql.auto.conf").open("a") as conf:
-            conf.write("primary_conninfo = 'host=%s user=%s application_name=standby1'\n"
-                       % (socket, cluster.role))
+            conf.write(
+                f"primary_conninfo = 'host={socket} user={cluster.role} "
+                "application_name=standby1'\n"
+            )
         self.process = subprocess.Popen(
-            ["postgres", "-D", str(data), "-c", "listen_addresses=",
-             "-c", f"unix_socket_directories={self.folder}", "-c", "fsync=on",
-             "-c", "hot_standby=on", "-c", "shared_buffers=32MB"],
+            [
+                _postgres._binary("postgres") or "postgres",
+                "-D",
+                str(data),
+                "-c",
+                "listen_addresses=",
+                "-c",
+                f"unix_socket_directories={self.folder}",
+                "-c",
+                "fsync=on",
+                "-c",
+                "hot_standby=on",
+                "-c",
+                "shared_buffers=32MB",
+                "-c",
+                "max_connections=200",
+            ],
             stdout=(self.folder / "server.log").open("wb"),
             stderr=subprocess.STDOUT,
             **user,
@@ -141,8 +168,10 @@ def scaling(url: str, seconds: float, windows: int) -> dict[int, tuple[float, fl
                         syncs[(kind, n)][1] += after[1] - before[1]
     finally:
         clients.close()
-    print(f"{'clients':>8}{'store tx/s':>12}{'raw tx/s':>12}{'store/raw':>11}"
-          f"{'store syncs/commit':>20}{'raw syncs/commit':>18}")
+    print(
+        f"{'clients':>8}{'store tx/s':>12}{'raw tx/s':>12}{'store/raw':>11}"
+        f"{'store syncs/commit':>20}{'raw syncs/commit':>18}"
+    )
     result = {}
     for n in COUNTS:
         store, raw = done[("store", n)] / seconds, done[("raw", n)] / seconds
@@ -166,8 +195,6 @@ def main(argv: list[str] | None = None) -> None:
     server = _postgres.Server(cluster.url, cluster)
     try:
         if args.standby:
-            with psycopg.connect(cluster.url, autocommit=True) as c:
-                c.execute("ALTER SYSTEM SET wal_level = 'replica'")
             standby = Standby(cluster)
             standby.attach(cluster.url)
         url = server.fresh_database()
@@ -189,8 +216,10 @@ def main(argv: list[str] | None = None) -> None:
             f"synchronous_standby_names={settings[2]!r}"  # type: ignore[index]
             + (", revision trigger disabled (--no-counter)" if args.no_counter else "")
         )
-        print(f"heartbeats of writers on distinct runs, {args.seconds:g} s per point and side "
-              f"in {args.windows} interleaved windows")
+        print(
+            f"heartbeats of writers on distinct runs, {args.seconds:g} s per point and side "
+            f"in {args.windows} interleaved windows"
+        )
         scaling(url, args.seconds, args.windows)
         server.drop(url)
     finally:

@@ -1132,11 +1132,12 @@ class SqlRunStore:
                 acknowledgements=acknowledgements,
             )
 
-        number = getattr(q, "NUMBER_CHANGES", None)
+        number = q.NUMBER_CHANGES
         if number is not None:
             # A feed numbered by its readers (PostgreSQL): number every write
             # acknowledged so far, so the snapshot's feed shows it.
-            self._tm.read("state", lambda c: c.execute(number).fetchone())
+            numbering: str = number
+            self._tm.read("state", lambda c: c.execute(numbering).fetchone())
         return self._tm.snapshot("state", body)
 
     def check_invariants(self) -> None:

@@ -320,7 +320,7 @@ REVISION: Final = "SELECT flows_number_changes()"
 CHANGES: Final = "SELECT run_id, revision, deleted FROM flows_changes_after($1::bigint)"
 #: What ``state()`` runs before its snapshot, so the snapshot sees every
 #: write acknowledged before it numbered.
-NUMBER_CHANGES: Final = REVISION
+NUMBER_CHANGES: Final[str | None] = REVISION
 
 # -- list_runs ---------------------------------------------------------------------
 #

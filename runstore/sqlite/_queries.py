@@ -299,6 +299,9 @@ REVISION: Final = "SELECT revision FROM flows_run_source WHERE singleton = 1"
 CHANGES: Final = (
     "SELECT run_id, revision, deleted FROM flows_run_changes WHERE revision > ?1 ORDER BY revision"
 )
+#: Nothing to number before ``state()``'s snapshot: SQLite numbers each write
+#: as it commits (one writer at a time).
+NUMBER_CHANGES: Final[str | None] = None
 
 # -- list_runs ---------------------------------------------------------------------
 #
