@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -35,6 +36,7 @@ from runstore import (
     ManualClock,
     OwnerId,
     RunSnapshot,
+    RunStoreError,
     Transitioned,
 )
 
@@ -159,3 +161,53 @@ def test_an_asynchronous_standby_can_lose_acknowledged_writes() -> None:
         if standby is not None:
             standby.destroy()
         primary.destroy()
+
+
+def _until(condition: Any) -> None:
+    """Wait (bounded) for the standby to replay what the test checks next."""
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, "the standby never replayed the write"
+        time.sleep(0.05)
+
+
+def _has(store: Any, run_id: str) -> bool:
+    try:
+        store.get(run_id)
+    except RunStoreError:
+        return False
+    return True
+
+
+def test_a_standby_shows_the_numbered_feed_and_numbers_once_promoted(
+    pair: tuple[Node, Node],
+) -> None:
+    """A hot standby cannot write, so its readers do not number the change
+    log (docs/guides/postgresql.md, "The change feed"): they show the feed
+    as numbered on the primary. The log's entries are rows like any other:
+    once the standby is promoted, its first reader numbers the writes the
+    old primary acknowledged but nobody numbered."""
+    primary, standby = pair
+    with postgres.open(primary.url("runs"), clock=ManualClock(0)) as writer:
+        writer.create("a", "{}")
+        assert writer.revision() == 1
+        writer.create("b", "{}")  # acknowledged; not numbered yet
+        reader = postgres.open(standby.url("runs"), clock=ManualClock(0), read_only=True)
+        try:
+            _until(lambda: _has(reader, "b"))
+            assert reader.revision() == 1
+            assert [c.run_id for c in reader.changes(0)] == ["a"]
+            assert writer.revision() == 2
+            _until(lambda: reader.revision() == 2)
+            assert [c.run_id for c in reader.changes(1)] == ["b"]
+            writer.create("c", "{}")
+            _until(lambda: _has(reader, "c"))
+            assert reader.revision() == 2
+        finally:
+            reader.close()
+    primary.stop("kill")
+    standby.promote()
+    with postgres.open(standby.url("runs"), clock=ManualClock(0)) as promoted:
+        assert promoted.revision() == 3
+        assert [c.run_id for c in promoted.changes(2)] == ["c"]
+        promoted.check_invariants()
