@@ -14,11 +14,21 @@ from pathlib import Path
 
 import attrs
 import pytest
+from hypothesis import settings
 
 from runstore import ManualClock
 from runstore._values import LivenessEvidence
 from runstore.model import ModelRunStore
-from runstore.stateful import Capabilities, Counterexample, Exploration, explore
+from runstore.stateful import (
+    Capabilities,
+    ConformanceError,
+    Counterexample,
+    Exploration,
+    OutcomeMismatch,
+    explore,
+    run_conformance,
+)
+from runstore.stateful._campaigns import _conformance
 from runstore.stateful._explore._scope import SCOPES, moves, scope_named, stale_snapshot
 from runstore.stateful._explore._walk import Walker, start, walk
 
@@ -246,3 +256,41 @@ def test_the_command_exits_1_on_a_divergence(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stdout + done.stderr
     assert "steal(" in done.stdout
     assert list(tmp_path.glob("test_regression_*.py"))
+
+
+class CompactsWrong(ModelRunStore):
+    """A planted bug the machines' one short program does not reach: ``compact_changes``
+    answers one more than it removed."""
+
+    def compact_changes(self, through_revision, *, limit=1000):
+        return super().compact_changes(through_revision, limit=limit) + 1
+
+
+SMOKE = settings(max_examples=1, stateful_step_count=1, derandomize=True, database=None)
+
+
+def test_run_conformance_walks_the_small_scope_when_asked() -> None:
+    """``explore=True`` adds the small scope's walk to a run with ``settings``; what it finds
+    is raised as the failing check, with the shortest program."""
+    with pytest.raises(OutcomeMismatch) as caught:
+        run_conformance(
+            store_factory=lambda clock, path: CompactsWrong(clock=clock),
+            capabilities=MODEL_ONLY,
+            settings=SMOKE,
+            explore=True,
+        )
+    text = str(caught.value)
+    assert "exhaustive exploration of the small scope" in text
+    assert "compact_changes(" in text
+
+
+def test_run_conformance_fails_a_walk_not_exhausted_in_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A small scope not exhausted within the budget fails the run: a partial walk is never
+    a pass."""
+    monkeypatch.setattr(_conformance, "EXPLORE_SECONDS", 0.0)
+    with pytest.raises(ConformanceError, match="not exhausted"):
+        run_conformance(
+            store_factory=model_store, capabilities=MODEL_ONLY, settings=SMOKE, explore=True
+        )
