@@ -29,7 +29,7 @@ from runstore.stateful import (
     run_conformance,
 )
 from runstore.stateful._campaigns import _conformance
-from runstore.stateful._explore._scope import SCOPES, moves, scope_named, stale_snapshot
+from runstore.stateful._explore._scope import SCOPES, moves, scope_named, stale_snapshot, start_ms
 from runstore.stateful._explore._walk import Walker, start, walk
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -294,3 +294,12 @@ def test_run_conformance_fails_a_walk_not_exhausted_in_time(
         run_conformance(
             store_factory=model_store, capabilities=MODEL_ONLY, settings=SMOKE, explore=True
         )
+
+
+@pytest.mark.parametrize("name", sorted(SCOPES))
+def test_every_scope_s_setup_is_admitted(name: str) -> None:
+    """The reference creates every run of every scope (a refused setup would walk nothing)."""
+    scope = scope_named(name)
+    model, _ = start(scope)
+    assert sorted(model._state.rows) == sorted(scope.run_ids)
+    assert moves(scope, model._state, start_ms())
