@@ -154,7 +154,11 @@ SCOPES: Final[Mapping[str, Scope]] = {
     ),
     "large": Scope(
         "large",
-        runs=(("a", {}), ("b", {"parent_run_id": "a"}), ("a-2", {"lineage_id": "a", "round_ordinal": 2})),
+        runs=(
+            ("a", {}),
+            ("b", {"parent_run_id": "a"}),
+            ("a-2", {"lineage_id": "a", "round_ordinal": 2}),
+        ),
         owners=_OWNERS,
         owner_classes=((0, 1), (2,)),
         readings=(0, SKEW, SKEW + 1),
