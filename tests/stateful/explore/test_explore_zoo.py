@@ -15,10 +15,10 @@ module names (``EXPLORE_SCOPE``), as a program of exactly ``SHORTEST`` moves
 after the scope's setup, failing the check the module expects
 (``EXPECTED_CHECK``): breadth-first, so no shorter program shows the bug.
 
-Walking the small scope up to a finding takes from seconds to two and a half
-minutes per entry on a busy two-core machine (the set: 421 s at load 17), so
-the set is a campaign; one entry found in the tiny scope (a few seconds)
-stays in the default run.
+Walking the small scope up to a finding takes from under a second to 17 s per
+entry on a two-core machine at load 5 (the set: 56 s; 421 s at load 17 with
+an earlier explorer), so the set is a campaign; one entry found in the tiny
+scope (about a second) stays in the default run.
 """
 
 from __future__ import annotations
