@@ -365,6 +365,8 @@ def _search(
     max_steps: int,
     track: bool = False,
     collect: set[tuple[int, tuple[int, ...]]] | None = None,
+    count_revisions: bool = True,
+    max_revisions: int | None = None,
 ) -> _Search:
     """Wing-Gong with memoization over ``ops`` (one object) from ``start``.
 
@@ -375,11 +377,18 @@ def _search(
     has seen them all (both are then part of the memoized state, and an
     operation of unknown outcome may be placed whenever the model commits
     it, even without changing anything but the counter); its result is
-    ``"linearizable"`` when it found any.
+    ``"linearizable"`` when it found any. Since both only grow along an
+    order, the collecting search prunes the orders no sum can use: a
+    ``purge_settled`` part deleting more runs than its call answered, and
+    (given ``max_revisions``) more row writes than that. Without
+    ``count_revisions`` it collects 0 for every count (the revision is then
+    left out of the memoized state).
     """
     n = len(ops)
     definite = [op.definite for op in ops]
     slots = {i: k for k, i in enumerate(_tally_slots(ops))}
+    # The most each tallied part may delete in a collected order: its call's answer.
+    caps = {i: answer for i in slots if (answer := _answer(ops[i])) is not None}
     tally: tuple[int, ...] = (0,) * len(slots)
     position = [0] * n
     counts = [0, 0]
@@ -420,7 +429,7 @@ def _search(
     base_revision = start.state.revision
     while True:
         if remaining == 0:
-            revisions = node.state.revision - base_revision
+            revisions = node.state.revision - base_revision if count_revisions else 0
             if collect is None:
                 found = _order(top)
                 return _Search("linearizable", None, len(cache), steps, found, revisions, tally)
@@ -446,9 +455,16 @@ def _search(
                     )
                 agrees = matches(op, result)
             elif collect is not None:
-                agrees = after is not node
+                agrees = after is not node and (count_revisions or after.key != node.key)
             else:
                 agrees = after is not node and after.key != node.key
+            if agrees and collect is not None:
+                over = i in caps and int(result[1]) > caps[i]
+                beyond = (
+                    max_revisions is not None
+                    and after.state.revision - base_revision > max_revisions
+                )
+                agrees = not (over or beyond)
             if agrees:
                 if definite[i]:
                     new_definite = placed_definite | (1 << position[i])
@@ -463,7 +479,8 @@ def _search(
                 low = ((new_definite + 1) & ~new_definite).bit_length() - 1
                 key: tuple[Any, ...] = (after.key, low, new_definite >> low, new_unknown)
                 if collect is not None:
-                    key = (*key, after.state.revision, new_tally)
+                    counted = after.state.revision if count_revisions else 0
+                    key = (*key, counted, new_tally)
                 before = len(cache)
                 cache.add(key)
                 if len(cache) != before:
@@ -521,6 +538,12 @@ def _tally_slots(ops: Sequence[Operation]) -> list[int]:
     """The positions of the definite ``purge_settled`` parts, whose deletion
     counts a linearization tallies (to sum them per call afterwards)."""
     return [i for i, op in enumerate(ops) if op.method == PURGE_PART and op.definite]
+
+
+def _answer(op: Operation) -> int | None:
+    """What a tallied ``purge_settled`` part's call answered (None: no count)."""
+    value = op.value
+    return value if type(value) is int else None
 
 
 def _order(frame: tuple[int, Node, Any, tuple[int, ...]] | None) -> tuple[int, ...]:
@@ -977,42 +1000,150 @@ def check_counts(
         return RevisionCheck("ok", first, last, found if last is not None else None)
     # The linearizations found disagree: enumerate what each object could count.
     spec = Spec()
-    sums: set[tuple[int, tuple[int, ...]]] = {(0, (0,) * len(calls))}
+    # Each object's achievable (revisions, deletions per call it has a part of), pruned to
+    # what a sum can use: every count is at least 0, so no object's share of a call exceeds
+    # its answer nor its row writes the counted total.
+    objects: list[tuple[tuple[int, ...], set[tuple[int, tuple[int, ...]]]]] = []
     for partition in partitions:
         start = make_node(initial_state(initial, partition.runs))
         prepared = _prepare(partition.operations)
         slots = [index[str(prepared[i].args[1])] for i in _tally_slots(prepared)]
         options: set[tuple[int, tuple[int, ...]]] = set()
-        search = _search(prepared, start, spec, max_steps=max_steps, collect=options)
+        search = _search(
+            prepared,
+            start,
+            spec,
+            max_steps=max_steps,
+            collect=options,
+            count_revisions=last is not None,
+            max_revisions=counted if last is not None else None,
+        )
         if search.result == "unchecked":
             return unchecked(f"enumerating {partition.key}'s counts: {search.reason}", found)
+        mine = tuple(sorted(set(slots)))
+        where = {call: j for j, call in enumerate(mine)}
         widened = set()
         for revisions, tally in options:
-            vector = [0] * len(calls)
+            vector = [0] * len(mine)
             for slot, purged in zip(slots, tally, strict=True):
-                vector[slot] += purged
-            widened.add((revisions if last is not None else 0, tuple(vector)))
-        sums = {
-            (a + b, tuple(x + y for x, y in zip(u, v, strict=True)))
-            for a, u in sums
-            for b, v in widened
-        }
-        if len(sums) > MAX_REVISION_SUMS:
-            return unchecked("too many achievable counts to enumerate", found)
-    if (counted, answers) in sums:
+                vector[where[slot]] += purged
+            if all(vector[j] <= answers[call] for j, call in enumerate(mine)):
+                widened.add((revisions, tuple(vector)))
+        if not widened:
+            reason = (
+                f"no order of {partition.key} keeps each purge_settled part within its call's "
+                "answer" + (f" and its row writes within {counted}" if last is not None else "")
+            )
+            counts = found if last is not None else None
+            return RevisionCheck("violation", first, last, counts, reason)
+        objects.append((mine, widened))
+    total = counted if last is not None else None
+    adds_up = _counts_add_up(objects, answers, total)
+    if adds_up is None:
+        return unchecked("too many achievable counts to enumerate", found)
+    if adds_up:
         return RevisionCheck("ok", first, last, found if last is not None else None)
-    if any(total == counted for total, _ in sums):
-        wrong = [
-            f"{call} answered {answer}"
-            for k, (call, answer) in enumerate(calls)
-            if all(vector[k] != answer for total, vector in sums if total == counted)
-        ]
-        reason = "purge_settled answers no linearization accounts for: " + (
-            ", ".join(wrong[:3]) or "not all at once"
-        )
-    else:
-        near = sorted({total for total, _ in sums}, key=lambda t: (abs(t - counted), t))[:3]
-        reason = f"the history accounts for {', '.join(map(str, sorted(near)))}" + (
-            " (nearest)" if len(sums) > len(near) else ""
-        )
+    reason = _count_reason(objects, calls, answers, total)
     return RevisionCheck("violation", first, last, found if last is not None else None, reason)
+
+
+#: One object's achievable counts: the calls it has ``purge_settled`` parts of (by index), and
+#: its (revisions, deletions per one of those calls) pairs.
+_Counts: TypeAlias = tuple[tuple[int, ...], set[tuple[int, tuple[int, ...]]]]
+
+
+def _counts_add_up(
+    objects: Sequence[_Counts], answers: Sequence[int], counted: int | None
+) -> bool | None:
+    """Whether one achievable pair per object sums to ``counted`` row writes (any, when None)
+    with each call's deletions summing to its answer; None when the partial sums outgrow
+    ``MAX_REVISION_SUMS``.
+
+    The objects are added one at a time, keeping the distinct partial sums: only of the
+    calls an added object and one still to come have parts of (a call no later object has a
+    part of must already add up, and is then dropped), each within what the answer allows
+    (at most the answer, at least the answer less what the later objects can still
+    delete), and a total that the later objects can still bring to ``counted`` without
+    passing it. Every count is at least 0, so no sum this drops could have added up.
+    """
+    closing = {call: n for n, (mine, _) in enumerate(objects) for call in mine}
+    rest_revisions = sum(max(r for r, _ in options) for _, options in objects)
+    rest = [0] * len(answers)
+    for mine, options in objects:
+        for j, call in enumerate(mine):
+            rest[call] += max(vector[j] for _, vector in options)
+    active: tuple[int, ...] = ()
+    sums: set[tuple[int, tuple[int, ...]]] = {(0, ())}
+    for n, (mine, options) in enumerate(objects):
+        rest_revisions -= max(r for r, _ in options)
+        for j, call in enumerate(mine):
+            rest[call] -= max(vector[j] for _, vector in options)
+        merged = tuple(sorted({*active, *mine}))
+        place = {call: k for k, call in enumerate(merged)}
+        from_active = [place[call] for call in active]
+        from_mine = [place[call] for call in mine]
+        kept = [k for k, call in enumerate(merged) if closing[call] != n]
+        low = [answers[call] - rest[call] for call in merged]
+        high = [answers[call] for call in merged]
+        grown: set[tuple[int, tuple[int, ...]]] = set()
+        for total, partial in sums:
+            for revisions, vector in options:
+                added = total + revisions
+                if counted is not None and (added > counted or added + rest_revisions < counted):
+                    continue
+                whole = [0] * len(merged)
+                for k, x in zip(from_active, partial, strict=True):
+                    whole[k] = x
+                for k, x in zip(from_mine, vector, strict=True):
+                    whole[k] += x
+                if all(lo <= x <= hi for x, lo, hi in zip(whole, low, high, strict=True)):
+                    grown.add((added, tuple(whole[k] for k in kept)))
+        if len(grown) > MAX_REVISION_SUMS:
+            return None
+        if not grown:
+            return False
+        sums = grown
+        active = tuple(merged[k] for k in kept)
+    return True
+
+
+def _reachable(choices: Iterable[set[int]]) -> int:
+    """The sums of one number from each of ``choices``, as a bit set."""
+    reach = 1
+    for numbers in choices:
+        grown = 0
+        for number in numbers:
+            grown |= reach << number
+        reach = grown
+    return reach
+
+
+def _count_reason(
+    objects: Sequence[_Counts],
+    calls: Sequence[tuple[str, object]],
+    answers: Sequence[int],
+    counted: int | None,
+) -> str:
+    """Why no sum of the objects' achievable counts adds up: the row-write totals they
+    reach nearest ``counted``, when it is not one of them, else the calls whose answer no
+    sum of their own parts reaches (or "not all at once")."""
+    if counted is not None:
+        reach = _reachable({r for r, _ in options} for _, options in objects)
+        if not reach >> counted & 1:
+            totals = [t for t in range(reach.bit_length()) if reach >> t & 1]
+            near = sorted(totals, key=lambda t: (abs(t - counted), t))[:3]
+            return f"the history accounts for {', '.join(map(str, sorted(near)))}" + (
+                " (nearest)" if len(totals) > len(near) else ""
+            )
+    wrong = []
+    for k, (call, _) in enumerate(calls):
+        parts = (
+            {vector[mine.index(k)] for _, vector in options}
+            for mine, options in objects
+            if k in mine
+        )
+        if not _reachable(parts) >> answers[k] & 1:
+            wrong.append(f"{call} answered {answers[k]}")
+    return "purge_settled answers no linearization accounts for: " + (
+        ", ".join(wrong[:3]) or "not all at once"
+    )
