@@ -94,6 +94,11 @@ class Exploration:
     """Programs run without deduplication (the depth-k pass; 0 when there was none)."""
     programs_depth: int = 0
     """The depth k of the pass without deduplication (0 when there was none)."""
+    rebuilds: int = 0
+    """Fresh stores built from the factory (with the setup and a program replayed)."""
+    restores: int = 0
+    """Source states restored from a copy instead of rebuilt (stores we own; see
+    ``explore``'s ``restore``)."""
 
     @property
     def clean(self) -> bool:
@@ -110,6 +115,8 @@ class Exploration:
         )
         if self.programs:
             text += f"; {self.programs} programs up to depth {self.programs_depth} without dedup"
+        if self.rebuilds or self.restores:
+            text += f"; {self.rebuilds} fresh stores, {self.restores} restores"
         if self.failure is not None:
             text += f"\n{self.failure.check}:\n{self.failure.program}"
             if self.failure.path is not None:
@@ -129,6 +136,7 @@ def explore(
     attempts: bool | None = None,
     depth_k: int | None = None,
     clock: Callable[[], float] = time.monotonic,
+    restore: bool = True,
 ) -> Exploration:
     """Walk ``scope`` exhaustively over the reference model and, when something is under
     test, apply every transition of the walk to it and compare.
@@ -166,6 +174,7 @@ def explore(
         attempts=attempts,
         depth_k=depth_k,
         clock=clock,
+        restore=restore,
     )
 
 
@@ -239,6 +248,7 @@ def _run(
     attempts: bool | None,
     depth_k: int | None,
     clock: Callable[[], float],
+    restore: bool = True,
 ) -> Exploration:
     del attempts  # the attempt store's scope: not walked yet
     chosen = scope_named(scope)
@@ -250,11 +260,12 @@ def _run(
     graph = walker.graph
     sut = None
     if under_test is not None and under_test.store_factory is not None:
-        sut = Sut(under_test.store_factory, under_test.capabilities, chosen)
+        sut = Sut(under_test.store_factory, under_test.capabilities, chosen, restore=restore)
     failure: Failure | None = None
     k = 0
     replayer = None if sut is None else Replayer(graph, sut)
     programs_done = True
+    rebuilds = 0
     try:
         index = 0
         # Level by level, the model's expansion of a node and its transitions on the store
@@ -266,7 +277,10 @@ def _run(
                     break
                 if not walker.expand(index, keep=replayer is not None):
                     break
-                if replayer is not None and replayer.node(index, walker.last) is not None:
+                diverged = (
+                    None if replayer is None else replayer.node(index, walker.last, walker.born)
+                )
+                if diverged is not None:
                     break
             index += 1
         else:
@@ -275,10 +289,12 @@ def _run(
         if replayer is not None:
             progress = replayer.progress
             transitions += progress.transitions
+            rebuilds += progress.rebuilds
             k = chosen.depth_k if depth_k is None else depth_k
             if graph.exhausted and progress.divergence is None and k > 0 and sut is not None:
                 more = programs(graph, sut, k, deadline=deadline, clock=clock)
                 transitions += more.transitions
+                rebuilds += more.rebuilds
                 if more.divergence is not None:
                     progress.divergence = more.divergence
                 programs_done = more.done
@@ -332,6 +348,8 @@ def _run(
         target=name,
         programs=programs_run,
         programs_depth=k if programs_run else 0,
+        rebuilds=rebuilds,
+        restores=0 if replayer is None else replayer.progress.restores,
     )
 
 

@@ -13,6 +13,18 @@ store's state invariants, its transition invariants, the answer, the whole
 state. A transition that left both sides unchanged leaves the store where it
 was (the next transition starts from it); any other is followed by a rebuild.
 
+Where we own the store (a ``SqliteRunStore`` of this library over
+``SqlConsensus`` or ``LocalConsensus``, in memory or on a file), a rebuild is a
+restore instead: the store's database is copied once per source state with
+SQLite's backup API (when the transition that first reaches the state is
+applied, or at the state's first replay), and copied back into the store's own
+connection before each transition that needs it; the store clock is set to the
+state's reading, and ``LocalConsensus``'s in-memory leases are put back as they
+were at the copy. The store's other members hold no data (its transaction
+manager keeps only the connection and the strategy), so the restored store
+answers as the replayed one would. Any other store or strategy (anyone's
+factory) is rebuilt by replay.
+
 ``programs`` runs every program of up to ``k`` moves against the store
 without deduplication, a fresh store for each, since a store may carry state
 the model does not (a cache, a connection's state, a strategy's own memory).
@@ -21,8 +33,10 @@ the model does not (a cache, a connection's state, a strategy's own memory).
 from __future__ import annotations
 
 import shutil
+import sqlite3
 import tempfile
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -72,6 +86,7 @@ class Progress:
 
     transitions: int = 0
     rebuilds: int = 0
+    restores: int = 0
     depth: int = 0
     done: bool = False
     programs: int = 0
@@ -79,10 +94,21 @@ class Progress:
 
 
 class Sut:
-    """The store under test, rebuilt on demand in its own folder."""
+    """The store under test, rebuilt on demand in its own folder (or restored from a copy of
+    a source state where we own the store and ``restore`` allows it)."""
 
-    def __init__(self, factory: StoreFactory, capabilities: Capabilities, scope: Scope) -> None:
+    def __init__(
+        self,
+        factory: StoreFactory,
+        capabilities: Capabilities,
+        scope: Scope,
+        *,
+        restore: bool = True,
+    ) -> None:
         self.factory = factory
+        self.restore_allowed = restore
+        #: Each source state's copy, by node: compressed database, clock, strategy leases.
+        self.snapshots: dict[int, tuple[bytes, int, Any]] = {}
         self.capabilities = capabilities
         self.scope = scope
         self.folder = Path(tempfile.mkdtemp(prefix="runstore-explore-"))
@@ -117,6 +143,63 @@ class Sut:
             perform(self.store, op)
         for move, _ in path:
             self.move(move)
+
+    def owned(self) -> bool:
+        """Whether the current store can be copied and restored (one of ours)."""
+        if not self.restore_allowed or self.store is None:
+            return False
+        from runstore.consensus import LocalConsensus, SqlConsensus
+        from runstore.sqlite import SqliteRunStore
+
+        store = self.store
+        return (
+            type(store) is SqliteRunStore
+            and not store.read_only
+            and type(store.consensus) in (SqlConsensus, LocalConsensus)
+        )
+
+    def snapshot(self, index: int) -> None:
+        """Copy the current store (as node ``index``'s state) for later restores."""
+        if not self.owned():
+            return
+        copy = sqlite3.connect(":memory:")
+        try:
+            self.store._tm.connection.backup(copy)
+            image = bytearray(copy.serialize())
+        finally:
+            copy.close()
+        # A file store's header says WAL (format bytes 18 and 19 are 2), which an image
+        # deserialized in memory cannot open; the copy is kept as a rollback-journal image
+        # (1), and backing it up into the store keeps the store's own journal mode.
+        image[18:20] = b"\x01\x01"
+        data = zlib.compress(bytes(image), 1)
+        leases = getattr(self.store.consensus, "_leases", None)
+        kept = None if leases is None else dict(leases)
+        self.snapshots[index] = (data, self.clock.now_ms(), kept)
+
+    def restore(self, index: int) -> bool:
+        """Put node ``index``'s copy back into the current store; False when there is none."""
+        taken = self.snapshots.get(index)
+        if taken is None or not self.owned():
+            return False
+        data, ms, leases = taken
+        copy = sqlite3.connect(":memory:")
+        try:
+            copy.deserialize(zlib.decompress(data))
+            copy.backup(self.store._tm.connection)
+        finally:
+            copy.close()
+        self.clock = ManualClock(ms)
+        self.store._clock = self.clock
+        if leases is not None:
+            consensus = self.store.consensus
+            with consensus._lock:
+                consensus._leases = dict(leases)
+        return True
+
+    def forget(self, index: int) -> None:
+        """Drop node ``index``'s copy (its transitions were all applied)."""
+        self.snapshots.pop(index, None)
 
     def move(self, move: Move) -> Any:
         """Apply one move to the store: its answer (None for a clock move)."""
@@ -183,16 +266,23 @@ class Replayer:
         self.progress = Progress()
 
     def node(
-        self, index: int, known: list[tuple[Move, Any, ModelState, StoreState | None]] | None = None
+        self,
+        index: int,
+        known: list[tuple[Move, Any, ModelState, StoreState | None]] | None = None,
+        born: list[int] | None = None,
     ) -> Divergence | None:
         """Apply every transition from node ``index``; the first divergence, or None. ``known``
-        is the walker's own expansion of the node (``Walker.last``), reused when given."""
+        is the walker's own expansion of the node (``Walker.last``), reused when given, and
+        ``born`` the node each of its moves first reached (``Walker.born``; -1: none)."""
         dial = self.model._clock
         assert isinstance(dial, Dial)
         node = self.graph.nodes[index]
-        found = _from_node(
-            self.graph, index, node, self.sut, self.model, dial, self.progress, known
-        )
+        try:
+            found = _from_node(
+                self.graph, index, node, self.sut, self.model, dial, self.progress, known, born
+            )
+        finally:
+            self.sut.forget(index)
         self.progress.depth = max(self.progress.depth, node.depth + 1)
         if found is not None:
             self.progress.divergence = found
@@ -208,8 +298,10 @@ def _from_node(
     dial: Dial,
     progress: Progress,
     known: list[tuple[Move, Any, ModelState, StoreState | None]] | None = None,
+    born: list[int] | None = None,
 ) -> Divergence | None:
     path = graph.path(index)
+    deepest = graph.scope.depth
     caps = sut.capabilities
     # The walker's views are whole states with leases: reusable when the store's are too.
     reuse_views = caps.whole_state and caps.lease_introspection
@@ -222,10 +314,14 @@ def _from_node(
         if known is None
         else known
     )
-    for move, known_out, known_state, known_view in listed:
+    for position, (move, known_out, known_state, known_view) in enumerate(listed):
         if dirty:
-            sut.build(path)
-            progress.rebuilds += 1
+            if sut.restore(index):
+                progress.restores += 1
+            else:
+                sut.build(path)
+                progress.rebuilds += 1
+                sut.snapshot(index)
             before = sut.view(sut.store)
             dirty = False
             if not checked_itself:
@@ -239,8 +335,13 @@ def _from_node(
         else:
             model_out, after_state = known_out, known_state
         progress.transitions += 1
+        child = -1 if born is None else born[position]
+        # The state this move first reached is expanded later: copy it now, not by replay.
+        keep = child >= 0 and graph.nodes[child].depth < deepest
         if isinstance(move, Tick):
             sut.move(move)
+            if keep:
+                sut.snapshot(child)
             dirty = True
             continue
         store_out = sut.move(move)
@@ -254,6 +355,8 @@ def _from_node(
         verdict = judge(sut, move, model_out, store_out, before, after, expected, node.clock_ms)
         if verdict is not None:
             return Divergence((*path, (move, model_out)), verdict[0], verdict[1], expected)
+        if keep:
+            sut.snapshot(child)
         dirty = after_state is not node.state or after != before
     return None
 

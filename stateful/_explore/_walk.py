@@ -216,6 +216,8 @@ class Walker:
         self.graph.nodes.append(root)
         self.seen = {self.key_of(scope, root.state, root.clock_ms, self.renamings)}
         self.last: list[tuple[Move, Any, ModelState, StoreState | None]] | None = None
+        #: With ``keep``: for each move of ``last``, the node it first reached (-1: none).
+        self.born: list[int] = []
         check_state(view(root.state))
 
     def expand(self, index: int, *, keep: bool = False) -> bool:
@@ -226,7 +228,9 @@ class Walker:
         node = graph.nodes[index]
         before = view(node.state)
         kept: list[tuple[Move, Any, ModelState, StoreState | None]] = []
+        born: list[int] = []
         self.last = kept if keep else None
+        self.born = born
         for move in moves(scope, node.state, node.clock_ms):
             outcome, after_state, after_clock = apply(self.model, self.dial, node, move)
             graph.transitions += 1
@@ -244,12 +248,15 @@ class Walker:
                     return False
             if keep:
                 kept.append((move, outcome, after_state, after))
+                born.append(-1)
             if after_state is node.state and after_clock == node.clock_ms:
                 continue
             key = self.key_of(scope, after_state, after_clock, self.renamings)
             if key in self.seen:
                 continue
             self.seen.add(key)
+            if keep:
+                born[-1] = len(graph.nodes)
             graph.nodes.append(Node(after_state, after_clock, index, move, outcome, node.depth + 1))
         return True
 

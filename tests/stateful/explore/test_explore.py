@@ -303,3 +303,31 @@ def test_every_scope_s_setup_is_admitted(name: str) -> None:
     model, _ = start(scope)
     assert sorted(model._state.rows) == sorted(scope.run_ids)
     assert moves(scope, model._state, start_ms())
+
+
+@pytest.mark.parametrize("target", ["sqlite-sql", "sqlite-file-local"])
+def test_restoring_copies_agrees_with_replaying(target: str) -> None:
+    """Where the store is ours, each source state is restored from a copy (SQLite's backup
+    API) instead of replayed on a fresh store: the tiny scope's walk gives the same verdict
+    and counts both ways, and the restoring walk builds one fresh store (the start's)."""
+    restored = explore(target=target, scope="tiny", depth_k=0)
+    replayed = explore(target=target, scope="tiny", depth_k=0, restore=False)
+    assert restored.clean
+    assert replayed.clean
+    assert (restored.states, restored.transitions, restored.depth) == (
+        replayed.states,
+        replayed.transitions,
+        replayed.depth,
+    )
+    assert restored.rebuilds == 1
+    assert restored.restores > 100
+    assert replayed.restores == 0
+    assert replayed.rebuilds == restored.restores + 1
+
+
+def test_a_store_not_ours_is_replayed() -> None:
+    """Anyone's factory (here the model as a store) is rebuilt by replay, never restored."""
+    result = explore(store_factory=model_store, scope="tiny", depth_k=0, capabilities=MODEL_ONLY)
+    assert result.clean
+    assert result.restores == 0
+    assert result.rebuilds > 1

@@ -85,6 +85,15 @@ def _check_found(name: str, scope: str, check: str, moves: int) -> None:
     steps = [line for line in result.failure.program.splitlines() if line]
     assert len([s for s in steps if not s.startswith("create(")]) == moves
     assert not result.exhausted
+    # Restoring copies of source states (where the store is ours) finds the same shortest
+    # program as replaying each source on a fresh store.
+    replayed = explore(scope=scope, restore=False, **_under_test(_entry(name)))
+    assert replayed.failure is not None, replayed.describe()
+    assert (replayed.failure.check, replayed.failure.program) == (
+        result.failure.check,
+        result.failure.program,
+    )
+    assert replayed.restores == 0
 
 
 def test_every_entry_is_accounted_for() -> None:
