@@ -157,7 +157,10 @@ def explore(
     store's own small scope (None: when the store is the SQLite adapter). ``depth_k`` is the
     depth of the extra pass that runs every program without deduplication (None: the
     scope's own; 0: no such pass). ``clock`` is read for the time budget (seconds, as
-    ``time.monotonic``).
+    ``time.monotonic``). ``restore`` lets the walk restore a copy of each source state
+    instead of replaying its shortest program on a fresh store, where the store is one of
+    this library's SQLite stores over ``SqlConsensus`` or ``LocalConsensus`` (False: always a
+    fresh store and the replay; any other store is always replayed).
 
     Returns an ``Exploration``; a divergence or a broken invariant is its ``failure`` (the
     shortest program), not an exception. Raises ``ValueError`` for a bad argument (an unknown
