@@ -56,8 +56,9 @@ WINDOW_RACES = (
     ("race_heartbeat_many_one_by_one", ("sqlite", "postgresql"), "heartbeat_many vs readers"),
     # Found at 9e899fd: 1 of 3 seeds on SQLite, 2 of 3 on PostgreSQL.
     ("race_cancel_lineage_by_rounds", ("sqlite", "postgresql"), "lineage rounds"),
-    ("race_zombie_activate_deferred", ("sqlite",), "zombie owner, two transactions"),
-    # Found at 9e899fd: 3 of 3 seeds.
+    # Found at 9e899fd: 3 of 3 seeds. The zombie window has no SQLite entry:
+    # the shipped SQLite activation checks the takeover in three places under
+    # one write lock, so no one change opens it (see the guide).
     ("race_pg_zombie_activate_unlocked", ("postgresql",), "zombie owner"),
     # Found at 9e899fd (server restarts among the faults): 2 of 3 seeds.
     ("race_pg_replays_lost_ack", ("postgresql",), "lost acknowledgement at commit"),
