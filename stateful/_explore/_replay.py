@@ -13,17 +13,21 @@ store's state invariants, its transition invariants, the answer, the whole
 state. A transition that left both sides unchanged leaves the store where it
 was (the next transition starts from it); any other is followed by a rebuild.
 
-Where we own the store (a ``SqliteRunStore`` of this library over
-``SqlConsensus`` or ``LocalConsensus``, in memory or on a file), a rebuild is a
-restore instead: the store's database is copied once per source state with
-SQLite's backup API (when the transition that first reaches the state is
-applied, or at the state's first replay), and copied back into the store's own
-connection before each transition that needs it; the store clock is set to the
-state's reading, and ``LocalConsensus``'s in-memory leases are put back as they
-were at the copy. The store's other members hold no data (its transaction
-manager keeps only the connection and the strategy), so the restored store
-answers as the replayed one would. Any other store or strategy (anyone's
-factory) is rebuilt by replay.
+Where we own the store (a ``SqliteRunStore`` or ``PostgresRunStore`` of this
+library over ``SqlConsensus`` or ``LocalConsensus``), a rebuild is a restore
+instead: the store's data is copied once per source state (when the transition
+that first reaches the state is applied, or at the state's first replay) and
+put back before each transition that needs it. On SQLite the copy is SQLite's
+backup API, into and out of the store's own connection; on PostgreSQL it is
+every table of the store's schema (``COPY``) and every sequence's position,
+put back in one transaction of the store's own connection that empties and
+refills the tables with triggers and foreign keys off, as restoring a dump
+does. The store clock is set to the state's reading, and ``LocalConsensus``'s
+in-memory leases are put back as they were at the copy. The store's other
+members hold no data (its transaction manager keeps the connection and the
+strategy), so the restored store answers as the replayed one would; a test
+compares the two walks. Any other store or strategy (anyone's factory) is
+rebuilt by replay.
 
 ``programs`` runs every program of up to ``k`` moves against the store
 without deduplication, a fresh store for each, since a store may carry state
@@ -108,7 +112,7 @@ class Sut:
         self.factory = factory
         self.restore_allowed = restore
         #: Each source state's copy, by node: compressed database, clock, strategy leases.
-        self.snapshots: dict[int, tuple[bytes, int, Any]] = {}
+        self.snapshots: dict[int, tuple[Any, int, Any]] = {}
         self.capabilities = capabilities
         self.scope = scope
         self.folder = Path(tempfile.mkdtemp(prefix="runstore-explore-"))
@@ -144,35 +148,27 @@ class Sut:
         for move, _ in path:
             self.move(move)
 
-    def owned(self) -> bool:
-        """Whether the current store can be copied and restored (one of ours)."""
+    def owned(self) -> str | None:
+        """Which of our stores the current one is, when it can be copied and restored:
+        ``"sqlite"``, ``"postgresql"``, or None (rebuilt by replay)."""
         if not self.restore_allowed or self.store is None:
-            return False
+            return None
         from runstore.consensus import LocalConsensus, SqlConsensus
+        from runstore.postgres import PostgresRunStore
         from runstore.sqlite import SqliteRunStore
 
         store = self.store
-        return (
-            type(store) is SqliteRunStore
-            and not store.read_only
-            and type(store.consensus) in (SqlConsensus, LocalConsensus)
-        )
+        kind = {SqliteRunStore: "sqlite", PostgresRunStore: "postgresql"}.get(type(store))
+        if kind is None or store.read_only:
+            return None
+        return kind if type(store.consensus) in (SqlConsensus, LocalConsensus) else None
 
     def snapshot(self, index: int) -> None:
         """Copy the current store (as node ``index``'s state) for later restores."""
-        if not self.owned():
+        kind = self.owned()
+        if kind is None:
             return
-        copy = sqlite3.connect(":memory:")
-        try:
-            self.store._tm.connection.backup(copy)
-            image = bytearray(copy.serialize())
-        finally:
-            copy.close()
-        # A file store's header says WAL (format bytes 18 and 19 are 2), which an image
-        # deserialized in memory cannot open; the copy is kept as a rollback-journal image
-        # (1), and backing it up into the store keeps the store's own journal mode.
-        image[18:20] = b"\x01\x01"
-        data = zlib.compress(bytes(image), 1)
+        data: Any = _sqlite_copy(self.store) if kind == "sqlite" else _postgres_copy(self.store)
         leases = getattr(self.store.consensus, "_leases", None)
         kept = None if leases is None else dict(leases)
         self.snapshots[index] = (data, self.clock.now_ms(), kept)
@@ -180,15 +176,14 @@ class Sut:
     def restore(self, index: int) -> bool:
         """Put node ``index``'s copy back into the current store; False when there is none."""
         taken = self.snapshots.get(index)
-        if taken is None or not self.owned():
+        kind = self.owned()
+        if taken is None or kind is None:
             return False
         data, ms, leases = taken
-        copy = sqlite3.connect(":memory:")
-        try:
-            copy.deserialize(zlib.decompress(data))
-            copy.backup(self.store._tm.connection)
-        finally:
-            copy.close()
+        if kind == "sqlite":
+            _sqlite_restore(self.store, data)
+        else:
+            _postgres_restore(self.store, data)
         self.clock = ManualClock(ms)
         self.store._clock = self.clock
         if leases is not None:
@@ -219,6 +214,87 @@ class Sut:
         model = ModelRunStore(clock=Dial(0))
         model._state = state
         return self.view(model)
+
+
+def _sqlite_copy(store: Any) -> bytes:
+    """A SQLite store's database as a compressed image (SQLite's backup API)."""
+    copy = sqlite3.connect(":memory:")
+    try:
+        store._tm.connection.backup(copy)
+        image = bytearray(copy.serialize())
+    finally:
+        copy.close()
+    # A file store's header says WAL (format bytes 18 and 19 are 2), which an image
+    # deserialized in memory cannot open; the copy is kept as a rollback-journal image
+    # (1), and backing it up into the store keeps the store's own journal mode.
+    image[18:20] = b"\x01\x01"
+    return zlib.compress(bytes(image), 1)
+
+
+def _sqlite_restore(store: Any, data: bytes) -> None:
+    """Back a copy made by ``_sqlite_copy`` up into the store's own connection."""
+    copy = sqlite3.connect(":memory:")
+    try:
+        copy.deserialize(zlib.decompress(data))
+        copy.backup(store._tm.connection)
+    finally:
+        copy.close()
+
+
+def _postgres_copy(store: Any) -> tuple[tuple[tuple[str, bytes], ...], tuple[Any, ...]]:
+    """Every table of a PostgreSQL store's schema (``COPY ... TO STDOUT``) and every
+    sequence's position, read in one transaction of the store's own connection."""
+
+    def body(tx: Any) -> tuple[tuple[tuple[str, bytes], ...], tuple[Any, ...]]:
+        cursor = tx.connection.cursor()
+        schema = store.schema
+        tables = [
+            row[0]
+            for row in cursor.execute(
+                "SELECT tablename FROM pg_catalog.pg_tables WHERE schemaname = $1"
+                " ORDER BY tablename",
+                (schema,),
+            ).fetchall()
+        ]
+        copies = []
+        for table in tables:
+            name = f'"{schema}"."{table}"'
+            with cursor.copy(f"COPY {name} TO STDOUT (FORMAT binary)") as copy:
+                copies.append((name, b"".join(bytes(chunk) for chunk in copy)))
+        sequences = tuple(
+            cursor.execute(
+                "SELECT quote_ident(schemaname) || '.' || quote_ident(sequencename),"
+                " coalesce(last_value, start_value), last_value IS NOT NULL"
+                " FROM pg_catalog.pg_sequences"
+                " WHERE schemaname = $1",
+                (schema,),
+            ).fetchall()
+        )
+        return tuple(copies), sequences
+
+    taken: tuple[tuple[tuple[str, bytes], ...], tuple[Any, ...]] = store._write("copy", body)
+    return taken
+
+
+def _postgres_restore(
+    store: Any, data: tuple[tuple[tuple[str, bytes], ...], tuple[Any, ...]]
+) -> None:
+    """Put a copy made by ``_postgres_copy`` back in one transaction: every table emptied and
+    refilled with triggers and foreign keys off (as a restore of a dump does), every sequence
+    set back."""
+    copies, sequences = data
+
+    def body(tx: Any) -> None:
+        cursor = tx.connection.cursor()
+        cursor.execute("SET LOCAL session_replication_role = replica")
+        cursor.execute("TRUNCATE " + ", ".join(name for name, _ in copies))
+        for name, rows in copies:
+            with cursor.copy(f"COPY {name} FROM STDIN (FORMAT binary)") as copy:
+                copy.write(rows)
+        for name, value, called in sequences:
+            cursor.execute("SELECT pg_catalog.setval($1, $2, $3)", (name, value, called))
+
+    store._write("restore", body)
 
 
 def judge(
