@@ -540,20 +540,29 @@ class Worker:
 
     def step_cancel(self) -> None:
         """Cancel requests against owners acknowledging, settling and taking
-        over, and owners that lost the run acting on a request as if they held it."""
+        over, and owners that lost the run acting on a request as if they held it.
+
+        The first request of a run is the one that races: once a run carries
+        a request, later ones change nothing. So most steps read one of two
+        runs and act on what they saw (``walk``): a peer of a running run not
+        yet asked to cancel asks, while its owner, having seen the same, often
+        settles it at the same slot (``owned``, ``owned_by_other``). Blind
+        requests are rarer: run at every step they would ask every run the
+        moment it goes live, and the owner would only ever settle runs
+        already asked."""
         rng = self.rng
         roll = rng.random()
-        if roll < 0.2:
-            self.call("request_cancel", self.pick(), self.now())
-        elif roll < 0.27:
-            self.call("request_cancel_lineage", self.pick(), self.now())
-        elif roll < 0.32:
+        if roll < 0.05:
+            self.call("request_cancel", self.pick(2), self.now())
+        elif roll < 0.09:
+            self.call("request_cancel_lineage", self.pick(2), self.now())
+        elif roll < 0.13:
             # Perhaps not this owner's run (any more): the fence decides.
-            self.call("acknowledge_cancel", self.pick(), self.me, self.now())
-        elif roll < 0.35:
-            self.call("transition_owned", self.pick(), self.me, "cancelled", None)
+            self.call("acknowledge_cancel", self.pick(2), self.me, self.now())
+        elif roll < 0.15:
+            self.call("transition_owned", self.pick(2), self.me, "cancelled", None)
         else:
-            self.walk(multi=0.0)
+            self.walk(width=2, multi=0.0)
 
     def step_zombies(self) -> None:
         """Owners of three runs held past staleness, their peers taking over."""
@@ -855,6 +864,11 @@ class Worker:
             else:
                 self.call("transition_owned", run_id, self.me, "cancelled", None)
             return
+        if self.mode == "cancel" and rng.random() < 0.5:
+            # Not asked yet: settle now, while a peer that saw the run live asks.
+            to = rng.choice(("completed", "failed", "cancelled"))
+            self.call("transition_owned", run_id, self.me, to, self.state_json())
+            return
         roll = rng.random()
         if roll < 0.3:
             self.call("heartbeat", run_id, self.me, self.now())
@@ -882,6 +896,10 @@ class Worker:
             # A takeover of a held owner's run is under way: join in.
             stale = True
         roll = self.rng.random()
+        if self.mode == "cancel" and row.cancel_requested_at_ms is None and roll < 0.6:
+            # The first request of a live run, as its owner may be settling it.
+            self.call("request_cancel", run_id, now)
+            return
         hunting = self.mode == "zombies"
         if hunting and stale and roll < 0.1:
             # A cancel request lands in the middle of the takeover.
