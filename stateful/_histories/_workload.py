@@ -554,12 +554,13 @@ class Worker:
         roll = rng.random()
         if roll < 0.05:
             self.call("request_cancel", self.pick(2), self.now())
-        elif roll < 0.09:
-            self.call("request_cancel_lineage", self.pick(2), self.now())
-        elif roll < 0.13:
+        elif roll < 0.12:
+            # As often as before: a lineage's rounds asked while they settle.
+            self.call("request_cancel_lineage", self.pick(), self.now())
+        elif roll < 0.16:
             # Perhaps not this owner's run (any more): the fence decides.
             self.call("acknowledge_cancel", self.pick(2), self.me, self.now())
-        elif roll < 0.15:
+        elif roll < 0.18:
             self.call("transition_owned", self.pick(2), self.me, "cancelled", None)
         else:
             self.walk(width=2, multi=0.0)
