@@ -53,6 +53,14 @@ class Dial:
         """The reading last set."""
         return self.ms
 
+    def sleep_until(self, deadline_ms: int) -> None:
+        """Move the reading on to ``deadline_ms`` (no waiting: the walk owns time)."""
+        self.ms = max(self.ms, deadline_ms)
+
+    async def asleep_until(self, deadline_ms: int) -> None:
+        """As ``sleep_until``, for a task."""
+        self.sleep_until(deadline_ms)
+
 
 @attrs.frozen
 class Node:
