@@ -1041,8 +1041,7 @@ class SqlRunStore:
         in its order, without their state (``ModelRunStore.purge_candidates``):
         one SELECT of purge_settled's candidate query, which reads about as
         many rows as it returns; it writes and locks nothing, so it works on
-        a read-only store (and lists a run that a concurrent write holds,
-        which the purge would pass over). Not part of the ``RunStore``
+        a read-only store. Not part of the ``RunStore``
         protocol (a store of someone else's need not offer it): ``runstore
         purge`` lists through it on the stores it opens.
 

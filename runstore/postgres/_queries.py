@@ -116,9 +116,10 @@ LOCK_RUNS: Final = (
 # foreign key does on its parent: lineage_id has no foreign key, and without
 # the lock a purge that had judged the root (no live round) could delete it
 # after this round committed (found by the torture's lineage workload). A
-# purge skips a root so locked (SKIP LOCKED); a create that waits for a purge
-# holding the root lands after it, when the root is gone (legal: the model
-# asks no root of a round). The CTE is referenced, so it runs.
+# purge waits for a root so locked, then keeps it (its recheck sees the
+# round); a create that waits for a purge holding the root lands after it,
+# when the root is gone (legal: the model asks no root of a round). The CTE
+# is referenced, so it runs.
 _LOCK_ROOT: Final = (
     "WITH root AS (SELECT 1 AS held FROM flows_runs WHERE run_id = $4::text FOR KEY SHARE)"
 )
@@ -427,12 +428,20 @@ PURGE_SERIALIZE: Final = (
     "SELECT pg_catalog.pg_advisory_xact_lock("
     "pg_catalog.hashtext('runstore-purge:' || pg_catalog.current_schema()))"
 )
-# Locks what it picks; a run another transaction holds (a child being created
-# under it takes a key-share lock) waits for the next call.
-PURGE_CANDIDATES: Final = f"SELECT r.run_id {_PURGEABLE} FOR UPDATE OF r SKIP LOCKED"
+# Locks what it picks, in run id order (the order heartbeat_many locks in, so
+# the two cannot deadlock), waiting for a run another transaction holds: a
+# purge deletes every eligible run up to its limit, as the model's does. (It
+# used to skip a held run, SKIP LOCKED, which no sequential program shows
+# but the torture did: a heartbeat_many holding a settled run made a purge
+# leave it behind.) A child or a round being created under a run takes a
+# key-share lock on it: the purge waits for that create, and PURGE_RECHECK,
+# in a fresh snapshot, then keeps the parent or the root.
+PURGE_CANDIDATES: Final = (
+    f"SELECT run_id FROM flows_runs WHERE run_id IN (SELECT r.run_id {_PURGEABLE}) "
+    "ORDER BY run_id FOR UPDATE"
+)
 # purge_candidates: the same runs, as rows without their state; a read, which
-# locks nothing (a read-only session may not), so it also lists a run that a
-# concurrent write holds and the purge would pass over.
+# locks nothing (a read-only session may not).
 PURGE_CANDIDATE_ROWS: Final = f"SELECT {LIST_COLUMNS} {_PURGEABLE}"
 # The candidates, locked now, that are still purgeable in a fresh snapshot (a
 # child committed after PURGE_CANDIDATES's snapshot keeps its parent).

@@ -10,7 +10,12 @@ one). Two interleavings, each checked with real sessions:
 
 - a purge holds the root: the round's create waits for it and lands after
   it (the root gone, the round created: legal, since the purge came first);
-- a round's create holds the root: the purge passes over the root.
+- a round's create holds the root: the purge waits for it, and keeps the
+  root when the round commits.
+
+A purge also waits for any other write holding a settled run (a
+``heartbeat_many``'s row lock) and then deletes it, as the model's purge
+deletes every eligible run.
 """
 
 from __future__ import annotations
@@ -106,9 +111,12 @@ def test_a_round_waits_for_a_purge_holding_its_root(
     store.check_invariants()
 
 
-def test_a_purge_passes_over_a_root_a_round_is_being_created_under(
-    setup: tuple[Any, str, ManualClock],
+@pytest.mark.parametrize("ending", ["commit", "rollback"])
+def test_a_purge_waits_for_a_round_being_created_under_its_root(
+    setup: tuple[Any, str, ManualClock], ending: str
 ) -> None:
+    """The purge waits for the create; a committed round keeps the root (the
+    purge's recheck sees it), a rolled-back one leaves it purgeable."""
     store, url, clock = setup
     cutoff = _settled_root(store, clock, "root")
     statement = _fused.CREATE if store._fused is not None else _queries.CREATE_RUN
@@ -119,13 +127,64 @@ def test_a_purge_passes_over_a_root_a_round_is_being_created_under(
     creating = psycopg.connect(url, autocommit=False)
     try:
         creating.execute(_named(statement, len(values)), params)
-        # The round is not committed: the purge must not take its root now.
-        assert store.purge_settled(cutoff + 1) == 0
-        assert store.get("root").status == "completed"
-        creating.rollback()
+        if store._fused is None:  # the general path's second statement
+            creating.execute(_named(_queries.CREATE_STATE, 2), {"p1": "round-1", "p2": "{}"})
+        purged = _purge_in_thread(store, url, cutoff + 1)
+        getattr(creating, ending)()
     finally:
         creating.close()
-    assert store.purge_settled(cutoff + 1) == 1
+    assert purged() == (0 if ending == "commit" else 1)
+    store.check_invariants()
+
+
+def test_a_purge_waits_for_a_write_holding_a_settled_run_then_deletes_it(
+    setup: tuple[Any, str, ManualClock],
+) -> None:
+    """A write holding a settled run's row (as heartbeat_many's lock does)
+    makes the purge wait, not pass over it: the run is deleted once the write
+    ends, as the model's purge deletes every eligible run. (A purge that
+    skipped held runs was flagged by the torture: a heartbeat_many on settled
+    runs overlapped it and the runs stayed.)"""
+    store, url, clock = setup
+    cutoff = _settled_root(store, clock, "done")
+    holding = psycopg.connect(url, autocommit=False)
+    try:
+        holding.execute(_queries.LOCK_RUNS.replace("$1::text[]", "%s"), (["done"],))
+        purged = _purge_in_thread(store, url, cutoff + 1)
+        holding.commit()
+    finally:
+        holding.close()
+    assert purged() == 1
+    assert store.state().rows == ()
+
+
+def _purge_in_thread(store: Any, url: str, before_ms: int) -> Any:
+    """Start ``purge_settled`` on a thread and return once its session waits
+    for a lock (a condition polled, not a lease timing); call the result for
+    the purge's answer."""
+    pid = _store_backend_pid(store)
+    answers: list[Any] = []
+
+    def purge() -> None:
+        try:
+            answers.append(store.purge_settled(before_ms))
+        except BaseException as error:  # reported by the caller
+            answers.append(error)
+
+    worker = threading.Thread(target=purge)
+    worker.start()
+    deadline = time.monotonic() + 30
+    while not _waiting_on_lock(url, pid):
+        assert not answers, f"the purge did not wait for the held row: {answers}"
+        assert time.monotonic() < deadline, "the purge neither waited nor finished"
+        time.sleep(0.01)
+
+    def answer() -> Any:
+        worker.join(30)
+        assert len(answers) == 1
+        return answers[0]
+
+    return answer
 
 
 def _named(statement: str, count: int) -> str:
