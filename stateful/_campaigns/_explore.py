@@ -107,7 +107,12 @@ class Exploration:
 
     def describe(self) -> str:
         """One paragraph: the scope, how far the walk got, and the verdict."""
-        how = "exhausted" if self.exhausted else "NOT exhausted (time ran out)"
+        if self.exhausted:
+            how = "exhausted"
+        elif self.failure is not None:
+            how = "stopped at the first failure (a shortest program)"
+        else:
+            how = "NOT exhausted (time ran out)"
         text = (
             f"scope {self.scope} on {self.target or 'the model'}: {how}; "
             f"{self.states} states, {self.transitions} transitions, depth {self.depth}, "
