@@ -23,7 +23,7 @@ and the clean stores pass every run.
 With ``--detect``, instead: each race of ``WINDOW_RACES`` (one per window
 of issue 26, and the misses of the 2 s budget before it) is tortured on each
 backend it applies to with ``DETECT``'s options (widened windows; lost
-acknowledgements aimed at commits on PostgreSQL), first for 10 s and, if
+acknowledgements aimed at commits for the race of that window), first for 10 s and, if
 that passes, for 60 s; it prints, per entry, the time to detection (from the
 first call of the history to the last return of the first minimal violation
 found, or the budget when only the final checks failed), the budget, and the
@@ -59,6 +59,7 @@ from tests.zoo._races import (  # noqa: E402
     CONTROLS,
     COUNTS,
     DETECT,
+    LOST_ACK_RACES,
     POSTGRES_RACES,
     RACES,
     WINDOW_RACES,
@@ -177,6 +178,7 @@ def detect(modules: tuple[str, ...], backends: tuple[str, ...], seed: int) -> in
                                 seconds=budget,
                                 quiet=True,
                                 **DETECT[backend],
+                                **LOST_ACK_RACES.get(module, {}),
                                 **extra,
                             )
                         )

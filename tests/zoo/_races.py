@@ -69,11 +69,16 @@ WINDOW_RACES = (
 )
 
 #: The torture options detection runs with, per backend: widened windows
-#: everywhere, and lost acknowledgements aimed at commits on PostgreSQL.
+#: everywhere. Lost acknowledgements aimed at commits go only to the races of
+#: that window (``LOST_ACK_RACES``): every cut leaves a write of unknown
+#: outcome, and over a minute a long-lived object gathers more than the
+#: checker searches (``race_cancel_checks_first`` went unjudged so on
+#: PostgreSQL).
 DETECT = {
     "sqlite": {"widen": 0.1},
-    "postgresql": {"widen": 0.1, "lost_acks_s": 0.5},
+    "postgresql": {"widen": 0.1},
 }
+LOST_ACK_RACES = {"race_pg_replays_lost_ack": {"lost_acks_s": 0.5}}
 
 #: One bounded torture run, as CI runs it: each race must be found in at least
 #: 19 of 20 such runs (``benchmarks/torture_detection.py`` counts), on either
