@@ -428,18 +428,16 @@ PURGE_SERIALIZE: Final = (
     "SELECT pg_catalog.pg_advisory_xact_lock("
     "pg_catalog.hashtext('runstore-purge:' || pg_catalog.current_schema()))"
 )
-# Locks what it picks, in run id order (the order heartbeat_many locks in, so
-# the two cannot deadlock), waiting for a run another transaction holds: a
-# purge deletes every eligible run up to its limit, as the model's does. (It
-# used to skip a held run, SKIP LOCKED, which no sequential program shows
-# but the torture did: a heartbeat_many holding a settled run made a purge
-# leave it behind.) A child or a round being created under a run takes a
-# key-share lock on it: the purge waits for that create, and PURGE_RECHECK,
-# in a fresh snapshot, then keeps the parent or the root.
-PURGE_CANDIDATES: Final = (
-    f"SELECT run_id FROM flows_runs WHERE run_id IN (SELECT r.run_id {_PURGEABLE}) "
-    "ORDER BY run_id FOR UPDATE"
-)
+# Locks what it picks, waiting for a run another transaction holds: a purge
+# deletes every eligible run up to its limit, as the model's does. (It used to
+# skip a held run, SKIP LOCKED, which no sequential program shows but the
+# torture did: a heartbeat_many holding a settled run made a purge leave it
+# behind.) A child or a round being created under a run takes a key-share
+# lock on it: the purge waits for that create, and PURGE_RECHECK, in a fresh
+# snapshot, then keeps the parent or the root. The rows are locked in the
+# candidates' order; a heartbeat_many holding two of them in run id order can
+# deadlock with it, which the server breaks and the store replays (40P01).
+PURGE_CANDIDATES: Final = f"SELECT r.run_id {_PURGEABLE} FOR UPDATE OF r"
 # purge_candidates: the same runs, as rows without their state; a read, which
 # locks nothing (a read-only session may not).
 PURGE_CANDIDATE_ROWS: Final = f"SELECT {LIST_COLUMNS} {_PURGEABLE}"
