@@ -124,6 +124,7 @@ def test_the_small_scope_finds(name: str) -> None:
 
 
 @pytest.mark.campaign
+@pytest.mark.deep
 @pytest.mark.parametrize("name", sorted(FOUND_MEDIUM))
 def test_the_medium_scope_finds(name: str) -> None:
     """The entry is found in the medium scope as a shortest program, failing the recorded
