@@ -38,6 +38,7 @@ from runstore import Activated, ManualClock, OwnerId, RunSnapshot, RunStoreError
 from runstore.stateful._targets import _postgres as servers
 
 from .. import _postgres
+from .test_postgres_concurrency import _race as race
 
 postgres = pytest.importorskip("runstore.postgres")
 psycopg = pytest.importorskip("psycopg")
@@ -54,23 +55,7 @@ def url() -> str:
 
 def _race(count: int, fn: Callable[[int], Any]) -> list[Any]:
     """``fn(i)`` on ``count`` threads released together; results (or errors)."""
-    barrier = threading.Barrier(count)
-    results: list[Any] = [None] * count
-
-    def run(index: int) -> None:
-        barrier.wait()
-        try:
-            results[index] = fn(index)
-        except BaseException as error:  # reported through the results
-            results[index] = error
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-        assert not thread.is_alive()
-    return results
+    return race(count, fn, timeout=120)
 
 
 class _Follower:

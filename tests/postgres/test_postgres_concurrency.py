@@ -59,8 +59,9 @@ def url() -> str:
     return _postgres.database_url()
 
 
-def _race(count: int, fn: Callable[[int], Any]) -> list[Any]:
-    """``fn(i)`` on ``count`` threads released together; results (or errors) in order."""
+def _race(count: int, fn: Callable[[int], Any], timeout: float = 60) -> list[Any]:
+    """``fn(i)`` on ``count`` threads released together; results (or errors) in order
+    (each thread given ``timeout`` seconds to end)."""
     barrier = threading.Barrier(count)
     results: list[Any] = [None] * count
 
@@ -75,7 +76,7 @@ def _race(count: int, fn: Callable[[int], Any]) -> list[Any]:
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(timeout=60)
+        thread.join(timeout=timeout)
         assert not thread.is_alive()
     return results
 
