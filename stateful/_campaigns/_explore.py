@@ -24,6 +24,7 @@ from .._base._capabilities import FULL_STORE, Capabilities
 from .._base._observe import Failure
 from .._explore._replay import Replayer, Sut, log_of, programs
 from .._explore._scope import scope_named
+from .._explore._strategy import STRATEGY_SCOPES as _STRATEGY_SCOPES
 from .._explore._walk import Walker
 from .._targets._builtin import (
     Target,
@@ -99,6 +100,10 @@ class Exploration:
     restores: int = 0
     """Source states restored from a copy instead of rebuilt (stores we own; see
     ``explore``'s ``restore``)."""
+    parts: tuple[Exploration, ...] = ()
+    """The walks this one joins, in the order made, when there are several: for a strategy,
+    the walk at its own interface, then the walk through the SQLite adapter (empty for one
+    walk). The counts above are their sums, ``depth`` their deepest."""
 
     @property
     def clean(self) -> bool:
@@ -122,6 +127,8 @@ class Exploration:
             text += f"; {self.programs} programs up to depth {self.programs_depth} without dedup"
         if self.rebuilds or self.restores:
             text += f"; {self.rebuilds} fresh stores, {self.restores} restores"
+        for part in self.parts:
+            text += "\n  " + part.describe().partition("\n")[0]
         if self.failure is not None:
             text += f"\n{self.failure.check}:\n{self.failure.program}"
             if self.failure.path is not None:
@@ -142,6 +149,7 @@ def explore(
     depth_k: int | None = None,
     clock: Callable[[], float] = time.monotonic,
     restore: bool = True,
+    interface: bool = True,
 ) -> Exploration:
     """Walk ``scope`` exhaustively over the reference model and, when something is under
     test, apply every transition of the walk to it and compare.
@@ -167,10 +175,21 @@ def explore(
     this library's SQLite stores over ``SqlConsensus`` or ``LocalConsensus`` (False: always a
     fresh store and the replay; any other store is always replayed).
 
+    A strategy (``consensus_factory``, or a target naming one) is walked twice: first at its
+    own ``Consensus`` interface against ``ModelConsensus``, over the strategy scope of the
+    same name (the adapter checks snapshots, cutoffs and evidence itself, so a strategy bug
+    on one of those rules is only seen there), then inside the SQLite adapter; the result
+    joins both (``parts``), and a failure of the first ends the exploration. ``interface``
+    False skips the first walk.
+
     Returns an ``Exploration``; a divergence or a broken invariant is its ``failure`` (the
     shortest program), not an exception. Raises ``ValueError`` for a bad argument (an unknown
     target or scope, two things under test) and lets the factory's own errors through.
     """
+    if interface and scope in _STRATEGY_SCOPES:
+        strategy = _resolve(target, store_factory, consensus_factory, capabilities)
+        if strategy is not None and strategy.kind == "consensus":
+            return _both(strategy, scope, seconds, out, depth_k, clock, restore, target)
     return _run(
         target=target,
         store_factory=store_factory,
@@ -184,6 +203,53 @@ def explore(
         clock=clock,
         restore=restore,
     )
+
+
+def _both(
+    strategy: Target,
+    scope: str,
+    seconds: float | None,
+    out: Path | str | None,
+    depth_k: int | None,
+    clock: Callable[[], float],
+    restore: bool,
+    target: str | None,
+) -> Exploration:
+    """A strategy's two walks: at its own interface, then (unless that failed or ran out of
+    time) through the SQLite adapter with the time left; joined."""
+    from ._explore_strategy import ADAPTER, explore_interface, joined
+
+    factory = strategy.consensus_factory
+    assert factory is not None
+    began = clock()
+    folder = None if out is None else Path(out)
+    first = explore_interface(
+        factory,
+        name=strategy.name,
+        spec=strategy.spec,
+        scope=scope,
+        deadline=None if seconds is None else began + seconds,
+        clock=clock,
+        out=folder,
+        restore=restore,
+        depth_k=depth_k,
+    )
+    if not first.exhausted:
+        return joined(strategy.name, (first,))
+    second = explore(
+        target=target,
+        consensus_factory=None if target is not None else factory,
+        scope=scope,
+        seconds=None if seconds is None else max(0.0, seconds - (clock() - began)),
+        out=folder,
+        capabilities=strategy.capabilities,
+        depth_k=depth_k,
+        clock=clock,
+        restore=restore,
+        interface=False,
+    )
+    second = attrs.evolve(second, target=f"{strategy.name} ({ADAPTER})")
+    return joined(strategy.name, (first, second))
 
 
 def _spec_of(factory: Any) -> str | None:
