@@ -20,10 +20,13 @@ from typing import Any, TextIO
 
 import attrs
 
+from runstore.attempts import AttemptStore
+
 from .._base._capabilities import FULL_STORE, Capabilities
 from .._base._observe import Failure
+from .._explore._attempts import attempt_scope_named
 from .._explore._replay import Replayer, Sut, log_of, programs
-from .._explore._scope import scope_named
+from .._explore._scope import Scope, scope_named
 from .._explore._strategy import STRATEGY_SCOPES as _STRATEGY_SCOPES
 from .._explore._walk import Walker
 from .._targets._builtin import (
@@ -104,6 +107,10 @@ class Exploration:
     """The walks this one joins, in the order made, when there are several: for a strategy,
     the walk at its own interface, then the walk through the SQLite adapter (empty for one
     walk). The counts above are their sums, ``depth`` their deepest."""
+    attempts: Exploration | None = None
+    """The walk of the attempt store's own scope that followed this one (``explore``'s
+    ``attempts``), or None when there was none. ``exhausted`` and ``failure`` above already
+    count it."""
 
     @property
     def clean(self) -> bool:
@@ -129,7 +136,9 @@ class Exploration:
             text += f"; {self.rebuilds} fresh stores, {self.restores} restores"
         for part in self.parts:
             text += "\n  " + part.describe().partition("\n")[0]
-        if self.failure is not None:
+        if self.attempts is not None:
+            text += "\n" + self.attempts.describe()
+        elif self.failure is not None:
             text += f"\n{self.failure.check}:\n{self.failure.program}"
             if self.failure.path is not None:
                 text += f"\nregression file: {self.failure.path}"
@@ -149,6 +158,7 @@ def explore(
     depth_k: int | None = None,
     clock: Callable[[], float] = time.monotonic,
     restore: bool = True,
+    attempt_store: Callable[..., Any] | str | None = None,
     interface: bool = True,
 ) -> Exploration:
     """Walk ``scope`` exhaustively over the reference model and, when something is under
@@ -162,12 +172,19 @@ def explore(
     adapter. With none of them the model alone is walked (its invariants in every state).
 
     ``scope`` is ``"small"``, ``"medium"`` or ``"large"`` (the docs page "What exhaustive
-    exploration proves" lists each). ``seconds`` bounds the wall time (None: no bound); when
+    exploration proves" lists each), or ``"attempts"``: the attempt store's own scope
+    alone. ``seconds`` bounds the wall time (None: no bound); when
     it runs out first the result says how far the walk got and is not exhausted.
     ``out`` is the folder the shortest counterexample's regression file is written to (None:
     none written). ``capabilities`` overrides what the store under test can do (by default
     the target's, or ``Capabilities()`` for a factory). ``attempts`` also walks the attempt
-    store's own small scope (None: when the store is the SQLite adapter). ``depth_k`` is the
+    store's own scope (``"attempts"``) after the run scope, with the attempt stores built over
+    the store under test (True: always, ``ValueError`` when none can be built over it; False:
+    never; None: for every scope but ``"tiny"`` when an attempt store can be built over the
+    store, or over the model alone); its result is the ``attempts`` member of the answer,
+    and it counts in ``exhausted`` and ``failure``. ``attempt_store`` builds the attempt
+    stores under test, called ``attempt_store(store, **options)`` (or a ``MODULE:FACTORY``
+    string naming it; None: ``runstore.attempts.AttemptStore``). ``depth_k`` is the
     depth of the extra pass that runs every program without deduplication (None: the
     scope's own; 0: no such pass). ``clock`` is read for the time budget (seconds, as
     ``time.monotonic``). ``restore`` lets the walk restore a copy of each source state
@@ -202,6 +219,7 @@ def explore(
         depth_k=depth_k,
         clock=clock,
         restore=restore,
+        attempt_store=attempt_store,
     )
 
 
@@ -323,12 +341,68 @@ def _run(
     depth_k: int | None,
     clock: Callable[[], float],
     restore: bool = True,
+    attempt_store: Callable[..., Any] | str | None = None,
 ) -> Exploration:
-    del attempts  # the attempt store's scope: not walked yet
+    from ._explore_attempts import attempt_exploration, attempts_supported
+
+    if isinstance(attempt_store, str):
+        attempt_store = load_factory(attempt_store)
+    if attempt_scope_named(scope) is not None:
+        begun = clock()
+        return attempt_exploration(
+            scope,
+            _resolve(target, store_factory, consensus_factory, capabilities),
+            attempt_store=attempt_store,
+            deadline=None if seconds is None else begun + seconds,
+            clock=clock,
+            out=out,
+            restore=restore,
+        )
     chosen = scope_named(scope)
     under_test = _resolve(target, store_factory, consensus_factory, capabilities)
     began = clock()
     deadline = None if seconds is None else began + seconds
+    walk_attempts = attempts
+    if attempts is not False:
+        supported = attempts_supported(under_test, attempt_store or AttemptStore)
+        if attempts and not supported:
+            raise ValueError(
+                f"no attempt store can be built over {under_test and under_test.name}:"
+                " the attempt scope needs an SQL store of ours (or attempt_store)"
+            )
+        walk_attempts = supported and (attempts or chosen.name != "tiny")
+    result = _run_scope(chosen, under_test, deadline, out, depth_k, clock, restore, began)
+    if walk_attempts and result.failure is None and (result.exhausted):
+        walked = attempt_exploration(
+            "attempts",
+            under_test,
+            attempt_store=attempt_store,
+            deadline=deadline,
+            clock=clock,
+            out=out,
+            restore=restore,
+        )
+        result = attrs.evolve(
+            result,
+            exhausted=result.exhausted and walked.exhausted,
+            failure=walked.failure,
+            elapsed_s=clock() - began,
+            attempts=walked,
+        )
+    return result
+
+
+def _run_scope(
+    chosen: Scope,
+    under_test: Target | None,
+    deadline: float | None,
+    out: Path | None,
+    depth_k: int | None,
+    clock: Callable[[], float],
+    restore: bool,
+    began: float,
+) -> Exploration:
+    """The run scope's walk (and its application to ``under_test``)."""
     name = "model" if under_test is None else under_test.name
     walker = Walker(chosen)
     graph = walker.graph

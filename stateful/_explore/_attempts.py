@@ -724,7 +724,7 @@ class AttemptReplayer:
                 if sut.restore(index):
                     progress.restores += 1
                 else:
-                    sut.build(path)  # type: ignore[arg-type]
+                    sut.build(path)
                     progress.rebuilds += 1
                     sut.snapshot(index)
                 before = sut.view(sut.store)
