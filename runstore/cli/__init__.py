@@ -8,9 +8,14 @@ Subcommands:
   summary (what was found, the seed to replay it, whether shrinking finished,
   every file written); on a failure it writes a regression test file and exits 1.
 - ``runstore explore [--target NAME | --consensus MODULE:FACTORY | --store
-  MODULE:FACTORY] [--scope small|medium|large] [--seconds N] [--out DIR]``:
+  MODULE:FACTORY] [--scope small|medium|large|attempts] [--attempt-store
+  MODULE:FACTORY] [--no-attempts] [--seconds N] [--out DIR]``:
   walk a whole scope over the reference model and apply every transition to
-  the store or strategy under test; exits 0 when the scope was exhausted
+  the store or strategy under test (a run scope is followed by the attempt
+  store's own scope where an attempt store can be built over the store,
+  unless ``--no-attempts``; ``--scope attempts`` walks that one alone and
+  ``--attempt-store`` puts an attempt store factory under test in place of
+  ``AttemptStore``); exits 0 when the scope was exhausted
   clean, 1 on a divergence or broken invariant (the shortest program printed
   and written as a regression file), 2 on a usage or harness error, 3 when
   the time ran out first.
@@ -155,10 +160,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     explore.add_argument(
         "--scope",
-        choices=("tiny", "small", "medium", "large"),
+        choices=("tiny", "small", "medium", "large", "attempts"),
         default="small",
         help="the scope to walk (default %(default)s; tiny is the tests' own, one run and"
-        " two owners)",
+        " two owners; attempts is the attempt store's own scope alone, which every other"
+        " scope but tiny is followed by where an attempt store can be built over the store)",
+    )
+    explore.add_argument(
+        "--attempt-store",
+        metavar="MODULE:FACTORY",
+        help="an attempt store factory (store, **options) -> attempt store to walk in place"
+        " of AttemptStore in the attempt scope",
+    )
+    explore.add_argument(
+        "--no-attempts",
+        action="store_true",
+        help="walk the run scope only, not the attempt store's own scope after it",
     )
     explore.add_argument(
         "--seconds", type=float, help="time budget in seconds (default: none, walk it all)"

@@ -545,6 +545,11 @@ def main_explore(args: Any, stream: TextIO | None = None) -> int:
     )
     out.flush()
     try:
+        # The attempt scope after a run scope: as explore decides, unless --no-attempts.
+        attempt_options: dict[str, Any] = {
+            "attempts": False if getattr(args, "no_attempts", False) else None,
+            "attempt_store": getattr(args, "attempt_store", None),
+        }
         if args.consensus:
             result = explore(
                 consensus_factory=load_factory(args.consensus),
@@ -552,6 +557,7 @@ def main_explore(args: Any, stream: TextIO | None = None) -> int:
                 seconds=args.seconds,
                 out=args.out,
                 capabilities=capabilities,
+                **attempt_options,
             )
         else:
             result = explore(
@@ -560,6 +566,7 @@ def main_explore(args: Any, stream: TextIO | None = None) -> int:
                 seconds=args.seconds,
                 out=args.out,
                 capabilities=capabilities,
+                **attempt_options,
             )
     except ValueError:
         raise
@@ -571,9 +578,18 @@ def main_explore(args: Any, stream: TextIO | None = None) -> int:
             out.write("explore: no regression file (the factory cannot be imported by name)\n")
         return 1
     if not result.exhausted:
+        walked = result.attempts if result.attempts is not None else result
         out.write(
-            f"explore: time ran out first: {result.states} states, {result.transitions}"
-            f" transitions, depth {result.depth} of {scope_named(args.scope).depth}\n"
+            f"explore: time ran out first: {walked.states} states, {walked.transitions}"
+            f" transitions, depth {walked.depth} of {_depth_of(walked.scope)}"
+            + (" of the attempt scope" if result.attempts is not None else "")
+            + "\n"
         )
         return 3
     return 0
+
+
+def _depth_of(scope: str) -> int:
+    """The depth of the run or attempt scope called ``scope``."""
+    attempt_scope = attempt_scope_named(scope)
+    return scope_named(scope).depth if attempt_scope is None else attempt_scope.depth
