@@ -14,9 +14,10 @@ from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 from .._base import _observe
 from .._base._capabilities import FULL_STORE, Capabilities
 from .._base._compare import OutcomeMismatch, StateMismatch
+from .._checks._attempt_invariants import ATTEMPT_INVARIANTS
 from .._checks._invariants import INVARIANTS, ReferenceInvariantViolation
 from .._checks._opening import opening_check_for, sqlite_store_consensus
-from .._machines._attempts import attempt_comparison_for
+from .._machines._attempts import AttemptStateMismatch, attempt_comparison_for
 from .._machines._consensus import ConsensusFactory, consensus_comparison_for
 from .._machines._run_store import StoreFactory, comparison_for
 from .._targets._builtin import raw_writer_for, sqlite_store_factory
@@ -151,7 +152,10 @@ def run_conformance(
     ``explore``, and "What exhaustive exploration proves" in the docs): every
     state of two runs and three owners within three moves, each transition
     applied to the store (or to the SQLite adapter over the strategy) and
-    compared. None (the default) walks it under the default budget only, not
+    compared; where the store under test is one of this library's SQL stores (every
+    strategy is put inside one), the attempt store's own scope follows (one run, three
+    owners, two attempts, four moves deep, the attempt stores over the store). None (the
+    default) walks them under the default budget only, not
     with ``settings`` or a profile; True always; False never. It runs after
     the machines pass, within 1 800 s per store or strategy under test; a walk
     that is not exhausted by then fails the run with ``ConformanceError``
@@ -230,20 +234,29 @@ def _explored(
         found = result.failure
         if found is not None:
             kind = _CHECKS.get(found.check, ConformanceError)
+            walked = result.scope if result.attempts is None else result.attempts.scope
             raise kind(
-                f"exhaustive exploration of the small scope on {result.target}: {found.check}"
+                f"exhaustive exploration of the {walked} scope on {result.target}: {found.check}"
                 f" on the shortest program ({len(found.program.splitlines())} steps,"
                 f" setup included):\n{found.program}\n{found.message}"
             )
         if not result.exhausted:
+            cut = result if result.attempts is None else result.attempts
             raise ConformanceError(
-                f"the small scope was not exhausted within {EXPLORE_SECONDS:g} s on"
-                f" {result.target}: {result.states} states, {result.transitions} transitions,"
-                f" depth {result.depth} reached; a partial walk is never a pass"
+                f"the {cut.scope} scope was not exhausted within {EXPLORE_SECONDS:g} s on"
+                f" {result.target}: {cut.states} states, {cut.transitions} transitions,"
+                f" depth {cut.depth} reached; a partial walk is never a pass"
             )
 
 
 _CHECKS: dict[str, type[AssertionError]] = {
     cls.__name__: cls
-    for cls in (*INVARIANTS, OutcomeMismatch, StateMismatch, ReferenceInvariantViolation)
+    for cls in (
+        *INVARIANTS,
+        *ATTEMPT_INVARIANTS,
+        OutcomeMismatch,
+        StateMismatch,
+        AttemptStateMismatch,
+        ReferenceInvariantViolation,
+    )
 }
