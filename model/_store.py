@@ -775,6 +775,61 @@ class ModelRunStore:
                 raise AssertionError(f"claim_next could not take an unclaimed run: {outcome!r}")
             return decoded("claim_next", self._state.rows[rid])
 
+    def claim_next_many(
+        self,
+        owner: OwnerId,
+        now_ms: int,
+        limit: int,
+        *,
+        status: RunStatus | Collection[RunStatus] = CLAIMABLE_STATUSES,
+        choose: Sequence[str] | None = None,
+    ) -> list[RunRow]:
+        """Claim and activate, for ``owner`` at ``now_ms``, up to ``limit`` (an int from 1 to
+        1 000) of the oldest runs whose status is one of ``status`` (pending and suspended by
+        default) and that have no claim, each as ``claim_next`` would take it, all in one
+        transaction. Returns their ``RunRow``s with state, oldest first (``[]`` when there is
+        none); concurrent callers get different runs. A run whose stored state no longer decodes
+        raises ``DecodeFailedError`` and nothing is written.
+
+        ``choose`` (model only) takes those candidates instead of the oldest, so the machines can
+        follow a store that skipped runs other callers held: distinct candidates, oldest first,
+        as many as the call would take (``limit`` or every candidate, whichever is fewer);
+        anything else raises ``ValueError``.
+        """
+        who, now, size, statuses = _boundary.admit_claim_next_many(
+            owner, now_ms, limit, status, self._clock
+        )
+        with self._lock:
+            state = self._state
+            candidates = [
+                rid for _created, rid in state.order if _takeable(state.rows[rid], statuses)
+            ]
+            if choose is None:
+                picks = candidates[:size]
+            else:
+                picks = list(choose)
+                place = {rid: index for index, rid in enumerate(candidates)}
+                if (
+                    len(picks) != min(size, len(candidates))
+                    or any(rid not in place for rid in picks)
+                    or [place[rid] for rid in picks] != sorted({place[rid] for rid in picks})
+                ):
+                    raise ValueError("claim_next_many cannot take those runs now")
+            # Every pick is decoded before anything is written: one that no
+            # longer decodes refuses the whole call (decode_failed), as a SQL
+            # store's transaction rolls back every claim it made.
+            for rid in picks:
+                decoded("claim_next_many", state.rows[rid])
+            taken: list[RunRow] = []
+            for rid in picks:
+                outcome = self.claim_and_own(rid, self._state.rows[rid].snapshot, who, now)
+                if not isinstance(outcome, Activated):
+                    raise AssertionError(
+                        f"claim_next_many could not take an unclaimed run: {outcome!r}"
+                    )
+                taken.append(decoded("claim_next_many", self._state.rows[rid]))
+            return taken
+
     def heartbeat_many(
         self, owner: OwnerId, run_ids: Sequence[str], now_ms: int
     ) -> dict[str, HeartbeatOutcome]:

@@ -36,6 +36,7 @@ from ._constants import (
     COMPANION_PREFIX,
     HEARTBEAT_SKEW_ALLOWANCE_MS,
     MAX_SAFE_INTEGER,
+    MAXIMUM_CLAIM_BATCH,
     MAXIMUM_HEARTBEAT_BATCH,
     MAXIMUM_IDENTIFIER_LENGTH,
     MAXIMUM_PAGE_SIZE,
@@ -725,6 +726,19 @@ def admit_claim_next(
     who = admit_owner(method, "owner", owner)
     now = admit_lease_reading(method, now_ms, clock, run_id=None)
     return who, now, claim_statuses(method, status)
+
+
+def admit_claim_next_many(
+    owner: object, now_ms: object, limit: object, status: object, clock: Clock
+) -> tuple[OwnerId, int, int, tuple[str, ...]]:
+    """``claim_next_many(owner, now_ms, limit, *, status)``: the owner, the
+    lease reading (skew bound), the limit (an int from 1 to
+    ``MAXIMUM_CLAIM_BATCH``), then the statuses to take from."""
+    method = "claim_next_many"
+    who = admit_owner(method, "owner", owner)
+    now = admit_lease_reading(method, now_ms, clock, run_id=None)
+    size = _bound(method, "limit", limit, MAXIMUM_CLAIM_BATCH)
+    return who, now, size, claim_statuses(method, status)
 
 
 _CLAIMABLE_SET: Final = frozenset(CLAIMABLE_STATUSES)

@@ -43,5 +43,7 @@ COMPANION_PREFIX: Final = "flows.companion/"
 MAXIMUM_PAGE_SIZE: Final = 1000
 #: The most run ids one ``heartbeat_many`` call may renew.
 MAXIMUM_HEARTBEAT_BATCH: Final = 100_000
+#: The most runs one ``claim_next_many`` call claims.
+MAXIMUM_CLAIM_BATCH: Final = 1000
 #: The most runs (or tombstones) one ``purge_settled`` (``compact_changes``) call removes.
 MAXIMUM_PURGE_BATCH: Final = 10_000

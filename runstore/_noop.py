@@ -181,6 +181,11 @@ class NoopRunStore:
         """Answer None (unless overridden): there is nothing to take. The arguments are ignored."""
         return None
 
+    def claim_next_many(self, *_args: Any, **_kwargs: Any) -> list[RunRow]:
+        """Answer ``[]`` (unless overridden): there is nothing to take. The arguments are
+        ignored."""
+        return []
+
     def heartbeat_many(
         self, owner: Any, run_ids: Sequence[str], now_ms: Any
     ) -> dict[str, HeartbeatOutcome]:

@@ -7,7 +7,7 @@ then runs as one all-or-nothing transaction. Lost races are outcome values;
 only misuse and infrastructure failures raise ``RunStoreError``.
 
 Time: operations that judge a lease (``claim``, ``claim_and_own``, ``steal``,
-``heartbeat``, ``reconfirm``, ``recover_claim``, ``claim_next``,
+``heartbeat``, ``reconfirm``, ``recover_claim``, ``claim_next``, ``claim_next_many``,
 ``heartbeat_many``) take the caller's ``now_ms``
 literally but refuse one more than ``HEARTBEAT_SKEW_ALLOWANCE_MS`` ahead of the
 store's clock. ``create``, ``activate`` and ``transition_owned`` stamp
@@ -294,6 +294,22 @@ class RunStore(Protocol):
         with its current snapshot would; concurrent callers get different runs. Returns its
         ``RunRow`` with state, or None when there is none. A run whose stored state no longer
         decodes raises ``DecodeFailedError`` and nothing is written."""
+        ...
+
+    def claim_next_many(
+        self,
+        owner: OwnerId,
+        now_ms: int,
+        limit: int,
+        *,
+        status: RunStatus | Collection[RunStatus] = ("pending", "suspended"),
+    ) -> list[RunRow]:
+        """Claim and activate, for ``owner`` at ``now_ms``, up to ``limit`` (an int from 1 to
+        1 000) of the oldest runs whose status is one of ``status`` (pending and suspended by
+        default) and that have no claim, each as ``claim_next`` would take it, all in one
+        transaction. Returns their ``RunRow``s with state, oldest first (``[]`` when there is
+        none); concurrent callers get different runs. A run whose stored state no longer decodes
+        raises ``DecodeFailedError`` and nothing is written."""
         ...
 
     def heartbeat_many(

@@ -82,6 +82,7 @@ CLAIM_OPS: Final = {
     "recover_claim": "recover_claim",
     "steal": "steal",
     "claim_next": "claim_next",
+    "claim_next_many": "claim_next_many",
 }
 
 
@@ -101,7 +102,7 @@ class Operation(NamedTuple):
 
     ``kind``: ``plain`` (outcome ``success``), ``tagged`` (the answer's class
     in snake case), ``claim``, ``heartbeat``, ``transition``, ``claim_next``,
-    ``heartbeat_many`` (tagged, and counted). ``run``: the parameter holding
+    ``claim_next_many``, ``heartbeat_many`` (tagged, and counted). ``run``: the parameter holding
     the run id, or a function of the bound call for the attempt store.
     ``host``: the parameter holding the acting owner and its attribute name.
     """
@@ -136,6 +137,7 @@ RUN_STORE_OPERATIONS: Final[dict[str, Operation]] = {
     "transition_owned": Operation("transition", "run_id", ("owner", _OWNER)),
     "list_runs": Operation("plain"),
     "claim_next": Operation("claim_next", None, ("owner", _OWNER)),
+    "claim_next_many": Operation("claim_next_many", None, ("owner", _OWNER)),
     "heartbeat_many": Operation("heartbeat_many", None, ("owner", _OWNER)),
     "purge_settled": Operation("plain"),
     "purge_candidates": Operation("plain"),
@@ -370,6 +372,23 @@ if AVAILABLE:
                         )
 
             return count_claim
+        if kind == "claim_next_many":
+            op = CLAIM_OPS[name]
+            add_claim = _claims.add
+            many_cache: dict[str, dict[str, str]] = {}
+
+            def count_many(
+                outcome: str, result: object, _args: tuple[Any, ...], _kwargs: dict[str, Any]
+            ) -> None:
+                # One count per run taken (each as claim_next's), or one
+                # ``none`` (failure, interrupt) for the call.
+                amount = len(result) if outcome == "activated" and type(result) is list else 1
+                found = many_cache.get(outcome)
+                if found is None:
+                    found = _cached(many_cache, outcome, op=op, outcome=outcome)
+                add_claim(amount, found)
+
+            return count_many
         add_heartbeats = _heartbeats.add
         if kind == "heartbeat":
 
@@ -436,6 +455,8 @@ if AVAILABLE:
             return lambda _result: SUCCESS
         if kind == "claim_next":
             return lambda result: "none" if result is None else "activated"
+        if kind == "claim_next_many":
+            return lambda result: "activated" if result else "none"
         return tag
 
     def _wrap(

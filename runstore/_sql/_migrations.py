@@ -47,6 +47,7 @@ HISTORY: Final[tuple[tuple[int, str], ...]] = (
     (2008, "runstore_whole_row_checks"),
     (2009, "runstore_live_rounds"),
     (2010, "runstore_change_log"),
+    (2011, "runstore_claim_next_many"),
 )
 
 _KNOWN: Final = dict(HISTORY)

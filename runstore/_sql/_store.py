@@ -943,6 +943,89 @@ class SqlRunStore:
                 return found
             after = found
 
+    def claim_next_many(
+        self,
+        owner: OwnerId,
+        now_ms: int,
+        limit: int,
+        *,
+        status: RunStatus | Collection[RunStatus] = admit.CLAIMABLE_STATUSES,
+    ) -> list[RunRow]:
+        """Claim and activate up to ``limit`` of the oldest unclaimed runs of
+        ``status`` (pending and suspended by default), each as ``claim_next``
+        would take it, in one write transaction; their rows (with state),
+        oldest first. On PostgreSQL the picks skip rows other transactions
+        hold, and with ``SqlConsensus`` the whole call is one statement. A run
+        the strategy refuses is passed over: the transaction rolls back whole
+        and is made again without it."""
+        q = self._queries
+        method = "claim_next_many"
+        who, now, size, statuses = admit.admit_claim_next_many(
+            owner, now_ms, limit, status, self._clock
+        )
+        wanted = (statuses[0], statuses[-1])
+        cutoff = now - HEARTBEAT_STALE_AFTER_MS
+        fused = self._fused
+        if fused is not None:
+            many = fused.claim_next_many(
+                who, now, size, wanted, cutoff, lambda row: decode_run(method, row)
+            )
+            if many is not True:
+                return many  # type: ignore[no-any-return]
+        refused: set[str] = set()
+
+        def body(tx: Transaction) -> list[RunRow] | str:
+            execute = tx.connection.execute
+            after: tuple[int, str] = (-1, "")
+            taken: list[RunRow] = []
+            while len(taken) < size:
+                picked = execute(q.CLAIM_NEXT_PICK, (*after, *wanted)).fetchone()
+                if picked is None:
+                    break
+                rid, picked_status, created = picked[0], picked[1], picked[2]
+                after = (created, rid)
+                if rid in refused:
+                    continue
+                params = (rid, picked_status, None, None, None, None, cutoff)
+                # Decoded first: a run whose state no longer decodes fails
+                # the call, and every claim made before it rolls back.
+                row = decode_run(method, picked)
+                try:
+                    outcome = self._claim_and_own_in(tx, rid, None, who, now, None, params)
+                except RollbackAndReturn:
+                    # The strategy refused this run: the call is made again
+                    # without it.
+                    raise RollbackAndReturn(rid) from None
+                if outcome is not _ACTIVATED:
+                    raise _write_invariant(method, rid)
+                # The row as the write left it (CLAIM_AND_OWN_WRITE's columns).
+                started = row.started_at_ms if row.started_at_ms is not None else now
+                taken.append(
+                    RunRow(
+                        run_id=rid,
+                        status="running",
+                        created_at_ms=created,
+                        started_at_ms=started,
+                        finished_at_ms=None,
+                        owner=who,
+                        heartbeat_at_ms=now,
+                        claim=None,
+                        claimed_at_ms=None,
+                        parent_run_id=row.parent_run_id,
+                        cancel_requested_at_ms=row.cancel_requested_at_ms,
+                        lineage_id=row.lineage_id,
+                        round_ordinal=row.round_ordinal,
+                        state_json=row.state_json,
+                    )
+                )
+            return taken
+
+        while True:
+            found = self._tm.write(method, body)
+            if not isinstance(found, str):
+                return found
+            refused.add(found)
+
     def heartbeat_many(
         self, owner: OwnerId, run_ids: Sequence[str], now_ms: int
     ) -> dict[str, HeartbeatOutcome]:

@@ -58,6 +58,7 @@ LEASE_METHODS: Final = frozenset(
         "reconfirm",
         "heartbeat_many",
         "claim_next",
+        "claim_next_many",
     }
 )
 

@@ -16,9 +16,10 @@ decision) is fused: the functions do its lease changes themselves. Every
 other strategy keeps the general path, with strategy calls through
 ``tx.connection``.
 
-Fused: every write of one run, ``request_cancel_lineage``, ``heartbeat_many``
-and ``claim_next`` (one round trip when the server proves that its row will
-decode, else three: the row is then decoded before the commit).
+Fused: every write of one run, ``request_cancel_lineage``, ``heartbeat_many``,
+``claim_next`` and ``claim_next_many`` (one round trip when the server proves
+that its rows will decode, else three: the rows are then decoded before the
+commit).
 Reads are single statements already. ``purge_settled`` and
 ``compact_changes`` keep the general path: batch maintenance of up to
 ``limit`` runs in one transaction of about nine round trips, which measured
@@ -121,6 +122,14 @@ CLAIM_NEXT: Final = (
 CLAIM_NEXT_ONCE: Final = (
     "SELECT * FROM flows_op_claim_next_once($1::text, $2::text, $3::text, $4::bigint, $5::text, "
     "$6::bigint, $7::bigint)"
+)
+CLAIM_NEXT_MANY: Final = (
+    "SELECT * FROM flows_op_claim_next_many($1::bigint, $2::text, $3::text, $4::text, "
+    "$5::bigint, $6::text, $7::bigint, $8::bigint)"
+)
+CLAIM_NEXT_MANY_ONCE: Final = (
+    "SELECT * FROM flows_op_claim_next_many_once($1::bigint, $2::text, $3::text, $4::text, "
+    "$5::bigint, $6::text, $7::bigint, $8::bigint)"
 )
 REQUEST_CANCEL: Final = (
     "SELECT marked, requested_at, status FROM flows_op_request_cancel($1::text, $2::bigint)"
@@ -285,6 +294,36 @@ class Fused:
         params = (*wanted, *_who(who), now, cutoff)
         done = self._tm.once(
             "claim_next", CLAIM_NEXT_ONCE, params, check=check, unproven=CLAIM_NEXT
+        )
+        if done is None:
+            return True
+        return done[0][0]  # type: ignore[no-any-return]
+
+    def claim_next_many(
+        self,
+        who: OwnerId,
+        now: int,
+        limit: int,
+        wanted: tuple[str, str],
+        cutoff: int,
+        decode: Callable[[tuple[Any, ...]], T],
+    ) -> list[T] | bool:
+        """The claimed runs' rows as ``decode`` makes them, oldest first, or
+        True when the call must take the general path. As ``claim_next``:
+        one round trip when the server proves that every row will decode
+        (migration 2011), else the claims roll back and are made again with
+        every row decoded before ``COMMIT`` is sent (two more)."""
+
+        def check(rows: list[Any]) -> list[T]:
+            return [decode(tuple(row)) for row in rows]
+
+        params = (limit, *wanted, *_who(who), now, cutoff)
+        done = self._tm.once(
+            "claim_next_many",
+            CLAIM_NEXT_MANY_ONCE,
+            params,
+            check=check,
+            unproven=CLAIM_NEXT_MANY,
         )
         if done is None:
             return True

@@ -796,3 +796,85 @@ FUSED_OPERATIONS: Final = (
 
 #: Migration 2007's text on PostgreSQL.
 CLAIM_NEXT_ONCE: Final = _CLAIM_NEXT_ONCE + _claim_next_once()
+
+
+# Migration 2011: claim_next_many in one round trip. flows_op_claim_next_many
+# is flows_op_claim_next taking up to p_limit runs instead of one: it keeps
+# looking after each run it took (or the strategy refused) and returns each
+# claimed row as it takes it, oldest first. flows_op_claim_next_many_once is
+# it with every answer proven to decode, as flows_op_claim_next_once is
+# flows_op_claim_next; one unproven row rolls the whole call back
+# (DECODE_FIRST) and the client makes the two-round-trip call, decoding every
+# row before COMMIT.
+_CLAIM_NEXT_MANY: Final = """
+CREATE FUNCTION flows_op_claim_next_many(
+  p_limit bigint, p_status_a text, p_status_b text, p_host text, p_pid bigint, p_nonce text,
+  p_now bigint, p_cutoff bigint
+) RETURNS TABLE (
+  run_id text, status text, created_at_ms bigint, started_at_ms bigint,
+  finished_at_ms bigint, owner_host_id text, owner_pid bigint, owner_nonce text,
+  heartbeat_at_ms bigint, claim_host_id text, claim_pid bigint, claim_nonce text,
+  claimed_at_ms bigint, parent_run_id text, cancel_requested_at_ms bigint, lineage_id text,
+  round_ordinal bigint, state_json text
+) LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+#variable_conflict use_column
+DECLARE
+  v_after_created bigint := -1;
+  v_after_run text := '';
+  v_taken bigint := 0;
+  v_pick record;
+  v_outcome text;
+BEGIN
+  WHILE v_taken < p_limit LOOP
+    SELECT r.run_id AS id, r.status AS picked, r.created_at_ms AS created INTO v_pick
+    FROM flows_runs AS r
+    WHERE r.status IN ('pending', 'suspended') AND r.claim_host_id IS NULL
+      AND r.status IN (p_status_a, p_status_b)
+      AND (r.created_at_ms, r.run_id) > (v_after_created, v_after_run)
+    ORDER BY r.created_at_ms, r.run_id LIMIT 1
+    FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+      RETURN;
+    END IF;
+    v_outcome := flows_op_claim_and_own(
+      v_pick.id, v_pick.picked, NULL, NULL, NULL, NULL, p_cutoff,
+      p_host, p_pid, p_nonce, p_now, 'claim');
+    IF v_outcome = 'activated' THEN
+      RETURN QUERY
+      SELECT r.run_id::text, r.status, r.created_at_ms, r.started_at_ms, r.finished_at_ms,
+             r.owner_host_id::text, r.owner_pid, r.owner_nonce::text, r.heartbeat_at_ms,
+             r.claim_host_id::text, r.claim_pid, r.claim_nonce::text, r.claimed_at_ms,
+             r.parent_run_id::text, r.cancel_requested_at_ms, r.lineage_id::text,
+             r.round_ordinal, s.state_json
+      FROM flows_runs AS r LEFT JOIN flows_run_state AS s ON s.run_id = r.run_id
+      WHERE r.run_id = v_pick.id;
+      v_taken := v_taken + 1;
+    ELSIF v_outcome NOT IN ('already_claimed', 'heartbeat_fresh', 'snapshot_changed') THEN
+      PERFORM flows_op_write_invariant(v_pick.id);
+    END IF;
+    -- Taken, or refused by the strategy: look after it.
+    v_after_created := v_pick.created;
+    v_after_run := v_pick.id;
+  END LOOP;
+END
+$$;
+"""
+
+
+def _claim_next_many_once() -> str:
+    """flows_op_claim_next_many's text with its answers' query proven."""
+    name = "CREATE FUNCTION flows_op_claim_next_many("
+    answer = "      WHERE r.run_id = v_pick.id;\n"
+    if _CLAIM_NEXT_MANY.count(name) != 1 or _CLAIM_NEXT_MANY.count(answer) != 1:
+        raise AssertionError("flows_op_claim_next_many's text changed")
+    proven = (
+        f"      WHERE r.run_id = v_pick.id\n"
+        f"        AND CASE WHEN {_PROVEN}\n"
+        "        THEN true ELSE flows_op_decode_first() END;\n"
+    )
+    once = _CLAIM_NEXT_MANY.replace(name, "CREATE FUNCTION flows_op_claim_next_many_once(")
+    return _CLAIM_NEXT_MANY + once.replace(answer, proven)
+
+
+#: Migration 2011's text on PostgreSQL.
+CLAIM_NEXT_MANY: Final = _claim_next_many_once()

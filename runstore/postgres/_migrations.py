@@ -47,6 +47,9 @@ PostgreSQL's. What differs, and why:
   (``runstore.postgres._change_feed``). Entries already numbered stay as
   they are, so a revision a reader holds stays valid. It records nothing on
   SQLite.
+- Migration 2011 adds ``claim_next_many``'s one-round-trip functions
+  (``flows_op_claim_next_many`` and ``flows_op_claim_next_many_once``, as
+  2004's and 2007's for ``claim_next``). It records nothing on SQLite.
 - Functions that read tables are created with ``SET search_path FROM
   CURRENT``: they always see the schema they were migrated into, whatever the
   search path of the session whose write fires them.
@@ -68,7 +71,7 @@ from typing import Any, Final
 from .._constants import MAX_SAFE_INTEGER
 from .._sql._migrations import Migration, SchemaRefused, chain, refuse_unknown
 from ._change_feed import CHANGE_LOG
-from ._fused_sql import CLAIM_NEXT_ONCE, FUSED_OPERATIONS
+from ._fused_sql import CLAIM_NEXT_MANY, CLAIM_NEXT_ONCE, FUSED_OPERATIONS
 
 _MAX = str(MAX_SAFE_INTEGER)
 _ID = 'TEXT COLLATE "C"'
@@ -894,6 +897,7 @@ _TEXTS: Final = {
     2008: _WHOLE_ROW_CHECKS,
     2009: _LIVE_ROUNDS,
     2010: CHANGE_LOG,
+    2011: CLAIM_NEXT_MANY,
 }
 
 #: The chain: the shared history's ids and names, in its order, with PostgreSQL text.

@@ -32,6 +32,8 @@ id     name                                what it does
 2010   ``runstore_change_log``             nothing on SQLite (one writer at a time);
                                            PostgreSQL's writers append to a change
                                            log that readers number
+2011   ``runstore_claim_next_many``        nothing on SQLite; PostgreSQL's
+                                           ``claim_next_many`` in one round trip
 =====  ==================================  =========================================
 
 The pending migrations run, in order, inside one ``BEGIN IMMEDIATE``
@@ -382,6 +384,7 @@ _TEXTS: Final = {
     2008: "",
     2009: _LIVE_ROUNDS,
     2010: "",
+    2011: "",
 }
 
 #: The chain: the shared history's ids and names, in its order, with SQLite text.

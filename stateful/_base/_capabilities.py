@@ -28,6 +28,9 @@ class Capabilities:
     - ``finding_work``: the store offers ``list_runs``, ``claim_next``,
       ``heartbeat_many``, ``purge_settled`` and ``compact_changes``; switches
       on their rules. Declare ``False`` for a store written before them.
+    - ``batch_claiming``: the store offers ``claim_next_many``; switches on
+      its rule (with ``finding_work``). Declare ``False`` for a store written
+      before it.
     - ``server_clock``: the store is a PostgreSQL store built by the suite's
       own PostgreSQL target (``runstore fuzz --target postgres-sql``), on the
       suite's server, whose clock the suite reads: switches on the server-clock
@@ -55,6 +58,8 @@ class Capabilities:
     finding_work: bool = True
     """The store has ``list_runs``, ``claim_next``, ``heartbeat_many``, ``purge_settled`` and
     ``compact_changes`` (default True): their rules run."""
+    batch_claiming: bool = True
+    """The store has ``claim_next_many`` (default True): its rule runs (with ``finding_work``)."""
     server_clock: bool = False
     """A PostgreSQL store of the suite's own target (default False): the server-clock machine runs.
     """

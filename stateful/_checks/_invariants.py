@@ -18,8 +18,9 @@ test can tell which one fired:
   ``now - 30000`` and the evidence matched; facts are only
   appended; the revision moves exactly by the rows the step wrote; every run
   keeps the state last written, byte for byte; a failed step leaves no trace.
-  For the operations that work across runs: ``claim_next`` takes only an
-  unclaimed run of the statuses it was given; ``heartbeat_many`` writes only
+  For the operations that work across runs: ``claim_next`` (and each run
+  ``claim_next_many`` takes) takes only an unclaimed run of the statuses it
+  was given; ``heartbeat_many`` writes only
   the runs it answered ``Updated`` for, each owned by the caller;
   ``purge_settled`` deletes exactly the settled runs it may (finished before
   the cutoff, no live round in the lineage, no child), oldest first, each
@@ -146,8 +147,8 @@ class CommittedStateLost(InvariantViolation):
 
 
 class UnclaimableTaken(InvariantViolation):
-    """``claim_next`` took a run that was claimed, owned, settled or of a
-    status it was not asked for."""
+    """``claim_next`` (or ``claim_next_many``) took a run that was claimed, owned, settled or
+    of a status it was not asked for."""
 
 
 class SettledPurgeViolation(InvariantViolation):
@@ -545,21 +546,24 @@ def _step_run(step: Step) -> object:
     return step.get("run_id")
 
 
-def _taken(step: Step) -> str | None:
-    """The run ``claim_next`` took (None when it took none)."""
+def _taken(step: Step) -> tuple[str, ...]:
+    """The runs ``claim_next`` or ``claim_next_many`` took (none for any other step)."""
     if step.method == "claim_next" and isinstance(step.outcome, RunRow):
-        return step.outcome.run_id
-    return None
+        return (step.outcome.run_id,)
+    if step.method == "claim_next_many" and isinstance(step.outcome, list):
+        return tuple(row.run_id for row in step.outcome if isinstance(row, RunRow))
+    return ()
 
 
 def _touches(step: Step, run_id: str) -> bool:
     """Whether ``step`` names ``run_id`` as a run it may write: its
-    ``run_id``, the run ``claim_next`` took, or one of ``heartbeat_many``'s."""
+    ``run_id``, a run ``claim_next`` (``claim_next_many``) took, or one of
+    ``heartbeat_many``'s."""
     if step.method == "heartbeat_many":
         ids = step.get("run_ids")
         return isinstance(ids, list | tuple) and run_id in ids
-    if step.method == "claim_next":
-        return _taken(step) == run_id
+    if step.method == "claim_next" or step.method == "claim_next_many":
+        return run_id in _taken(step)
     return _step_run(step) == run_id
 
 
@@ -730,6 +734,7 @@ def _caller(step: Step) -> object:
         "claim_and_own",
         "heartbeat_many",
         "claim_next",
+        "claim_next_many",
     ):
         return step.get("owner")
     if step.method == "activate":
@@ -865,7 +870,7 @@ def _regrants(step: Step, run_id: str) -> bool:
         step.method in ("activate", "claim_and_own")
         and isinstance(step.outcome, Activated)
         and _step_run(step) == run_id
-    ) or _taken(step) == run_id
+    ) or run_id in _taken(step)
 
 
 def _activations(run_id: str, state: StoreState) -> int:
@@ -909,18 +914,18 @@ def _check_takeover(
                     f"claim_and_own of {run_id!r} by {owner!r} at {now} over {old_row!r}"
                 )
     taken = _taken(step)
-    if taken is not None:
-        old_row = rows_before.get(taken)
+    for took in taken:
+        old_row = rows_before.get(took)
         wanted = step.get("status", ("pending", "suspended"))
         statuses = (wanted,) if isinstance(wanted, str) else tuple(wanted)
         if old_row is None or old_row.status not in statuses or old_row.claim is not None:
-            raise UnclaimableTaken(f"{step.call.describe()} took {taken!r}, which was {old_row!r}")
+            raise UnclaimableTaken(f"{step.call.describe()} took {took!r}, which was {old_row!r}")
     for rid, new in rows_after.items():
         old = rows_before.get(rid)
         if new.owner is None or old is None or new.owner == old.owner:
             continue
         # The run gained a (different) owner: only its own grant may do that.
-        if rid == taken and step.get("owner") == new.owner:
+        if rid in taken and step.get("owner") == new.owner:
             continue
         if step.method == "claim_and_own" and rid == run_id and step.get("owner") == new.owner:
             continue
@@ -984,6 +989,8 @@ def expected_writes(
         return 1
     if method == "claim_next":
         return 1 if isinstance(outcome, RunRow) else 0
+    if method == "claim_next_many":
+        return len(outcome) if isinstance(outcome, list) else 0
     if method == "heartbeat_many":
         if not isinstance(outcome, Mapping):
             return 0

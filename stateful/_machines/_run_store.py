@@ -150,6 +150,8 @@ LISTINGS = (
 PAGE_LIMITS = (1, 2, 3, 100)
 #: ``claim_next``'s statuses (None: its default).
 CLAIM_STATUSES: tuple[Any, ...] = (None, None, "pending", "suspended", ("suspended", "pending"))
+#: ``claim_next_many``'s limits: small ones that leave runs behind, every run, and one refused.
+CLAIM_LIMITS: tuple[int, ...] = (1, 2, 2, 3, 1000, 0)
 #: A run id no run ever has, for ``heartbeat_many``'s missing runs.
 MISSING_RUN = "never"
 PURGE_LIMITS = (1000, 1000, 1, 2)
@@ -1053,6 +1055,66 @@ class RunStoreComparison(Tour, Steering, RuleBasedStateMachine):
             model_op = Call(
                 op.method, (*op.arguments, ("choose", store_out.run_id)), op.keywords | {"choose"}
             )
+        model_out = perform(self.model, model_op)
+        self.log.append(Performed(op, model_out))
+        self._settle(Step(op, model_out), Step(op, store_out))
+        return model_out
+
+    @precondition(lambda self: self.capabilities.finding_work and self.capabilities.batch_claiming)
+    @rule(
+        actor=st.sampled_from((*range(PROCESS_COUNT), "ghost")),
+        limit=st.sampled_from(CLAIM_LIMITS),
+        statuses=st.sampled_from(CLAIM_STATUSES),
+        at=st.sampled_from(("reading", "reading", "behind", "skew", "skew+1")),
+    )
+    def claim_next_many(self, actor: object, limit: int, statuses: Any, at: str) -> None:
+        """``claim_next_many`` by ``actor`` at ``at`` taking up to ``limit`` runs of
+        ``statuses``: the store may take any runs the model could (the oldest unless others
+        hold them), oldest first and as many as there are up to ``limit``; the model then takes
+        the same ones."""
+        who = self.world.actor(actor, "a")
+        now = self.world.time(at, "a", who)
+        self._claim_next_many(
+            call(
+                "claim_next_many",
+                ("owner", who),
+                ("now_ms", now),
+                ("limit", limit),
+                status=statuses,
+            )
+        )
+
+    def _claim_next_many(self, op: Call) -> Any:
+        """Apply ``claim_next_many`` to the store first, then to the model told to take the
+        runs the store took when the model could take them too (distinct candidates, oldest
+        first, as many as it would take); anything else the model is not told, so it takes the
+        oldest and the outcomes differ."""
+        statuses = op.get("status")
+        try:
+            candidates = (
+                self.model.claim_next_candidates()
+                if statuses is None
+                else self.model.claim_next_candidates(status=statuses)
+            )
+        except Exception:  # an inadmissible status: both sides refuse it
+            candidates = []
+        store_out = perform(self.store, op)
+        model_op = op
+        limit = op.get("limit")
+        if (
+            isinstance(store_out, list)
+            and all(isinstance(row, RunRow) for row in store_out)
+            and type(limit) is int
+            and len(store_out) == min(limit, len(candidates))
+        ):
+            taken = [row.run_id for row in store_out]
+            place = {rid: index for index, rid in enumerate(candidates)}
+            if all(rid in place for rid in taken) and [place[rid] for rid in taken] == sorted(
+                {place[rid] for rid in taken}
+            ):
+                model_op = Call(
+                    op.method, (*op.arguments, ("choose", taken)), op.keywords | {"choose"}
+                )
         model_out = perform(self.model, model_op)
         self.log.append(Performed(op, model_out))
         self._settle(Step(op, model_out), Step(op, store_out))

@@ -429,11 +429,15 @@ WHERE deleted = 1 AND revision <= $1::bigint ORDER BY revision LIMIT $2::bigint
         return getattr(_queries, name)
 
 
+#: How many migrations the release before 2010 knew (later ones came after it too).
+_BEFORE_2010 = [m.id for m in _migrations.MIGRATIONS].index(2010)
+
+
 def _older_store(url: str, monkeypatch: pytest.MonkeyPatch) -> Any:
     """A store as the release before 2010 opens it: it migrates to 2009 only
     and reads the feed with 2009's statements."""
     with monkeypatch.context() as patch:
-        patch.setattr(_migrations, "MIGRATIONS", _migrations.MIGRATIONS[:-1])
+        patch.setattr(_migrations, "MIGRATIONS", _migrations.MIGRATIONS[:_BEFORE_2010])
         store = postgres.open(url, clock=ManualClock(0))
     store._queries = _OlderQueries()
     return store
@@ -502,10 +506,14 @@ def test_an_older_process_keeps_writing_and_its_feed_lags(
             # An older compaction still runs beside the new numbering.
             assert older.compact_changes(older.revision()) == 0
         with monkeypatch.context() as patch:
-            patch.setattr(_migrations, "MIGRATIONS", _migrations.MIGRATIONS[:-1])
-            patch.setattr(shared_migrations, "_KNOWN", dict(shared_migrations.HISTORY[:-1]))
+            patch.setattr(_migrations, "MIGRATIONS", _migrations.MIGRATIONS[:_BEFORE_2010])
+            patch.setattr(
+                shared_migrations, "_KNOWN", dict(shared_migrations.HISTORY[:_BEFORE_2010])
+            )
             with pytest.raises(RunStoreError) as caught:
                 postgres.open(url, clock=ManualClock(0))
-        assert caught.value.cause["unknown_migrations"] == [2010]
+        assert caught.value.cause["unknown_migrations"] == [
+            m.id for m in _migrations.MIGRATIONS[_BEFORE_2010:]
+        ]
     finally:
         older.close()

@@ -32,6 +32,8 @@ ZOO = (
     "claim_next_takes_claimed",
     "cursor_decoded_by_hand",
     "self_check_misreads_claims",
+    "claim_next_many_takes_one_more",
+    "claim_next_many_newest_first_answer",
 )
 
 #: The explorer's zoo (issue 25): short-program bugs that today's default
