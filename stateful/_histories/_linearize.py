@@ -930,14 +930,20 @@ def _claim_verdict(finding: ClaimFinding) -> PartitionVerdict:
     the call in one legal order, and the call, which cannot go after them."""
     call = finding.call
     ops = (*(op for op, _ in finding.support), call)
-    taken = call.value.run_id if isinstance(call.value, RunRow) else "?"
+    if isinstance(call.value, RunRow):
+        took = [call.value.run_id]
+    elif isinstance(call.value, list):  # claim_next_many's runs
+        took = [row.run_id for row in call.value if isinstance(row, RunRow)]
+    else:
+        took = []
+    taken = ", ".join(took) or "?"
     reason = (
-        f"{call.id} claim_next took {taken} while the older {finding.older} was claimable "
+        f"{call.id} {call.method} took {taken} while the older {finding.older} was claimable "
         "throughout the call, with no concurrent write on it"
     )
     return PartitionVerdict(
-        key=f"claim_next {call.id}",
-        runs=tuple(sorted({*finding.partition.runs, taken})),
+        key=f"{call.method} {call.id}",
+        runs=tuple(sorted({*finding.partition.runs, *took})),
         result="violation",
         reason=reason,
         history=ops,

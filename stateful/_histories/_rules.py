@@ -27,6 +27,11 @@ relate objects, and a per-object check cannot see them broken:
   ``(created_at_ms, run_id)``, the model's order) is one
   ``ModelRunStore.claim_next_candidates`` lists for the call's statuses, the
   call passed over a run it had to take: a violation.
+- **``claim_next_many`` takes the oldest claimable runs**, as many as it
+  may: the same judgement, for a call that took runs ``X1 .. Xk`` (oldest
+  first), of the runs other than those it took, against ``Xk`` when it took
+  its ``limit`` and against any run at all when it took fewer (it had to
+  take every candidate there was).
 
 Neither rule can reject a linearizable history of a correct store: the union
 object is exact (a store that applies the batch atomically has a
@@ -74,6 +79,7 @@ MAX_STATE_STEPS: Final = 20_000
 MAX_UNION_OPERATIONS: Final = 4_000
 
 _NEVER: Final = 2**63
+_NONE: Final[frozenset[str]] = frozenset()
 
 #: The snapshot reads a batch must show whole or not at all.
 SNAPSHOT_READS: Final = frozenset({"list_runs", "state"})
@@ -334,10 +340,12 @@ def batch_objects(
 
 @attrs.frozen
 class ClaimFinding:
-    """A ``claim_next`` call that passed over an older run it had to take."""
+    """A ``claim_next`` (``claim_next_many``) call that passed over an older run it had to
+    take."""
 
     call: Operation
-    """The ``claim_next`` call (it answered the run it took)."""
+    """The ``claim_next`` call (it answered the run it took), or the ``claim_next_many`` call
+    (it answered the runs it took)."""
     older: str
     """The oldest run of ``partition`` that was claimable throughout the call."""
     partition: Partition
@@ -354,7 +362,7 @@ class ClaimRuleCount:
     """How many (call, object) pairs the oldest-claim rule judged and left out."""
 
     calls: int
-    """``claim_next`` calls that took a run."""
+    """``claim_next`` and ``claim_next_many`` calls that took a run."""
     judged: int
     """Pairs judged: the object held a live run and no write on it overlapped the call."""
     skipped: int
@@ -367,10 +375,11 @@ def _key(row: RunRow) -> tuple[int, str]:
 
 
 def _older_candidates(
-    spec: Spec, node: Node, call: Operation, taken: tuple[int, str]
+    spec: Spec, node: Node, call: Operation, taken: tuple[int, str], took: frozenset[str] = _NONE
 ) -> list[str] | None:
     """The runs of ``node``'s state that ``call`` could take and that are older than ``taken``,
-    oldest first (None when the model refuses the call's statuses)."""
+    other than those it ``took``, oldest first (None when the model refuses the call's
+    statuses)."""
     model = spec.model
     model._state = node.state
     status = {k: v for k, v in call.kwargs.items() if k == "status"}
@@ -379,7 +388,25 @@ def _older_candidates(
     except RunStoreError:
         return None
     rows = node.state.rows
-    return [rid for rid in candidates if _key(rows[rid]) < taken]
+    return [rid for rid in candidates if _key(rows[rid]) < taken and rid not in took]
+
+
+def _claims_taken(op: Operation) -> tuple[tuple[int, str], frozenset[str]] | None:
+    """For a ``claim_next`` or ``claim_next_many`` call that answered the runs it took: the key
+    every run it passed over must not be older than, and the runs it took (None for any other
+    operation). A batch that took fewer than its ``limit`` had to take every candidate."""
+    if op.status != "ok" or op.returned_ns is None:
+        return None
+    if op.method == "claim_next" and isinstance(op.value, RunRow):
+        return _key(op.value), frozenset((op.value.run_id,))
+    if op.method != "claim_next_many" or not isinstance(op.value, list) or not op.value:
+        return None
+    rows = op.value
+    if not all(isinstance(row, RunRow) for row in rows):
+        return None
+    limit = op.args[2] if len(op.args) > 2 else op.kwargs.get("limit")
+    bound = _key(rows[-1]) if type(limit) is int and len(rows) >= limit else (_NEVER, "")
+    return bound, frozenset(row.run_id for row in rows)
 
 
 def _end_states(
@@ -530,14 +557,7 @@ def oldest_claim_findings(
     that overlapped an operation the partitioning ``excluded`` and that may
     have written (it may have held rows of any object) is not judged."""
     spec = Spec()
-    calls = [
-        op
-        for op in history
-        if op.method == "claim_next"
-        and op.status == "ok"
-        and isinstance(op.value, RunRow)
-        and op.returned_ns is not None
-    ]
+    calls = [(op, found) for op in history if (found := _claims_taken(op)) is not None]
     findings: list[ClaimFinding] = []
     judged = skipped = 0
     if not calls:
@@ -553,9 +573,7 @@ def oldest_claim_findings(
         for op, _ in excluded
         if op.method not in EXCLUDED_READS and not (op.status == "error" and op.definite)
     ]
-    for call in calls:
-        taken_row = call.value
-        taken = _key(taken_row)
+    for call, (taken, took) in calls:
         if any(
             _overlap(op, call) or (op.unknown and op.invoked_ns < (call.returned_ns or _NEVER))
             for op in writers
@@ -572,7 +590,7 @@ def oldest_claim_findings(
             if count is None:
                 continue
             judged += 1
-            suspects = _older_candidates(spec, timeline.state_after(count), call, taken)
+            suspects = _older_candidates(spec, timeline.state_after(count), call, taken, took)
             if not suspects:
                 continue
             states = timeline.states_at(count, max_state_steps)
@@ -581,16 +599,20 @@ def oldest_claim_findings(
                 continue
             common = set(suspects)
             for node, _ in states:
-                common &= set(_older_candidates(spec, node, call, taken) or ())
+                common &= set(_older_candidates(spec, node, call, taken, took) or ())
             if not common:
                 continue
             older = next(rid for rid in suspects if rid in common)
             node, support = states[0]
             model = spec.model
             model._state = node.state
-            spec.clock.load(call.clock_ms[:1] + call.clock_ms)
+            # The model admits the call, then each claim it makes admits again.
+            limit = call.args[2] if len(call.args) > 2 else 1
+            claims = limit if type(limit) is int and 0 < limit <= 1000 else 1
+            spec.clock.load(call.clock_ms[:1] * (claims + 1) + call.clock_ms)
             try:
-                answer: Result = ("ok", model.claim_next(*call.args, **call.kwargs))
+                method = getattr(model, call.method)
+                answer: Result = ("ok", method(*call.args, **call.kwargs))
             except Exception as error:
                 answer = ("error", getattr(error, "code", type(error).__name__))
             findings.append(ClaimFinding(call, older, timeline.partition, support, answer))

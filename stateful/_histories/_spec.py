@@ -575,6 +575,75 @@ def _split_claim_next(op: Operation) -> Split | str:
     return Split((), each_live)
 
 
+def _split_claim_next_many(op: Operation) -> Split | str:
+    """Each run answered: ``claim_next(choose=that run)`` on its object, as
+    ``claim_next``'s part (the batch takes each as ``claim_next`` would).
+    Fewer runs than ``limit`` (none included): every object it took nothing
+    from had no candidate, each at its own instant of the call (as
+    ``claim_next``'s None). Unknown: on every live run, a ``claim_next`` that
+    chose it, of unknown outcome. Which runs a full batch had to take is
+    judged apart (``runstore.stateful._histories._rules``)."""
+    refused = _refused(op)
+    if refused is not None:
+        return refused
+    if len(op.args) < 2:
+        return "claim_next_many without its owner and reading"
+    limit = op.args[2] if len(op.args) > 2 else op.kwargs.get("limit")
+    status = {key: value for key, value in op.kwargs.items() if key == "status"}
+    readings = _claim_next_readings(op)
+    if op.status == "ok":
+        rows = op.value
+        if not isinstance(rows, list) or not all(isinstance(row, RunRow) for row in rows):
+            return "claim_next_many answered something other than a list of rows"
+        parts = tuple(
+            _part(
+                op,
+                f"took{index}",
+                method="claim_next",
+                args=op.args[:2],
+                kwargs={**status, "choose": row.run_id},
+                value=row,
+                clock_ms=readings,
+            )
+            for index, row in enumerate(rows)
+        )
+        if type(limit) is int and len(rows) >= limit:
+            return Split(parts)
+        taken = frozenset(row.run_id for row in rows)
+
+        def none_here(root: str, runs: frozenset[str], alive: frozenset[str]) -> list[Operation]:
+            if runs & taken or not runs & alive:
+                return []
+            return [
+                _part(
+                    op,
+                    root,
+                    method=NO_CANDIDATE,
+                    args=(tuple(sorted(runs)),),
+                    kwargs=status,
+                    value=[],
+                    clock_ms=(),
+                )
+            ]
+
+        return Split(parts, none_here)
+
+    def each_live(root: str, runs: frozenset[str], alive: frozenset[str]) -> list[Operation]:
+        return [
+            _part(
+                op,
+                run_id,
+                method="claim_next",
+                args=op.args[:2],
+                kwargs={**status, "choose": run_id},
+                clock_ms=readings,
+            )
+            for run_id in sorted(runs & alive)
+        ]
+
+    return Split((), each_live)
+
+
 def _split_purge_settled(op: Operation) -> Split | str:
     """Each object deletes, at its own instant of the call, every run the
     model finds eligible there; the deletions counted on all objects must sum
@@ -672,6 +741,7 @@ SPLITTERS: Final[Mapping[str, Callable[[Operation], Split | str]]] = MappingProx
         "heartbeat_many": _split_heartbeat_many,
         "list_runs": _split_list_runs,
         "claim_next": _split_claim_next,
+        "claim_next_many": _split_claim_next_many,
         "purge_settled": _split_purge_settled,
         "state": _split_state,
     }

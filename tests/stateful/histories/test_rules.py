@@ -250,6 +250,81 @@ def test_claim_next_judges_every_order_the_history_allows():
     assert check_history(took_r3(both)).status == "violation"
 
 
+# -- claim_next_many takes the oldest ------------------------------------------------
+
+
+def four_runs():
+    """r1 running (A), r2, r3 and r4 pending; created a millisecond apart."""
+    store, clock, recorder = recorded()
+    for run_id in ("r1", "r2", "r3", "r4"):
+        store.create(run_id, "{}")
+        clock.advance(1)
+    store.claim_and_own("r1", PENDING, A, clock.now_ms())
+    return store, clock, recorder
+
+
+def answered(history, *run_ids):
+    """``history`` whose last operation, a claim_next_many, answered the rows of ``run_ids``
+    (each as the model made the row it took, moved to that run)."""
+    call = history[-1]
+    model = call.value[0]
+    rows = [
+        attrs.evolve(model, run_id=run_id, created_at_ms=1_000 + int(run_id[1:]) - 1)
+        for run_id in run_ids
+    ]
+    return [*history[:-1], attrs.evolve(call, value=rows)]
+
+
+def test_claim_next_many_passing_over_an_older_claimable_run_is_a_violation():
+    """A batch of two took r2 and r3; one that took r3 and r4 passed over r2, pending with no
+    claim and untouched during the call."""
+    store, clock, recorder = four_runs()
+    taken = store.claim_next_many(B, clock.now_ms(), 2)
+    assert [row.run_id for row in taken] == ["r2", "r3"]
+    history = recorder.operations()
+    verdict = check_history(history)
+    assert verdict.ok, verdict.summary()
+    assert rule(verdict, CLAIM_RULE).violations == ()
+    planted = check_history(answered(history, "r3", "r4"))
+    assert planted.status == "violation"
+    assert all(p.result == "linearizable" for p in planted.partitions)
+    (violation,) = rule(planted, CLAIM_RULE).violations
+    assert violation.key == f"claim_next_many {history[-1].id}"
+    assert "r3, r4" in (violation.reason or "")
+    assert "the older r2 was claimable" in (violation.reason or "")
+
+
+def test_claim_next_many_short_of_its_limit_must_take_every_candidate():
+    """A batch of up to three that took r2 and r3 while r4 was claimable left a run it had to
+    take: a violation (r4's object had a candidate at every instant of the call); the same
+    answer from a batch of two checks."""
+    store, clock, recorder = four_runs()
+    taken = store.claim_next_many(B, clock.now_ms(), 3)
+    assert [row.run_id for row in taken] == ["r2", "r3", "r4"]
+    history = recorder.operations()
+    assert check_history(history).ok
+    short = answered(history, "r2", "r3")
+    assert check_history(short).status == "violation"
+    call = short[-1]
+    two = attrs.evolve(call, args=(*call.args[:2], 2))
+    assert check_history([*short[:-1], two]).ok
+
+
+def test_claim_next_many_may_pass_over_a_run_a_concurrent_write_holds():
+    """A cancel request on r2 in flight during the batch may hold r2's row: a batch of two that
+    took r3 and r4 is then legal; once the request no longer overlaps, it is a violation."""
+    store, clock, recorder = four_runs()
+    store.claim_next_many(B, clock.now_ms(), 2)
+    store.request_cancel("r2", clock.now_ms())
+    history = recorder.operations()
+    holding, call = history[-1], history[-2]
+    planted = answered(history[:-1], "r3", "r4")
+    moved = attrs.evolve(holding, invoked_ns=call.invoked_ns - 1, returned_ns=call.returned_ns + 1)
+    verdict = check_history([*planted, moved])
+    assert verdict.ok, verdict.summary()
+    assert check_history([*planted, holding]).status == "violation"
+
+
 # -- purge never deletes what it must keep ---------------------------------------------
 
 
@@ -352,7 +427,7 @@ def test_claim_next_is_not_judged_beside_a_write_the_checker_does_not_know():
     history = took_r3(recorder.operations())
     call = history[-1]
     unknown = operation(
-        "claim_next_many", A, clock.now_ms(), 2,
+        "claim_a_batch", A, clock.now_ms(), 2,
         invoked=call.invoked_ns - 1, returned=call.returned_ns + 1, value=[], id="many",
     )  # fmt: skip
     verdict = check_history([*history, unknown])
