@@ -88,7 +88,7 @@ from .._machines._attempts import (
 from .._machines._run_store import _check_outcome_kind, _same_outcome
 from ._replay import Progress, StoreFactory, Sut, _self_check
 from ._scope import MISSING_RUN, SCOPES, Scope, setup_calls, start_ms
-from ._walk import Dial, _form, _permutations, start, view
+from ._walk import Dial, _form, _permutations, _shape, start, view
 
 #: The config that answers ``get`` and gives the store side's attempt table.
 READER: Final = "insert"
@@ -344,6 +344,8 @@ class AttemptWalk:
     transitions: int = 0
     exhausted: bool = False
     failure: AttemptReferenceFailure | None = None
+    #: Each operation and the kinds of answer it gave (outcome class or error code).
+    outcomes: set[tuple[str, str]] = attrs.field(factory=set)
 
     @property
     def depth(self) -> int:
@@ -459,6 +461,7 @@ class AttemptWalker:
         for move in attempt_moves(scope, node.runs, node.attempts, node.clock_ms):
             outcome, runs, attempts = self.reference.apply(node, move)
             graph.transitions += 1
+            graph.outcomes.add((move.method, _shape(outcome)))
             after = before if runs is node.runs else view(runs)
             table = (
                 table_before
