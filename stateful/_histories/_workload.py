@@ -13,7 +13,8 @@ converging on the same few live runs.
 
 Now and then a step is a multi-run operation instead, where the store offers
 it: a walk over the pages of ``list_runs`` (a random filter, small pages),
-``claim_next``, ``heartbeat_many`` over the runs this owner holds (and a
+``claim_next`` (or, in the ``candidates`` workload, ``claim_next_many`` of
+one to three runs), ``heartbeat_many`` over the runs this owner holds (and a
 run it may not), or ``purge_settled`` of runs settled well before (20 s of
 store time: more than two clock skews, so a run settling during the call is
 never eligible).
@@ -68,7 +69,8 @@ _SETTLED = ("suspended", "completed", "failed", "cancelled")
 #: Each workload by name, with what it aims at.
 WORKLOADS: dict[str, str] = {
     "mixed": "every operation at its everyday rate on one run at a time (the walk as it was)",
-    "candidates": "claim_next, claims, suspensions, cancel requests, creates and purge_settled "
+    "candidates": "claim_next, claim_next_many, claims, suspensions, cancel requests, creates "
+    "and purge_settled "
     "on a candidate set of three runs: several owners pick from the same few claimable runs",
     "batches": "heartbeat_many over the runs an owner holds and runs others hold, against "
     "steals, takeovers, settles, cancellation and snapshot reads of those runs",
@@ -105,6 +107,12 @@ OVERLAPS: dict[tuple[str, str], tuple[str, ...]] = {
         ("claim_next", "create", "candidates"),
         ("claim_next", "purge_settled", "candidates"),
         ("claim_next", "heartbeat_many", "candidates batches"),
+        # Batches of claims over the same candidate set.
+        ("claim_next_many", "claim_next_many", "candidates"),
+        ("claim_next", "claim_next_many", "candidates"),
+        ("claim", "claim_next_many", "candidates"),
+        ("claim_next_many", "transition_owned", "candidates"),
+        ("claim_next_many", "request_cancel", "candidates"),
         ("purge_settled", "purge_settled", "candidates lineage"),
         ("purge_settled", "transition_owned", "candidates lineage"),
         ("purge_settled", "create", "lineage"),
@@ -152,7 +160,7 @@ OVERLAPS: dict[tuple[str, str], tuple[str, ...]] = {
 }
 
 #: Operations over a candidate set rather than named runs.
-_OVER_A_SET = frozenset({"claim_next", "purge_settled", "list_runs"})
+_OVER_A_SET = frozenset({"claim_next", "claim_next_many", "purge_settled", "list_runs"})
 
 
 #: Operations on a whole lineage: they touch every round of it.
@@ -481,7 +489,11 @@ class Worker:
         """Several owners pick from the same three claimable runs."""
         rng = self.rng
         roll = rng.random()
-        if roll < 0.25 and self.offers("claim_next"):
+        if roll < 0.18 and self.offers("claim_next"):
+            self.claim_next()
+        elif roll < 0.25 and self.offers("claim_next_many"):
+            self.claim_next_many()
+        elif roll < 0.25 and self.offers("claim_next"):
             self.claim_next()
         elif roll < 0.28 and self.offers("purge_settled"):
             # Rarer than the rest: every purge is a term of the revision count.
@@ -767,6 +779,14 @@ class Worker:
         if isinstance(row, RunRow) and (n := self.number(row.run_id)) is not None:
             self.mine.add(n)
             self.claims.pop(row.run_id, None)
+
+    def claim_next_many(self) -> None:
+        """A batch of one to three of the oldest claimable runs."""
+        rows = self.call("claim_next_many", self.me, self.now(), self.rng.choice((1, 2, 3)))
+        for row in rows if isinstance(rows, list) else ():
+            if isinstance(row, RunRow) and (n := self.number(row.run_id)) is not None:
+                self.mine.add(n)
+                self.claims.pop(row.run_id, None)
 
     def heartbeat_many(self, others: float = 0.2) -> None:
         """One batch over the runs this owner holds, and with ``others``
