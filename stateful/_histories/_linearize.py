@@ -66,9 +66,11 @@ from ._spec import (
     Spec,
     final_state_operations,
     initial_state,
+    local_run,
     make_node,
     matches,
     partition_operations,
+    run_view,
 )
 
 Verdict: TypeAlias = Literal["linearizable", "violation", "unchecked"]
@@ -414,6 +416,13 @@ def _search(
         prv[entry_id] = last
         last = entry_id
 
+    # An operation of unknown outcome that changed nothing from some state changes
+    # nothing from any state that holds its run's same row, lease, facts and
+    # acknowledgement (``local_run``): it is not tried again there. Without this a
+    # call left pending early (a claim_next part on a run long settled) is applied
+    # again after every placement for the rest of the object's history.
+    local = [None if definite[i] else local_run(op) for i, op in enumerate(ops)]
+    inert: dict[int, tuple[Any, ...]] = {}
     cache: set[tuple[Any, ...]] = set()
     # Placements as a linked list of frames (op, node before it, frame below,
     # tally before it), so the deepest partial order is kept in O(1).
@@ -437,6 +446,13 @@ def _search(
             entry = -1  # recorded: backtrack as if this order had failed
         if entry != -1 and not entry & 1:
             i = entry >> 1
+            run = local[i]
+            if run is not None:
+                view = run_view(node.state, run)
+                seen = inert.get(i)
+                if seen is not None and all(a is b for a, b in zip(seen, view, strict=True)):
+                    entry = nxt[entry]
+                    continue
             steps += 1
             if steps > max_steps:
                 return _Search(
@@ -458,6 +474,8 @@ def _search(
                 agrees = after is not node and (count_revisions or after.key != node.key)
             else:
                 agrees = after is not node and after.key != node.key
+            if run is not None and (after is node or (collect is None and not agrees)):
+                inert[i] = run_view(node.state, run)
             if agrees and collect is not None:
                 over = i in caps and int(result[1]) > caps[i]
                 beyond = (

@@ -397,6 +397,49 @@ def _run_id(op: Operation) -> object:
     return op.kwargs.get("run_id")
 
 
+#: Per-run methods whose model call reads only its own run's row, lease, facts and
+#: acknowledgement (and the call's own arguments and clock readings): from two states
+#: that agree on that run, the model decides the same. ``claim_next`` with ``choose``
+#: (a part of a call that may have taken that run) is one of them.
+LOCAL: Final = frozenset(
+    {
+        "request_cancel",
+        "acknowledge_cancel",
+        "claim",
+        "claim_and_own",
+        "activate",
+        "abandon_claim",
+        "recover_claim",
+        "heartbeat",
+        "reconfirm",
+        "transition_owned",
+        "steal",
+        "claim_next",
+    }
+)
+
+
+def local_run(op: Operation) -> str | None:
+    """The run whose part of a state alone decides what the model does with ``op``
+    (see ``LOCAL``), or None when other runs may count."""
+    if op.method not in LOCAL:
+        return None
+    run_id = _run_id(op)
+    return run_id if type(run_id) is str else None
+
+
+def run_view(state: ModelState, run_id: str) -> tuple[Any, Any, Any, Any]:
+    """``run_id``'s row, lease, facts and acknowledgement in ``state``, the objects
+    themselves (states share what an operation did not change, so two views of the
+    same objects are of the same run state)."""
+    return (
+        state.rows.get(run_id),
+        state.leases.get(run_id),
+        state.facts.get(run_id),
+        state.acknowledgements.get(run_id),
+    )
+
+
 #: ``per_object(root, runs, alive)``: an object's sub-operations of one call.
 PerObject: TypeAlias = Callable[[str, frozenset[str], frozenset[str]], list[Operation]]
 
@@ -819,7 +862,10 @@ class _Lifetimes:
             if op.method == "create" and op.args and type(op.args[0]) is str:
                 run_id = op.args[0]
                 self.born[run_id] = min(self.born.get(run_id, _NEVER), op.invoked_ns)
-                self.creates.setdefault(run_id, []).append(op.invoked_ns)
+                if not (op.status == "error" and op.definite):
+                    # A create refused (the run exists, its parent does not) made
+                    # nothing: it brings no settled run back to life.
+                    self.creates.setdefault(run_id, []).append(op.invoked_ns)
             if op.definite and op.returned_ns is not None:
                 for run_id in _settled_by(op):
                     self.settled[run_id] = min(self.settled.get(run_id, _NEVER), op.returned_ns)

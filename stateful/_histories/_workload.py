@@ -301,6 +301,22 @@ class ZombieBoard:
         named its instant (a peer may join in until then)."""
         return self._file(run_id, "up").exists()
 
+    def frontier(self) -> int:
+        """The first run number of the window, as a worker last published it (0
+        before any did): a new incarnation of a killed worker starts there, not at
+        run 0, which would bring the purged runs of the start back to life, one
+        object living (and gathering calls of unknown outcome) for the whole run."""
+        try:
+            return int(self._file("window", "frontier").read_text())
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def publish(self, frontier: int) -> None:
+        """Say that the window has moved on to run number ``frontier``."""
+        temporary = self._file("window", f"frontier.{os.getpid()}.{threading.get_ident()}")
+        temporary.write_text(str(frontier))
+        os.replace(temporary, self._file("window", "frontier"))
+
     def held(self) -> list[str]:
         """The run ids owners are holding now (files left by killed owners
         included, until their holds would have ended)."""
@@ -334,7 +350,8 @@ class Worker:
     0 to let ``phase`` say, or failing that to change every 40 steps;
     ``phase``: a function giving the current phase's number. ``board``: where
     a held owner waits for a peer's takeover (None: a held owner skips its
-    steps until its lease is stale, as in a simulation); ``until_ns``: the
+    steps until its lease is stale, as in a simulation), and where the
+    window's first run is shared (a new incarnation starts its walk there); ``until_ns``: the
     monotonic time no hold may outlast.
     """
 
@@ -385,7 +402,7 @@ class Worker:
         #: A held owner (simulations only): run id, what it held, its row, and
         #: the store time after which it goes on.
         self.held: tuple[str, str, RunRow, int] | None = None
-        self.frontier = 0
+        self.frontier = board.frontier() if board is not None else 0
         self.settled: set[int] = set()
         self.mine: set[int] = set()
         self.claims: dict[str, RunRow] = {}
@@ -675,9 +692,12 @@ class Worker:
             self.mine.discard(n)
         if row.status in TERMINAL_STATUSES:
             self.settled.add(n)
+            moved = self.frontier in self.settled
             while self.frontier in self.settled:
                 self.settled.discard(self.frontier)
                 self.frontier += 1
+            if moved and self.board is not None and self.frontier > self.board.frontier():
+                self.board.publish(self.frontier)
             self.claims.pop(run_id, None)
             if rng.random() < 0.1:
                 self.call("request_cancel", run_id, self.now())
@@ -913,7 +933,8 @@ class Worker:
             return
         now = self.now()
         stale = heartbeat is None or heartbeat < now - HEARTBEAT_STALE_AFTER_MS
-        if self.mode == "zombies" and self.board is not None and self.board.taking(run_id):
+        taking = self.mode == "zombies" and self.board is not None and self.board.taking(run_id)
+        if taking:
             # A takeover of a held owner's run is under way: join in.
             stale = True
         roll = self.rng.random()
@@ -922,8 +943,9 @@ class Worker:
             self.call("request_cancel", run_id, now)
             return
         hunting = self.mode == "zombies"
-        if hunting and stale and roll < 0.1:
-            # A cancel request lands in the middle of the takeover.
+        if hunting and stale and roll < (0.3 if taking else 0.1):
+            # A cancel request lands in the middle of the takeover (more often
+            # once one is under way: a peer that joins it asks, another steals).
             self.call("request_cancel", run_id, now)
             return
         # Zombie hunters steal more: several steals of one run at once.
