@@ -349,14 +349,16 @@ def _run(
         attempt_store = load_factory(attempt_store)
     if attempt_scope_named(scope) is not None:
         begun = clock()
-        return attempt_exploration(
-            scope,
-            _resolve(target, store_factory, consensus_factory, capabilities),
-            attempt_store=attempt_store,
-            deadline=None if seconds is None else begun + seconds,
-            clock=clock,
-            out=out,
-            restore=restore,
+        return _attempt_result(
+            attempt_exploration(
+                scope,
+                _resolve(target, store_factory, consensus_factory, capabilities),
+                attempt_store=attempt_store,
+                deadline=None if seconds is None else begun + seconds,
+                clock=clock,
+                out=out,
+                restore=restore,
+            )
         )
     chosen = scope_named(scope)
     under_test = _resolve(target, store_factory, consensus_factory, capabilities)
@@ -373,14 +375,16 @@ def _run(
         walk_attempts = supported and (attempts or chosen.name != "tiny")
     result = _run_scope(chosen, under_test, deadline, out, depth_k, clock, restore, began)
     if walk_attempts and result.failure is None and (result.exhausted):
-        walked = attempt_exploration(
-            "attempts",
-            under_test,
-            attempt_store=attempt_store,
-            deadline=deadline,
-            clock=clock,
-            out=out,
-            restore=restore,
+        walked = _attempt_result(
+            attempt_exploration(
+                "attempts",
+                under_test,
+                attempt_store=attempt_store,
+                deadline=deadline,
+                clock=clock,
+                out=out,
+                restore=restore,
+            )
         )
         result = attrs.evolve(
             result,
@@ -390,6 +394,32 @@ def _run(
             attempts=walked,
         )
     return result
+
+
+def _attempt_result(walked: Any) -> Exploration:
+    """An attempt walk (``_explore_attempts.AttemptWalked``) as an ``Exploration``."""
+    counterexample = None
+    failure = walked.failure
+    if failure is not None:
+        counterexample = Counterexample(
+            program=program_text(failure),
+            check=failure.check,
+            path=walked.path,
+            message=failure.error.partition(": ")[2],
+            target=walked.target,
+        )
+    return Exploration(
+        exhausted=walked.exhausted,
+        states=walked.states,
+        transitions=walked.transitions,
+        depth=walked.depth,
+        elapsed_s=walked.elapsed_s,
+        failure=counterexample,
+        scope=walked.scope,
+        target=walked.target,
+        rebuilds=walked.rebuilds,
+        restores=walked.restores,
+    )
 
 
 def _run_scope(

@@ -3,9 +3,10 @@
 ``attempt_exploration`` walks an attempt scope (``_explore._attempts``) over
 ``ModelRunStore`` with ``ModelAttemptStore`` and, when a store is under test,
 applies every transition to the attempt stores built over it (``AttemptStore``,
-or the attempt store factory given), and reports an ``Exploration`` like the
-run walk's. A failure is the shortest program, written as a regression file
-like ``runstore fuzz`` writes for the attempt machine.
+or the attempt store factory given), and reports an ``AttemptWalked`` that
+``explore`` turns into an ``Exploration`` like the run walk's. A failure is the
+shortest program, written as a regression file like ``runstore fuzz`` writes
+for the attempt machine.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import attrs
 
 from runstore._clock import ManualClock
 from runstore.attempts import AttemptStore, AttemptStoreError
@@ -36,6 +39,24 @@ def _spec_of(factory: Any) -> str | None:
     if not module or not name or "<" in name or module == "__main__":
         return None
     return f"{module}:{name}"
+
+
+@attrs.frozen
+class AttemptWalked:
+    """What an attempt walk did: as ``Exploration`` counts it, with the failure (the
+    attempt machine's ``Failure`` of the shortest program) and its regression file."""
+
+    exhausted: bool
+    states: int
+    transitions: int
+    depth: int
+    elapsed_s: float
+    scope: str
+    target: str
+    rebuilds: int
+    restores: int
+    failure: Failure | None
+    path: Path | None
 
 
 def attempts_supported(under_test: Target | None, attempt_store: Callable[..., Any]) -> bool:
@@ -71,10 +92,8 @@ def attempt_exploration(
     clock: Callable[[], float],
     out: Path | None,
     restore: bool,
-) -> Any:
-    """Walk the attempt scope ``scope`` (and apply it to ``under_test``): an ``Exploration``."""
-    from ._explore import Counterexample, Exploration, program_text
-
+) -> AttemptWalked:
+    """Walk the attempt scope ``scope`` (and apply it to ``under_test``)."""
     chosen = attempt_scope_named(scope)
     if chosen is None:
         raise ValueError(f"unknown attempt scope {scope!r}")
@@ -114,31 +133,23 @@ def attempt_exploration(
             check=diverged.check,
             expected_attempts=diverged.expected_attempts,
         )
-    counterexample = None
-    if failure is not None:
-        path = None
-        if out is not None:
-            path = _write(failure, out, under_test, attempt_store)
-        counterexample = Counterexample(
-            program=program_text(failure),
-            check=failure.check,
-            path=path,
-            message=failure.error.partition(": ")[2],
-            target=name,
-        )
+    path = None
+    if failure is not None and out is not None:
+        path = _write(failure, out, under_test, attempt_store)
     progress = None if replayer is None else replayer.progress
     transitions = graph.transitions + (0 if progress is None else progress.transitions)
-    return Exploration(
+    return AttemptWalked(
         exhausted=graph.exhausted and failure is None,
         states=len(graph.nodes),
         transitions=transitions,
         depth=graph.depth,
         elapsed_s=clock() - began,
-        failure=counterexample,
         scope=chosen.name,
         target=name,
         rebuilds=0 if progress is None else progress.rebuilds,
         restores=0 if progress is None else progress.restores,
+        failure=failure,
+        path=path,
     )
 
 
