@@ -345,15 +345,16 @@ def _run(
 ) -> Exploration:
     from ._explore_attempts import attempt_exploration, attempts_supported
 
-    if isinstance(attempt_store, str):
-        attempt_store = load_factory(attempt_store)
+    attempt_factory: Callable[..., Any] | None = (
+        load_factory(attempt_store) if isinstance(attempt_store, str) else attempt_store
+    )
     if attempt_scope_named(scope) is not None:
         begun = clock()
         return _attempt_result(
             attempt_exploration(
                 scope,
                 _resolve(target, store_factory, consensus_factory, capabilities),
-                attempt_store=attempt_store,
+                attempt_store=attempt_factory,
                 deadline=None if seconds is None else begun + seconds,
                 clock=clock,
                 out=out,
@@ -366,7 +367,7 @@ def _run(
     deadline = None if seconds is None else began + seconds
     walk_attempts = attempts
     if attempts is not False:
-        supported = attempts_supported(under_test, attempt_store or AttemptStore)
+        supported = attempts_supported(under_test, attempt_factory or AttemptStore)
         if attempts and not supported:
             raise ValueError(
                 f"no attempt store can be built over {under_test and under_test.name}:"
@@ -379,7 +380,7 @@ def _run(
             attempt_exploration(
                 "attempts",
                 under_test,
-                attempt_store=attempt_store,
+                attempt_store=attempt_factory,
                 deadline=deadline,
                 clock=clock,
                 out=out,
