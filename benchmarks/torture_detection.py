@@ -30,8 +30,12 @@ found, or the budget when only the final checks failed), the budget, and the
 load (``os.getloadavg``) before and after. Exits 1 unless every entry is
 found within 60 s.
 
+``--keep DIR`` keeps each detection run's histories and violation files
+(``DIR/<module>-<backend>-seed<S>-<budget>s``) to read afterwards.
+
 Run from the repository root: ``python benchmarks/torture_detection.py
-[--runs N] [--backend sqlite|postgresql|all] [--detect [--only MODULE ...]]``.
+[--runs N] [--seed S] [--backend sqlite|postgresql|all] [--detect [--only MODULE ...]
+[--keep DIR]]``.
 """
 
 from __future__ import annotations
@@ -147,8 +151,11 @@ def detection_time(result: Any) -> float | None:
     return (max(ends) - start) / 1e9
 
 
-def detect(modules: tuple[str, ...], backends: tuple[str, ...], seed: int) -> int:
-    """The ``--detect`` mode (see the module docstring)."""
+def detect(
+    modules: tuple[str, ...], backends: tuple[str, ...], seed: int, keep: Path | None = None
+) -> int:
+    """The ``--detect`` mode (see the module docstring); with ``keep``, each
+    run's histories and violation files stay in a folder of their own there."""
     rows: list[tuple[str, str, float | None, float, str]] = []
     with contextlib.ExitStack() as stack:
         server = None
@@ -168,11 +175,14 @@ def detect(modules: tuple[str, ...], backends: tuple[str, ...], seed: int) -> in
                 load_before = os.getloadavg()[0]
                 for budget in DETECTION_BUDGETS_S:
                     with tempfile.TemporaryDirectory() as folder, target(folder) as (db, extra):
+                        out = Path(folder) / "out"
+                        if keep is not None:
+                            out = keep / f"{module}-{backend}-seed{seed}-{budget:g}s"
                         started = time.monotonic()
                         result = run_torture(
                             TortureConfig(
                                 db=db,
-                                out=str(Path(folder) / "out"),
+                                out=str(out),
                                 store=f"tests.zoo.{module}:factory",
                                 seed=seed,
                                 seconds=budget,
@@ -213,10 +223,13 @@ def main(argv: list[str] | None = None) -> int:
         "--detect", action="store_true", help="time to detection of WINDOW_RACES (up to 60 s)"
     )
     parser.add_argument("--only", nargs="*", default=(), help="--detect: these modules only")
+    parser.add_argument(
+        "--keep", type=Path, default=None, help="--detect: keep each run's files under this folder"
+    )
     args = parser.parse_args(argv)
     if args.detect:
         chosen = ("sqlite", "postgresql") if args.backend == "all" else (args.backend,)
-        return detect(tuple(args.only), chosen, args.seed)
+        return detect(tuple(args.only), chosen, args.seed, args.keep)
     needed = math.ceil(REQUIRED_SHARE * args.runs)
     print(f"torture detection: {args.runs} runs per store, budget {BUDGET}")
     rows: list[tuple[str, str, int, float, bool]] = []

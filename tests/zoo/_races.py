@@ -53,6 +53,7 @@ WINDOW_RACES = (
     ("race_cancel_checks_first", ("sqlite", "postgresql"), "cancellation, two transactions"),
     ("race_purge_chosen_before", ("sqlite", "postgresql"), "purge_settled candidates"),
     ("race_claim_next_picks_outside", ("sqlite", "postgresql"), "claim_next candidates"),
+    ("race_claim_next_many_picks_outside", ("sqlite", "postgresql"), "claim_next_many candidates"),
     ("race_heartbeat_many_one_by_one", ("sqlite", "postgresql"), "heartbeat_many vs readers"),
     # Found at 9e899fd: 1 of 3 seeds on SQLite, 2 of 3 on PostgreSQL.
     ("race_cancel_lineage_by_rounds", ("sqlite", "postgresql"), "lineage rounds"),
@@ -66,6 +67,9 @@ WINDOW_RACES = (
     ("race_retry_replays_half", ("sqlite",), "two transactions (retry)"),
     ("race_driver_deferred_begin", ("sqlite",), "two transactions (driver BEGIN)"),
     ("race_pg_no_row_lock", ("postgresql",), "no row lock"),
+    ("race_zombie_settle_after_guard", ("sqlite", "postgresql"), "zombie owner"),
+    ("race_pg_commit_loss_replayed", ("postgresql",), "lost acknowledgement at commit"),
+    ("race_pg_zombie_settle_by_lease", ("postgresql",), "zombie owner"),
 )
 
 #: The torture options detection runs with, per backend: widened windows
@@ -78,7 +82,10 @@ DETECT = {
     "sqlite": {"widen": 0.1},
     "postgresql": {"widen": 0.1},
 }
-LOST_ACK_RACES = {"race_pg_replays_lost_ack": {"lost_acks_s": 0.5}}
+LOST_ACK_RACES = {
+    "race_pg_replays_lost_ack": {"lost_acks_s": 0.5},
+    "race_pg_commit_loss_replayed": {"lost_acks_s": 0.5},
+}
 
 #: One bounded torture run, as CI runs it: each race must be found in at least
 #: 19 of 20 such runs (``benchmarks/torture_detection.py`` counts), on either
