@@ -114,6 +114,8 @@ class Sut:
         self.restore_allowed = restore
         #: Each source state's copy, by node: compressed database, clock, strategy leases.
         self.snapshots: dict[int, tuple[Any, int, Any]] = {}
+        #: The PostgreSQL store whose stash tables exist, and where they are.
+        self.stash: tuple[Any, _PostgresStash] | None = None
         self.capabilities = capabilities
         self.scope = scope
         self.folder = Path(tempfile.mkdtemp(prefix="runstore-explore-"))
@@ -180,7 +182,13 @@ class Sut:
         kind = self.owned()
         if kind is None:
             return
-        data: Any = _sqlite_copy(self.store) if kind == "sqlite" else _postgres_copy(self.store)
+        data: Any
+        if kind == "sqlite":
+            data = _sqlite_copy(self.store)
+        else:
+            if self.stash is None or self.stash[0] is not self.store:
+                self.stash = (self.store, _postgres_stash(self.store))
+            data = _postgres_copy(self.store, self.stash[1], index)
         leases = getattr(self.store.consensus, "_leases", None)
         kept = None if leases is None else dict(leases)
         self.snapshots[index] = (data, self.clock.now_ms(), kept)
@@ -195,7 +203,9 @@ class Sut:
         if kind == "sqlite":
             _sqlite_restore(self.store, data)
         else:
-            _postgres_restore(self.store, data)
+            assert self.stash is not None
+            assert self.stash[0] is self.store
+            _postgres_restore(self.store, self.stash[1], index, data)
         self.clock = ManualClock(ms)
         self.store._clock = self.clock
         if leases is not None:
@@ -206,7 +216,29 @@ class Sut:
 
     def forget(self, index: int) -> None:
         """Drop node ``index``'s copy (its transitions were all applied)."""
-        self.snapshots.pop(index, None)
+        if self.snapshots.pop(index, None) is not None and self.stash is not None:
+            self.stash[1].dropped.append(index)
+
+    def probe(self) -> Any:
+        """A token that stays equal while the store's data does (None: no such token, the
+        store's state is read instead). Only for our own stores, whose ``state()`` is a
+        function of their database and their strategy's leases: on SQLite the connection's
+        count of changed rows (every INSERT, UPDATE and DELETE counts, triggers' too; one
+        rolled back counts as well, which only costs a read), on PostgreSQL a digest of
+        every table's rows (one statement), and with ``LocalConsensus`` its in-memory leases
+        as well."""
+        kind = self.owned()
+        if kind is None:
+            return None
+        store = self.store
+        if kind == "sqlite":
+            token: Any = store._tm.connection.total_changes
+        else:
+            if self.stash is None or self.stash[0] is not store:
+                self.stash = (store, _postgres_stash(store))
+            token = _postgres_digest(store, self.stash[1])
+        leases = getattr(store.consensus, "_leases", None)
+        return token if leases is None else (token, dict(leases))
 
     def move(self, move: Move) -> Any:
         """Apply one move to the store: its answer (None for a clock move)."""
@@ -259,14 +291,34 @@ def _sqlite_restore(store: Any, data: bytes) -> None:
         copy.close()
 
 
-def _postgres_copy(store: Any) -> tuple[tuple[tuple[str, bytes], ...], tuple[Any, ...]]:
-    """Every table of a PostgreSQL store's schema (``COPY ... TO STDOUT``) and every
-    sequence's position, read in one transaction of the store's own connection."""
+#: The schema that keeps the copies of a PostgreSQL store's tables, one stash table per
+#: table with the copy's number first (``snap``), beside the store's own schema.
+_STASH = "runstore_explore_stash"
 
-    def body(tx: Any) -> tuple[tuple[tuple[str, bytes], ...], tuple[Any, ...]]:
+
+@attrs.define
+class _PostgresStash:
+    """Where a PostgreSQL store's copies live: on the server, in stash tables of the store's
+    database, so a copy and a restore are one round trip each (one script of statements).
+    ``tables`` lists each table's quoted name, its stash's, the columns an insert sets
+    (generated ones left out) and whether the insert overrides an identity column;
+    ``sequences`` each sequence's quoted name; ``dropped`` copies to delete with the next
+    copy (their states' transitions were all applied)."""
+
+    tables: list[tuple[str, str, str, bool]]
+    sequences: list[str]
+    dropped: list[int] = attrs.field(factory=list)
+    digest: str | None = None
+
+
+def _postgres_stash(store: Any) -> _PostgresStash:
+    """Create the stash tables for a PostgreSQL store's schema (once per store)."""
+
+    def body(tx: Any) -> _PostgresStash:
         cursor = tx.connection.cursor()
         schema = store.schema
-        tables = [
+        stash = _quote(f"{_STASH}_{schema}")
+        names = [
             row[0]
             for row in cursor.execute(
                 "SELECT tablename FROM pg_catalog.pg_tables WHERE schemaname = $1"
@@ -274,45 +326,109 @@ def _postgres_copy(store: Any) -> tuple[tuple[tuple[str, bytes], ...], tuple[Any
                 (schema,),
             ).fetchall()
         ]
-        copies = []
-        for table in tables:
-            name = f'"{schema}"."{table}"'
-            with cursor.copy(f"COPY {name} TO STDOUT (FORMAT binary)") as copy:
-                copies.append((name, b"".join(bytes(chunk) for chunk in copy)))
-        sequences = tuple(
+        cursor.execute(f"CREATE SCHEMA IF NOT EXISTS {stash}", prepare=False)
+        tables = []
+        for table in names:
+            columns = cursor.execute(
+                "SELECT a.attname, a.attidentity = 'a', a.attgenerated <> ''"
+                " FROM pg_catalog.pg_attribute a"
+                " JOIN pg_catalog.pg_class c ON c.oid = a.attrelid"
+                " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0"
+                " AND NOT a.attisdropped ORDER BY a.attnum",
+                (schema, table),
+            ).fetchall()
+            settable = ", ".join(_quote(name) for name, _, generated in columns if not generated)
+            always = any(identity for _, identity, _ in columns)
+            name, kept = f"{_quote(schema)}.{_quote(table)}", f"{stash}.{_quote(table)}"
             cursor.execute(
-                "SELECT quote_ident(schemaname) || '.' || quote_ident(sequencename),"
-                " coalesce(last_value, start_value), last_value IS NOT NULL"
-                " FROM pg_catalog.pg_sequences"
-                " WHERE schemaname = $1",
+                f"CREATE TABLE {kept} AS SELECT 0::bigint AS snap, {settable} FROM {name}"
+                f" WITH NO DATA; CREATE INDEX ON {kept} (snap)",
+                prepare=False,
+            )
+            tables.append((name, kept, settable, always))
+        sequences = [
+            f"{_quote(schema)}.{_quote(row[0])}"
+            for row in cursor.execute(
+                "SELECT sequencename FROM pg_catalog.pg_sequences WHERE schemaname = $1"
+                " ORDER BY sequencename",
                 (schema,),
             ).fetchall()
+        ]
+        return _PostgresStash(tables, sequences)
+
+    made: _PostgresStash = store._write("copy", body)
+    return made
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _postgres_copy(store: Any, stash: _PostgresStash, number: int) -> tuple[Any, ...]:
+    """Copy every table of a PostgreSQL store's schema into its stash as copy ``number``
+    (deleting the copies dropped since), in one transaction of the store's own connection
+    and one round trip; the sequences' positions are read in the same transaction."""
+    script = [
+        f"DELETE FROM {kept} WHERE snap = ANY('{{{','.join(map(str, stash.dropped))}}}')"
+        for _, kept, _, _ in stash.tables
+        if stash.dropped
+    ]
+    stash.dropped.clear()
+    script += [
+        f"INSERT INTO {kept} SELECT {number}, {settable} FROM {name}"
+        for name, kept, settable, _ in stash.tables
+    ]
+
+    def body(tx: Any) -> tuple[Any, ...]:
+        cursor = tx.connection.cursor()
+        cursor.execute("; ".join(script), prepare=False)
+        if not stash.sequences:
+            return ()
+        reads = " UNION ALL ".join(
+            f"SELECT {i}, last_value, is_called FROM {seq}" for i, seq in enumerate(stash.sequences)
         )
-        return tuple(copies), sequences
+        return tuple(cursor.execute(reads + " ORDER BY 1", prepare=False).fetchall())
 
-    taken: tuple[tuple[tuple[str, bytes], ...], tuple[Any, ...]] = store._write("copy", body)
-    return taken
+    positions: tuple[Any, ...] = store._write("copy", body)
+    return positions
 
 
-def _postgres_restore(
-    store: Any, data: tuple[tuple[tuple[str, bytes], ...], tuple[Any, ...]]
-) -> None:
-    """Put a copy made by ``_postgres_copy`` back in one transaction: every table emptied and
-    refilled with triggers and foreign keys off (as a restore of a dump does), every sequence
-    set back."""
-    copies, sequences = data
+def _postgres_restore(store: Any, stash: _PostgresStash, number: int, positions: Any) -> None:
+    """Put copy ``number`` back in one transaction and one round trip: every table emptied
+    and refilled from its stash with triggers and foreign keys off (as a restore of a dump
+    does), every sequence set back."""
+    script = ["SET LOCAL session_replication_role = replica"]
+    for name, kept, settable, always in stash.tables:
+        override = " OVERRIDING SYSTEM VALUE" if always else ""
+        script.append(f"DELETE FROM {name}")
+        script.append(
+            f"INSERT INTO {name} ({settable}){override}"
+            f" SELECT {settable} FROM {kept} WHERE snap = {number}"
+        )
+    for i, value, called in positions:
+        name = stash.sequences[i].replace("'", "''")
+        script.append(
+            f"SELECT pg_catalog.setval('{name}', {int(value)}, {'true' if called else 'false'})"
+        )
 
     def body(tx: Any) -> None:
-        cursor = tx.connection.cursor()
-        cursor.execute("SET LOCAL session_replication_role = replica")
-        cursor.execute("TRUNCATE " + ", ".join(name for name, _ in copies))
-        for name, rows in copies:
-            with cursor.copy(f"COPY {name} FROM STDIN (FORMAT binary)") as copy:
-                copy.write(rows)
-        for name, value, called in sequences:
-            cursor.execute("SELECT pg_catalog.setval($1, $2, $3)", (name, value, called))
+        tx.connection.cursor().execute("; ".join(script), prepare=False)
 
     store._write("restore", body)
+
+
+def _postgres_digest(store: Any, stash: _PostgresStash) -> Any:
+    """A digest of every table of a PostgreSQL store's schema, in one statement: each table's
+    rows as text, sorted, hashed. Equal digests, equal contents."""
+    if stash.digest is None:
+        parts = [
+            f"(SELECT md5(coalesce(string_agg(t::text, '|' ORDER BY t::text), '')) FROM {name} t)"
+            for name, _, _, _ in stash.tables
+        ]
+        stash.digest = "SELECT " + (", ".join(parts) or "1")
+    query = stash.digest
+    return store._tm.read("probe", lambda c: c.execute(query, prepare=True).fetchone())
 
 
 def judge(
@@ -401,6 +517,7 @@ def _from_node(
     reuse_views = caps.whole_state and caps.lease_introspection
     dirty = True
     before: StoreState | None = None
+    token: Any = None
     unchanged = sut.expected(node.state)
     checked_itself = False
     listed = (
@@ -410,6 +527,7 @@ def _from_node(
     )
     for position, (move, known_out, known_state, known_view) in enumerate(listed):
         if dirty:
+            token = None
             if sut.restore(index):
                 progress.restores += 1
             else:
@@ -438,8 +556,12 @@ def _from_node(
                 sut.snapshot(child)
             dirty = True
             continue
+        token = sut.probe() if token is None else token
         store_out = sut.move(move)
-        after = sut.view(sut.store)
+        # Our own store whose data did not change is in the state read before the move.
+        probed = sut.probe() if token is not None else None
+        after = before if probed is not None and probed == token else sut.view(sut.store)
+        token = probed
         if after_state is node.state:
             expected = unchanged
         elif reuse_views and known_view is not None:
