@@ -100,6 +100,15 @@ NAP_PROBABILITY = 0.01
 MAX_SHRUNK = 3
 #: How long every owner spends on one workload of the mix before the next (real ms).
 PHASE_MS = 400.0
+#: The chance of a widened window after a statement (``--widen``) when none is given.
+DEFAULT_WIDEN = 0.05
+#: Mean seconds between lost acknowledgements at commits (``--lost-acks``) when none is
+#: given, on a PostgreSQL target: only in the phases of ``LOST_ACK_WORKLOADS``.
+DEFAULT_LOST_ACKS_S = 1.0
+#: The workloads in whose phases the default loses acknowledgements: the ones whose
+#: writes settle, cancel and take over runs. The others run without cuts, so that
+#: the calls of unknown outcome the cuts leave stay few on every object.
+LOST_ACK_WORKLOADS: tuple[str, ...] = ("mixed", "cancel", "zombies")
 
 
 class TortureError(Exception):
@@ -136,11 +145,14 @@ class TortureConfig:
     #: A phase's length in real milliseconds (``--phase-ms``).
     phase_ms: float = PHASE_MS
     #: The chance that a worker's store lingers after a read or inside a
-    #: transaction (``--widen``; ``_histories._windows``); 0: never.
-    widen: float = 0.0
+    #: transaction (``--widen``; ``_histories._windows``); 0: never; None:
+    #: ``DEFAULT_WIDEN``.
+    widen: float | None = None
     #: Mean seconds between lost acknowledgements aimed at commits, through a
-    #: proxy in front of PostgreSQL (``--lost-acks``; ``_histories._proxy``); 0: none.
-    lost_acks_s: float = 0.0
+    #: proxy in front of PostgreSQL (``--lost-acks``; ``_histories._proxy``), in
+    #: every phase; 0: none; None: on a PostgreSQL target ``DEFAULT_LOST_ACKS_S``
+    #: in the phases of ``LOST_ACK_WORKLOADS`` only, none on SQLite.
+    lost_acks_s: float | None = None
 
 
 @attrs.frozen
@@ -446,6 +458,17 @@ def _count_invokes(paths: Sequence[Path], offsets: dict[Path, tuple[int, int]]) 
     return total
 
 
+def _lost_acks(config: TortureConfig) -> tuple[float, frozenset[str]]:
+    """Mean seconds between lost acknowledgements (0: none), and the workloads in
+    whose phases they come: as given (every phase), or by default on a PostgreSQL
+    URL ``DEFAULT_LOST_ACKS_S`` in the phases of ``LOST_ACK_WORKLOADS``."""
+    if config.lost_acks_s is not None:
+        return config.lost_acks_s, frozenset(config.workloads)
+    if config.db.split("://", 1)[0].lower() not in ("postgresql", "postgres"):
+        return 0.0, frozenset()
+    return DEFAULT_LOST_ACKS_S, frozenset(LOST_ACK_WORKLOADS)
+
+
 def run_torture(config: TortureConfig) -> TortureResult:
     """Run one campaign (see the module docstring)."""
     if (
@@ -460,10 +483,14 @@ def run_torture(config: TortureConfig) -> TortureResult:
         raise TortureError(f"--workload takes {', '.join(WORKLOADS)}, not {unknown}")
     if config.phase_ms <= 0:
         raise TortureError("--phase-ms must be positive")
-    if not 0.0 <= config.widen <= 1.0:
+    widen = DEFAULT_WIDEN if config.widen is None else config.widen
+    if not 0.0 <= widen <= 1.0:
         raise TortureError("--widen is a chance: within 0..1")
-    if config.lost_acks_s < 0 or (config.lost_acks_s > 0 and not _is_url(config.db)):
+    if config.lost_acks_s is not None and (
+        config.lost_acks_s < 0 or (config.lost_acks_s > 0 and not _is_url(config.db))
+    ):
         raise TortureError("--lost-acks takes positive seconds and a PostgreSQL URL as --db")
+    lost_acks_s, lost_ack_phases = _lost_acks(config)
     restarts_on = config.restart_command is not None or config.restarter is not None
     if restarts_on and not _is_url(config.db):
         raise TortureError("--restart-command restarts a PostgreSQL server: --db must be its URL")
@@ -510,18 +537,45 @@ def run_torture(config: TortureConfig) -> TortureResult:
         + (f", in turns of {config.phase_ms:g} ms" if len(config.workloads) > 1 else ""),
     )
 
+    if widen > 0:
+        _say(config, f"torture: widened windows (a pause after a statement: chance {widen:g})")
     cutter = None
-    if config.lost_acks_s > 0:
+    deadline_ns: int | None = None
+    phase_ns = max(1, int(config.phase_ms * 1_000_000))
+    lost_phases = {k for k, name in enumerate(config.workloads) if name in lost_ack_phases}
+    if lost_acks_s > 0 and lost_phases:
+
+        def gate() -> bool:
+            # The phase of the workers' mix now (counted from the same start).
+            if deadline_ns is None:
+                return False
+            start = deadline_ns - int(config.seconds * 1e9)
+            phase = (time.monotonic_ns() - start) // phase_ns
+            return phase >= 0 and phase % len(config.workloads) in lost_phases
+
         # The workers reach the server through the proxy; the judge does not.
         cutter = CommitCutter(
-            config.db, random.Random(rng.randrange(2**32)), every_s=config.lost_acks_s
+            config.db,
+            random.Random(rng.randrange(2**32)),
+            every_s=lost_acks_s,
+            gate=None if len(lost_phases) == len(config.workloads) else gate,
+        )
+        _say(
+            config,
+            f"torture: lost acknowledgements at commits about every {lost_acks_s:g} s"
+            + (
+                ""
+                if len(lost_phases) == len(config.workloads)
+                else " in the phases of "
+                + ", ".join(name for name in config.workloads if name in lost_ack_phases)
+            ),
         )
 
     def spawn(index: int, incarnation: int) -> _Process:
         process = f"w{index}.{incarnation}"
         settings = {
             "db": config.db if cutter is None else cutter.url,
-            "widen": config.widen,
+            "widen": widen,
             "store": config.store,
             "origin_ns": origin_ns,
             "speed": config.speed,
@@ -551,7 +605,6 @@ def run_torture(config: TortureConfig) -> TortureResult:
             _go(popen, deadline_ns, deadline_ns - int(config.seconds * 1e9))
         return _Process(index, incarnation, popen)
 
-    deadline_ns: int | None = None
     spawned: list[subprocess.Popen[bytes]] = []
     processes = [spawn(i, 1) for i in range(config.workers)]
     for process in processes:
@@ -793,10 +846,11 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--widen",
         type=float,
-        default=0.0,
+        default=None,
         metavar="P",
         help="chance that a worker's store pauses (up to 5 ms) after a read or inside a "
-        "transaction, on any store built on sqlite3 or psycopg (default 0)",
+        "transaction, on any store built on sqlite3 or psycopg; 0 never "
+        f"(default {DEFAULT_WIDEN:g})",
     )
     parser.add_argument(
         "--lost-acks",
@@ -804,7 +858,9 @@ def parser() -> argparse.ArgumentParser:
         default=0.0,
         metavar="SECONDS",
         help="PostgreSQL: the workers connect through a proxy that, about every SECONDS, "
-        "forwards a commit and cuts the connection before its answer (default 0: never)",
+        "forwards a commit and cuts the connection before its answer, in every phase; 0 never "
+        f"(default on a PostgreSQL URL: every {DEFAULT_LOST_ACKS_S:g} s in the phases of "
+        f"{', '.join(LOST_ACK_WORKLOADS)} only)",
     )
     parser.add_argument("--quiet", action="store_true", help="print nothing")
     return parser

@@ -584,6 +584,12 @@ def _prepare(ops: Iterable[Operation]) -> list[Operation]:
     return kept
 
 
+def _call_of(op: Operation) -> tuple[str, str | None, int]:
+    """The call an operation (or a part of a multi-run call) belongs to: one client
+    thread invokes one call at a time."""
+    return (op.process, op.thread, op.invoked_ns)
+
+
 def search_partition(
     ops: Sequence[Operation],
     start: Node,
@@ -594,7 +600,10 @@ def search_partition(
 ) -> _Search:
     """One object's verdict (no shrinking)."""
     prepared = _prepare(ops)
-    unknown = sum(1 for op in prepared if op.unknown)
+    # Calls, not parts: the parts of one call of unknown outcome on this object (a
+    # claim_next that may have taken any of a lineage's rounds) are one call that
+    # took effect or not.
+    unknown = len({_call_of(op) for op in prepared if op.unknown})
     if unknown > max_unknown:
         return _Search(
             "unchecked",
@@ -1024,14 +1033,17 @@ def check_counts(
         return RevisionCheck("ok", first, last, found if last is not None else None)
     # The linearizations found disagree: enumerate what each object could count.
     spec = Spec()
-    # Each object's achievable (revisions, deletions per call it has a part of), pruned to
-    # what a sum can use: every count is at least 0, so no object's share of a call exceeds
-    # its answer nor its row writes the counted total.
-    objects: list[tuple[tuple[int, ...], set[tuple[int, tuple[int, ...]]]]] = []
-    for partition in partitions:
-        start = make_node(initial_state(initial, partition.runs))
+
+    def slots_of(partition: Partition) -> tuple[list[Operation], list[int]]:
         prepared = _prepare(partition.operations)
-        slots = [index[str(prepared[i].args[1])] for i in _tally_slots(prepared)]
+        return prepared, [index[str(prepared[i].args[1])] for i in _tally_slots(prepared)]
+
+    def enumerated(partition: Partition) -> _Counts | RevisionCheck:
+        """Each object's achievable (revisions, deletions per call it has a part of), pruned
+        to what a sum can use: every count is at least 0, so no object's share of a call
+        exceeds its answer nor its row writes the counted total."""
+        start = make_node(initial_state(initial, partition.runs))
+        prepared, slots = slots_of(partition)
         options: set[tuple[int, tuple[int, ...]]] = set()
         search = _search(
             prepared,
@@ -1060,7 +1072,39 @@ def check_counts(
             )
             counts = found if last is not None else None
             return RevisionCheck("violation", first, last, counts, reason)
-        objects.append((mine, widened))
+        return mine, widened
+
+    def as_found(partition: Partition, verdict: PartitionVerdict) -> _Counts:
+        """The one count of the linearization the object's search found."""
+        _, slots = slots_of(partition)
+        mine = tuple(sorted(set(slots)))
+        vector = tuple(verdict.purged.get(calls[call][0], 0) for call in mine)
+        revisions = (verdict.revisions or 0) if last is not None else 0
+        return mine, {(revisions, vector)}
+
+    # Objects whose count may differ from one order to another are enumerated first: those
+    # with calls of unknown outcome, and those where a purge deleted runs (which part did
+    # may vary). The others keep the count found; only when no sum adds up that way is every
+    # object enumerated (exact, as every sum is then tried).
+    def varies(partition: Partition, verdict: PartitionVerdict) -> bool:
+        return any(op.unknown for op in partition.operations) or any(verdict.purged.values())
+
+    first_pass = [varies(p, v) for p, v in zip(partitions, verdicts, strict=True)]
+    objects: list[_Counts] = []
+    for partition, verdict, vary in zip(partitions, verdicts, first_pass, strict=True):
+        counts = enumerated(partition) if vary else as_found(partition, verdict)
+        if isinstance(counts, RevisionCheck):
+            return counts
+        objects.append(counts)
+    total = counted if last is not None else None
+    if not all(first_pass) and _counts_add_up(objects, answers, total):
+        return RevisionCheck("ok", first, last, found if last is not None else None)
+    for k, (partition, vary) in enumerate(zip(partitions, first_pass, strict=True)):
+        if not vary:
+            counts = enumerated(partition)
+            if isinstance(counts, RevisionCheck):
+                return counts
+            objects[k] = counts
     total = counted if last is not None else None
     adds_up = _counts_add_up(objects, answers, total)
     if adds_up is None:

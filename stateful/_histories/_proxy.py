@@ -23,7 +23,8 @@ requests are refused (the client goes on in the clear on the loopback).
 
 ``runstore torture --lost-acks SECONDS`` runs one in the coordinator and
 points the workers at it; it arms itself at random, seeded moments about
-``SECONDS`` apart.
+``SECONDS`` apart (by default on PostgreSQL, only in the phases of some
+workloads: see ``runstore.stateful._campaigns._torture``).
 """
 
 from __future__ import annotations
@@ -108,7 +109,9 @@ class CommitCutter:
     waits for the server's answer with chance ``wait_chance`` (drawn with
     ``rng``), else cuts at once. ``every_s`` (when
     positive) arms it by itself at random moments, ``every_s`` apart on
-    average. ``close()`` stops it and cuts every connection.
+    average; with ``gate`` only at moments when ``gate()`` is true (the
+    torture's default mix loses acknowledgements in some phases only).
+    ``close()`` stops it and cuts every connection.
     """
 
     def __init__(
@@ -118,11 +121,13 @@ class CommitCutter:
         *,
         every_s: float = 0.0,
         wait_chance: float = 0.5,
+        gate: Callable[[], bool] | None = None,
     ) -> None:
         self.target = target
         self.rng = rng
         self.wait_chance = wait_chance
         self.every_s = every_s
+        self.gate = gate
         self.cuts = 0
         self.relayed = 0
         self._family, self._address = _server_address(target)
@@ -161,7 +166,12 @@ class CommitCutter:
 
     def _arming(self) -> None:
         while not self._closed.wait(self.rng.uniform(0.5, 1.5) * self.every_s):
-            self.arm()
+            if self.gate is None or self.gate():
+                self.arm()
+            else:
+                # Out of the gate's time: a cut armed before and not yet taken lapses.
+                with self._lock:
+                    self._armed = False
 
     def close(self) -> None:
         """Stop listening and cut every connection still relayed."""
