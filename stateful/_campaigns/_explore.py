@@ -451,6 +451,8 @@ def _run_scope(
         # together: the first failure found is on a shortest program, whichever side.
         while index < len(graph.nodes):
             node = graph.nodes[index]
+            if replayer is not None and replayer.later(node.depth):
+                break
             if node.depth < chosen.depth:
                 if deadline is not None and clock() > deadline:
                     break
@@ -463,7 +465,8 @@ def _run_scope(
                     break
             index += 1
         else:
-            graph.exhausted = True
+            if replayer is None or not replayer.later(chosen.depth + 1):
+                graph.exhausted = True
         transitions, depth = graph.transitions, graph.depth if graph.exhausted else node.depth
         if replayer is not None:
             progress = replayer.progress

@@ -62,7 +62,7 @@ from .._base._compare import (
     without_leases,
 )
 from .._base._observe import ClockSet, LogEntry, Performed
-from .._base._steps import Call, Step, perform
+from .._base._steps import Call, Step, call, perform
 from .._checks._invariants import check_state, check_transition
 from .._checks._malformed import SKEW_ALLOWANCE_MS
 from .._machines._run_store import _check_outcome_kind, _reading_ahead, _same_outcome
@@ -96,6 +96,9 @@ class Progress:
     done: bool = False
     programs: int = 0
     divergence: Divergence | None = None
+    #: A divergence one move longer than the level being walked (a read after a write):
+    #: reported once the level is done with no shorter one found.
+    later: Divergence | None = None
 
 
 class Sut:
@@ -474,6 +477,8 @@ class Replayer:
         self.sut = sut
         self.model = ModelRunStore(clock=Dial(start_ms()))
         self.progress = Progress()
+        #: The level whose walk found ``progress.later`` (None: none found).
+        self.later_level: int | None = None
 
     def node(
         self,
@@ -494,9 +499,20 @@ class Replayer:
         finally:
             self.sut.forget(index)
         self.progress.depth = max(self.progress.depth, node.depth + 1)
+        if self.progress.later is not None and self.later_level is None:
+            self.later_level = node.depth
         if found is not None:
             self.progress.divergence = found
         return found
+
+    def later(self, depth: int) -> bool:
+        """Whether a divergence found by a read after a write (one move longer than the level
+        it was found in) is now a shortest one, the walk having reached a node of ``depth``:
+        then it becomes the divergence and the walk stops."""
+        if self.later_level is None or depth <= self.later_level:
+            return False
+        self.progress.divergence = self.progress.later
+        return True
 
 
 def _from_node(
@@ -525,7 +541,12 @@ def _from_node(
         if known is None
         else known
     )
-    for position, (move, known_out, known_state, known_view) in enumerate(listed):
+    # The reads first, on the store just restored or rebuilt (a read lagging the source's
+    # last write shows before any other write of the node can put it right), then the rest.
+    order = [i for i, entry in enumerate(listed) if _is_read(entry[0])]
+    order += [i for i, entry in enumerate(listed) if not _is_read(entry[0])]
+    for position in order:
+        move, known_out, known_state, known_view = listed[position]
         if dirty:
             token = None
             if sut.restore(index):
@@ -574,6 +595,65 @@ def _from_node(
         if keep:
             sut.snapshot(child)
         dirty = after_state is not node.state or after != before
+        if after_state is not node.state and progress.later is None:
+            # Every write is read back at once, whether or not its state is new to the walk:
+            # a store may lag behind on one path into a state and not on the first one.
+            late = _read_back(
+                sut, model, dial, node.state.revision, after_state, after, node.clock_ms
+            )
+            if late is not None:
+                read, read_out, check, message = late
+                progress.later = Divergence(
+                    (*path, (move, model_out), (read, read_out)), check, message, expected
+                )
+    return None
+
+
+#: The read operations of the protocol: applied first to a restored or rebuilt store.
+READS = frozenset(
+    {"get", "lineage", "latest_round", "ownership_facts", "revision", "changes", "list_runs"}
+)
+
+
+def _is_read(move: Move) -> bool:
+    return isinstance(move, Call) and move.method in READS
+
+
+def read_back(revision_before: int, state: ModelState) -> list[Call]:
+    """The reads that follow every write of the walk: ``revision()``, ``changes()`` after the
+    revision before the write, ``list_runs()`` and ``get`` of each run."""
+    out = [
+        call("revision"),
+        call("changes", ("after_revision", revision_before)),
+        call("list_runs"),
+    ]
+    out += [call("get", ("run_id", run_id)) for run_id in state.rows]
+    return out
+
+
+def _read_back(
+    sut: Sut,
+    model: ModelRunStore,
+    dial: Dial,
+    revision_before: int,
+    state: ModelState,
+    shown: StoreState,
+    clock_ms: int,
+) -> tuple[Call, Any, str, str] | None:
+    """Apply ``read_back``'s reads to the store right after a write that reached ``state``
+    (``shown`` as the store showed it, equal to the reference's): the first read that fails
+    a check, with the reference's answer and the check, or None."""
+    for read in read_back(revision_before, state):
+        model._state = state
+        dial.ms = clock_ms
+        model_out = perform(model, read)
+        token = sut.probe()
+        store_out = sut.move(read)
+        probed = sut.probe() if token is not None else None
+        after = shown if probed is not None and probed == token else sut.view(sut.store)
+        verdict = judge(sut, read, model_out, store_out, shown, after, shown, clock_ms)
+        if verdict is not None:
+            return read, model_out, verdict[0], verdict[1]
     return None
 
 
