@@ -9,13 +9,16 @@ the lease as it was when the statement began, and when the run's row was
 changed meanwhile by a transaction that has since committed, PostgreSQL
 re-checks the UPDATE's conditions on the new row only, never the subquery.
 
-Only a takeover can slip into that window: a running run changes owner by a
-steal alone, and a steal needs the owner's lease stale, so the owner must be
-awake and settling at the moment a peer takes the run over (a zombie). Its
-settle then lands on the run its successor owns. The window is the steal's
-own statement (the one-round-trip path holds the row lock for the length of
-one server-side call), not a round trip. PostgreSQL only: SQLite serializes
-whole write transactions.
+Only a takeover can slip into that window: a running run changes owner only
+when a peer takes it over (``steal``, or ``claim_and_own`` with liveness
+evidence), which needs the owner's lease stale, so the owner must be awake
+and settling at the moment a peer takes the run over (a zombie). Its settle
+then lands on the run its successor owns. The store runs on the
+general path (``fast_path=False``): the window is the takeover's transaction,
+from its row lock to its COMMIT, a few round trips. (On the one-round-trip
+path a takeover holds the row lock for one server-side call only: the torture
+missed that variant in 60 s.) PostgreSQL only: SQLite serializes whole write
+transactions.
 """
 
 from __future__ import annotations
@@ -77,6 +80,6 @@ class SettlesByLease(PostgresRunStore):
 
 
 def factory(clock, url):
-    store = runstore.open(url, clock=clock)
+    store = runstore.open(url, clock=clock, fast_path=False)
     store.__class__ = SettlesByLease
     return store

@@ -8,11 +8,12 @@ driver, which begins it just before the UPDATE, so the guard's read runs
 outside it; on PostgreSQL the run-row lock is left out ("the guard read the
 lease"), and under READ COMMITTED the UPDATE does not re-check the owner.
 
-Only a takeover can slip between the two: a running run changes owner by a
-steal alone, and a steal needs the owner's lease stale. So the owner must be
+Only a takeover can slip between the two: a running run changes owner only
+when a peer takes it over (``steal``, or ``claim_and_own`` with liveness
+evidence), and that needs the owner's lease stale. So the owner must be
 awake and writing while a peer finds its lease stale and takes it: a zombie.
-It then settles the run its successor now owns (or writes its state over the
-successor's), which no order of the calls explains. Both backends.
+It then settles the run its successor now owns, which no order of the calls
+explains. Both backends.
 """
 
 from __future__ import annotations
