@@ -13,7 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
 from .._base import _observe
 from .._base._capabilities import FULL_STORE, Capabilities
-from .._base._compare import OutcomeMismatch, StateMismatch
+from .._base._compare import LeaseMismatch, OutcomeMismatch, RollbackLeak, StateMismatch
 from .._checks._attempt_invariants import ATTEMPT_INVARIANTS
 from .._checks._invariants import INVARIANTS, ReferenceInvariantViolation
 from .._checks._opening import opening_check_for, sqlite_store_consensus
@@ -152,7 +152,8 @@ def run_conformance(
     ``explore``, and "What exhaustive exploration proves" in the docs): every
     state of two runs and three owners within three moves, each transition
     applied to the store (or to the SQLite adapter over the strategy) and
-    compared; where the store under test is one of this library's SQL stores (every
+    compared; a strategy is first walked at its own interface, against
+    ``ModelConsensus``, over the small strategy scope; where the store under test is one of this library's SQL stores (every
     strategy is put inside one), the attempt store's own scope follows (one run, three
     owners, two attempts, four moves deep, the attempt stores over the store). None (the
     default) walks them under the default budget only, not
@@ -236,7 +237,8 @@ def _explored(
             kind = _CHECKS.get(found.check, ConformanceError)
             walked = result.scope if result.attempts is None else result.attempts.scope
             raise kind(
-                f"exhaustive exploration of the {walked} scope on {result.target}: {found.check}"
+                f"exhaustive exploration of the {walked} scope on {found.target or result.target}:"
+                f" {found.check}"
                 f" on the shortest program ({len(found.program.splitlines())} steps,"
                 f" setup included):\n{found.program}\n{found.message}"
             )
@@ -256,6 +258,8 @@ _CHECKS: dict[str, type[AssertionError]] = {
         *ATTEMPT_INVARIANTS,
         OutcomeMismatch,
         StateMismatch,
+        LeaseMismatch,
+        RollbackLeak,
         AttemptStateMismatch,
         ReferenceInvariantViolation,
     )

@@ -88,7 +88,8 @@ def explore_interface(
 
 def joined(name: str, parts: tuple[Exploration, ...]) -> Exploration:
     """One ``Exploration`` of ``parts`` (the walks of one strategy, in the order made):
-    exhausted when every part was, the counts summed, the first failure."""
+    exhausted when every part was, the counts summed, the first failure, and the last
+    part's walk of the attempt scope, if it made one."""
     failure = next((part.failure for part in parts if part.failure is not None), None)
     return Exploration(
         exhausted=all(part.exhausted for part in parts) and failure is None,
@@ -104,4 +105,5 @@ def joined(name: str, parts: tuple[Exploration, ...]) -> Exploration:
         rebuilds=sum(part.rebuilds for part in parts),
         restores=sum(part.restores for part in parts),
         parts=parts,
+        attempts=parts[-1].attempts,
     )
