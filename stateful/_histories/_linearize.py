@@ -391,7 +391,18 @@ def _search(
     slots = {i: k for k, i in enumerate(_tally_slots(ops))}
     # The most each tallied part may delete in a collected order: its call's answer.
     caps = {i: answer for i in slots if (answer := _answer(ops[i])) is not None}
-    tally: tuple[int, ...] = (0,) * len(slots)
+    # The tally kept sparse: (slot, runs deleted) for the parts placed that deleted
+    # any, in slot order. Most parts delete nothing; a dense tuple of every part
+    # rebuilt and hashed at each step made the collecting search quadratic in the
+    # number of purge calls.
+    tally: tuple[tuple[int, int], ...] = ()
+
+    def dense(sparse: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
+        counts = [0] * len(slots)
+        for slot, purged in sparse:
+            counts[slot] = purged
+        return tuple(counts)
+
     position = [0] * n
     counts = [0, 0]
     for i in range(n):
@@ -426,9 +437,9 @@ def _search(
     cache: set[tuple[Any, ...]] = set()
     # Placements as a linked list of frames (op, node before it, frame below,
     # tally before it), so the deepest partial order is kept in O(1).
-    top: tuple[int, Node, Any, tuple[int, ...]] | None = None
+    top: tuple[int, Node, Any, tuple[tuple[int, int], ...]] | None = None
     depth = 0
-    best: tuple[int, Node, Any, tuple[int, ...]] | None = None
+    best: tuple[int, Node, Any, tuple[tuple[int, int], ...]] | None = None
     best_depth = 0
     node = start
     placed_definite = 0
@@ -441,8 +452,10 @@ def _search(
             revisions = node.state.revision - base_revision if count_revisions else 0
             if collect is None:
                 found = _order(top)
-                return _Search("linearizable", None, len(cache), steps, found, revisions, tally)
-            collect.add((revisions, tally))
+                return _Search(
+                    "linearizable", None, len(cache), steps, found, revisions, dense(tally)
+                )
+            collect.add((revisions, dense(tally)))
             entry = -1  # recorded: backtrack as if this order had failed
         if entry != -1 and not entry & 1:
             i = entry >> 1
@@ -492,8 +505,8 @@ def _search(
                     new_unknown = placed_unknown | (1 << position[i])
                 new_tally = tally
                 slot = slots.get(i)
-                if slot is not None:
-                    new_tally = (*tally[:slot], int(result[1]), *tally[slot + 1 :])
+                if slot is not None and int(result[1]):
+                    new_tally = tuple(sorted((*tally, (slot, int(result[1])))))
                 low = ((new_definite + 1) & ~new_definite).bit_length() - 1
                 key: tuple[Any, ...] = (after.key, low, new_definite >> low, new_unknown)
                 if collect is not None:
@@ -564,7 +577,7 @@ def _answer(op: Operation) -> int | None:
     return value if type(value) is int else None
 
 
-def _order(frame: tuple[int, Node, Any, tuple[int, ...]] | None) -> tuple[int, ...]:
+def _order(frame: tuple[int, Node, Any, Any] | None) -> tuple[int, ...]:
     order = []
     while frame is not None:
         order.append(frame[0])

@@ -326,6 +326,10 @@ class Spec:
             return node, ("ok", project(state, op.args[0]))
         if op.method == PAGE_SHAPE:
             return node, ("ok", True)
+        if op.method == PURGE_PART and not any(run in state.rows for run in op.args[-1]):
+            # None of the object's runs is there (not created yet, or purged): a purge
+            # deletes nothing here, as the model's would, without its admission and scan.
+            return node, ("ok", 0)
         model = self.model
         model._state = state
         self.clock.load(op.clock_ms)
@@ -456,6 +460,10 @@ class Split:
 
     parts: tuple[Operation, ...] = ()
     per_object: PerObject | None = None
+    #: ``"existed"``: ``alive`` holds instead every run that may have existed
+    #: (settled or not) before the call returned (a definite call; any run for
+    #: one of unknown outcome).
+    scope: Literal["alive", "existed"] = "alive"
 
 
 def _part(op: Operation, suffix: str, **changes: Any) -> Operation:
@@ -701,7 +709,11 @@ def _split_purge_settled(op: Operation) -> Split | str:
     if op.status == "ok" and (type(op.value) is not int or op.value >= limit):
         return f"purge_settled answered {op.value!r}, its limit: which runs it took is not known"
 
-    def per_object(root: str, runs: frozenset[str], alive: frozenset[str]) -> list[Operation]:
+    def per_object(root: str, runs: frozenset[str], existed: frozenset[str]) -> list[Operation]:
+        if not runs & existed:
+            # Every run of the object was created after the call returned: it
+            # deleted none of them, as the model's purge there would.
+            return []
         limits = {"limit": MAXIMUM_PURGE_BATCH}
         return [
             _part(
@@ -714,7 +726,7 @@ def _split_purge_settled(op: Operation) -> Split | str:
             )
         ]
 
-    return Split((), per_object)
+    return Split((), per_object, scope="existed")
 
 
 def _split_state(op: Operation) -> Split | str:
@@ -870,6 +882,12 @@ class _Lifetimes:
                 for run_id in _settled_by(op):
                     self.settled[run_id] = min(self.settled.get(run_id, _NEVER), op.returned_ns)
 
+    def existed(self, op: Operation) -> frozenset[str]:
+        """The runs that may have existed before ``op`` returned (settled or not);
+        every run ever created for a call of unknown outcome."""
+        end = op.returned_ns if op.definite and op.returned_ns is not None else _NEVER
+        return frozenset(run_id for run_id, born in self.born.items() if born < end)
+
     def alive(self, op: Operation) -> frozenset[str]:
         """The runs that may have existed, unsettled, while ``op`` ran."""
         end = op.returned_ns if op.returned_ns is not None else _NEVER
@@ -953,7 +971,7 @@ def partition_operations(
                 joined.join(row.run_id, other)
     pending = list(operations)
     queue: list[Operation] = []
-    fanned: list[tuple[Operation, PerObject]] = []
+    fanned: list[tuple[Operation, PerObject, str]] = []
     for op in pending:
         splitter = SPLITTERS.get(op.method)
         if splitter is None:
@@ -965,7 +983,7 @@ def partition_operations(
             continue
         queue.extend(split.parts)
         if split.per_object is not None:
-            fanned.append((op, split.per_object))
+            fanned.append((op, split.per_object, split.scope))
     for op in queue:
         if op.method == FINAL_STATE or (op.method in OBJECT_PARTS and op.args):
             # A part written to a history file (a violation's minimal
@@ -998,8 +1016,8 @@ def partition_operations(
     if fanned:
         lifetimes = _Lifetimes(pending, initial)
         objects = [(root, frozenset(found)) for root, found in sorted(members.items())]
-        for op, build in fanned:
-            alive = lifetimes.alive(op)
+        for op, build, scope in fanned:
+            alive = lifetimes.existed(op) if scope == "existed" else lifetimes.alive(op)
             for root, object_runs in objects:
                 per_object.extend((root, part) for part in build(root, object_runs, alive))
     groups: dict[str, list[Operation]] = {}
