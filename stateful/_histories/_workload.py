@@ -13,8 +13,8 @@ converging on the same few live runs.
 
 Now and then a step is a multi-run operation instead, where the store offers
 it: a walk over the pages of ``list_runs`` (a random filter, small pages),
-``claim_next`` (or, in the ``candidates`` workload, ``claim_next_many`` of
-one to three runs), ``heartbeat_many`` over the runs this owner holds (and a
+``claim_next``, ``claim_next_many`` of one to three runs,
+``heartbeat_many`` over the runs this owner holds (and a
 run it may not), or ``purge_settled`` of runs settled well before (20 s of
 store time: more than two clock skews, so a run settling during the call is
 never eligible).
@@ -506,7 +506,7 @@ class Worker:
         """Several owners pick from the same three claimable runs."""
         rng = self.rng
         roll = rng.random()
-        if roll < 0.18 and self.offers("claim_next"):
+        if roll < 0.10 and self.offers("claim_next"):
             self.claim_next()
         elif roll < 0.25 and self.offers("claim_next_many"):
             self.claim_next_many()
@@ -534,6 +534,10 @@ class Worker:
             self.list_pages()
         elif roll < 0.55 and self.offers("list_runs"):
             self.batch_snapshot()
+        elif roll < 0.57 and self.offers("claim_next"):
+            self.claim_next()
+        elif roll < 0.59 and self.offers("claim_next_many"):
+            self.claim_next_many()
         elif roll < 0.59 and self.offers("claim_next"):
             self.claim_next()
         elif roll < 0.64:
@@ -735,7 +739,13 @@ class Worker:
         rng = self.rng
         choices = [
             name
-            for name in ("list_runs", "claim_next", "heartbeat_many", "purge_settled")
+            for name in (
+                "list_runs",
+                "claim_next",
+                "claim_next_many",
+                "heartbeat_many",
+                "purge_settled",
+            )
             if self.offers(name)
         ]
         if not choices:
@@ -745,6 +755,8 @@ class Worker:
             self.list_pages()
         elif method == "claim_next":
             self.claim_next()
+        elif method == "claim_next_many":
+            self.claim_next_many()
         elif method == "heartbeat_many":
             self.heartbeat_many()
         elif rng.random() < 0.3:
