@@ -66,7 +66,7 @@ from .._base._steps import Call, Step, call, perform
 from .._checks._invariants import check_state, check_transition
 from .._checks._malformed import SKEW_ALLOWANCE_MS
 from .._machines._run_store import _check_outcome_kind, _reading_ahead, _same_outcome
-from ._scope import MISSING_RUN, Move, Scope, Tick, moves, setup_calls, start_ms
+from ._scope import MISSING_RUN, Move, Scope, Tick, at_depth, moves, setup_calls, start_ms
 from ._walk import Dial, Node, Walk, apply
 
 StoreFactory = Callable[[ManualClock, Path], Any]
@@ -537,7 +537,10 @@ def _from_node(
     unchanged = sut.expected(node.state)
     checked_itself = False
     listed = (
-        [(move, None, None, None) for move in moves(graph.scope, node.state, node.clock_ms)]
+        [
+            (move, None, None, None)
+            for move in moves(at_depth(graph.scope, node.depth), node.state, node.clock_ms)
+        ]
         if known is None
         else known
     )
@@ -693,7 +696,7 @@ def programs(
     stack: list[tuple[Node, list[tuple[Move, Any]]]] = [(root, [])]
     while stack:
         node, path = stack.pop()
-        for move in moves(graph.scope, node.state, node.clock_ms):
+        for move in moves(at_depth(graph.scope, node.depth), node.state, node.clock_ms):
             if deadline is not None and clock() > deadline:
                 return progress
             sut.build(path)

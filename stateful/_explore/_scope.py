@@ -82,7 +82,8 @@ class Scope:
     depth of the pass without deduplication. ``evidence`` and ``guards`` are
     the domains of those parameters; ``transitions`` the (status, state) pairs
     ``transition_owned`` takes; ``reads`` whether the read operations are
-    moves; ``ticks`` the plain clock steps (milliseconds forward).
+    moves; ``ticks`` the plain clock steps (milliseconds forward); ``last`` narrows the
+    domains of the deepest move of a program (``at_depth``).
     """
 
     name: str
@@ -107,6 +108,9 @@ class Scope:
     reads: bool = True
     ticks: tuple[int, ...] = (1000,)
     run_permutations: tuple[tuple[int, ...], ...] = ()
+    #: The domains the last level's moves take instead (the moves from a state one move
+    #: short of ``depth``), as ``(field, value)`` pairs; empty: the scope's own.
+    last: tuple[tuple[str, Any], ...] = ()
 
     @property
     def run_ids(self) -> tuple[str, ...]:
@@ -142,8 +146,9 @@ SCOPES: Final[Mapping[str, Scope]] = {
         depth_k=1,
     ),
     # The small scope's world and domains, one move deeper: every program of the small
-    # scope and every one a move longer (the late evidence and the second batch pass are
-    # the large scope's: with them the walk is not exhausted within an hour on SQLite).
+    # scope, and every one a move longer whose last move is at the store clock's reading
+    # with no evidence or one of the three kinds about the right owner (the skew bound's
+    # readings and the wrong incarnation's evidence are checked at every depth up to 3).
     "medium": Scope(
         "medium",
         runs=(("a", {}), ("b", {"parent_run_id": "a"})),
@@ -153,6 +158,7 @@ SCOPES: Final[Mapping[str, Scope]] = {
         edges=(-1, 0, 1),
         depth=4,
         depth_k=1,
+        last=(("readings", (0,)), ("evidence", ("none", *KINDS))),
     ),
     "large": Scope(
         "large",
@@ -170,6 +176,21 @@ SCOPES: Final[Mapping[str, Scope]] = {
         evidence=("none", *KINDS, "wrong-owner", "late"),
     ),
 }
+
+
+_NARROWED: dict[int, Scope] = {}
+
+
+def at_depth(scope: Scope, depth: int) -> Scope:
+    """The scope whose domains the moves from a state at ``depth`` take: ``scope`` narrowed
+    by its ``last`` at the last level (``depth`` one short of the scope's), else itself."""
+    if not scope.last or depth != scope.depth - 1:
+        return scope
+    narrowed = _NARROWED.get(id(scope))
+    if narrowed is None or narrowed.name != scope.name:
+        narrowed = attrs.evolve(scope, last=(), **dict(scope.last))
+        _NARROWED[id(scope)] = narrowed
+    return narrowed
 
 
 def scope_named(name: str) -> Scope:

@@ -41,7 +41,7 @@ from runstore.model._state import ModelState
 
 from .._base._steps import Call, Raised, Step, perform
 from .._checks._invariants import InvariantViolation, check_state, check_transition
-from ._scope import Move, Scope, Tick, moves, setup_calls, start_ms
+from ._scope import Move, Scope, Tick, at_depth, moves, setup_calls, start_ms
 
 
 class Dial:
@@ -242,7 +242,7 @@ class Walker:
         born: list[int] = []
         self.last = kept if keep else None
         self.born = born
-        for move in moves(scope, node.state, node.clock_ms):
+        for move in moves(at_depth(scope, node.depth), node.state, node.clock_ms):
             outcome, after_state, after_clock = apply(self.model, self.dial, node, move)
             graph.transitions += 1
             after: StoreState | None = None

@@ -305,6 +305,25 @@ def test_every_scope_s_setup_is_admitted(name: str) -> None:
     assert moves(scope, model._state, start_ms())
 
 
+def test_the_medium_scope_holds_every_program_of_the_small_one_and_one_move_more() -> None:
+    """Up to depth 3 the medium scope's moves are the small scope's; its fourth move takes
+    narrower domains (a subset of the full moves, at the clock's reading, with no evidence
+    or one of the three kinds), never wider ones."""
+    from runstore.stateful._explore._scope import at_depth
+
+    small, medium = scope_named("small"), scope_named("medium")
+    assert medium.depth == small.depth + 1
+    model, _ = start(medium)
+    state, clock = model._state, start_ms()
+    full = moves(small, state, clock)
+    for depth in range(small.depth):
+        assert moves(at_depth(medium, depth), state, clock) == full
+    last = moves(at_depth(medium, medium.depth - 1), state, clock)
+    assert set(map(repr, last)) < set(map(repr, full))
+    assert len(last) < len(full) * 3 // 5
+    assert at_depth(small, small.depth - 1) is small
+
+
 @pytest.mark.parametrize("target", ["sqlite-sql", "sqlite-file-local"])
 def test_restoring_copies_agrees_with_replaying(target: str) -> None:
     """Where the store is ours, each source state is restored from a copy (SQLite's backup
