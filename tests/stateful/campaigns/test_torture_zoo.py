@@ -11,7 +11,9 @@ detection counts (each race must be found in 19 of 20). The races of issue
 26 (``WINDOW_RACES``, one per window the torture aims at) are shown here only
 to answer one process as the reference model does; how soon the torture
 finds each, up to a minute a backend, is ``torture_detection.py --detect``'s
-to measure.
+to measure. The race of lost acknowledgements that server restarts did not
+find is found here too, in a bounded run with lost acknowledgements
+(campaign-marked).
 """
 
 from __future__ import annotations
@@ -23,7 +25,15 @@ import pytest
 from runstore.stateful import check_history, load_history
 from runstore.stateful._campaigns._torture import TortureConfig, run_torture
 
-from ...zoo._races import BUDGET, CONTROLS, COUNTS, POSTGRES_RACES, RACES, WINDOW_RACES
+from ...zoo._races import (
+    BUDGET,
+    CONTROLS,
+    COUNTS,
+    LOST_ACK_RACES,
+    POSTGRES_RACES,
+    RACES,
+    WINDOW_RACES,
+)
 
 pytestmark = [pytest.mark.processes, pytest.mark.slow]
 
@@ -96,6 +106,24 @@ def test_a_postgres_race_of_the_zoo_is_found(server, tmp_path, module: str) -> N
     result = postgres_torture(server, tmp_path, module, seed=11)
     assert result.status == 1, result.verdict.summary()
     assert result.verdict.violations or result.invariant_failure
+
+
+@pytest.mark.campaign
+def test_a_commit_loss_race_is_found_with_lost_acknowledgements(server, tmp_path) -> None:
+    """A store that replays a transaction whose COMMIT went unanswered passed
+    60 s of server restarts (the torture of 9e899fd, three seeds); commits
+    whose answers are cut on purpose find it within CI's budget."""
+    module = "race_pg_commit_loss_replayed"
+    url = server.create_database()
+    try:
+        result = torture(
+            tmp_path, module, seed=11, db=url, restarter=server.restart, **LOST_ACK_RACES[module]
+        )
+    finally:
+        server.drop_database(url)
+    assert result.lost_acks >= 1
+    assert result.status == 1, result.verdict.summary()
+    assert result.verdict.violations
 
 
 def test_the_shipped_postgres_store_passes_with_restarts(server, tmp_path) -> None:
