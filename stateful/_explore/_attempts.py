@@ -140,6 +140,10 @@ ATTEMPT_SCOPES: Final[Mapping[str, AttemptScope]] = {
     "attempts": AttemptScope(
         "attempts", _base("attempts", 4), steps=("s",), numbers=(1, 2), depth=4
     ),
+    # The same world, five moves deep.
+    "attempts-medium": AttemptScope(
+        "attempts-medium", _base("attempts-medium", 5), steps=("s",), numbers=(1, 2), depth=5
+    ),
     # The same world, two moves deep: the default test run's.
     "attempts-tiny": AttemptScope(
         "attempts-tiny", _base("attempts-tiny", 2), steps=("s",), numbers=(1, 2), depth=2

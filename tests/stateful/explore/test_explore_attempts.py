@@ -277,3 +277,13 @@ def test_the_postgres_store_exhausts_the_attempt_scope(fast_path: bool) -> None:
     factory = postgres_store_factory(SqlConsensus, fast_path=fast_path)
     result = explore(store_factory=factory, scope="attempts")
     assert result.clean, result.describe()
+
+
+@pytest.mark.campaign
+@pytest.mark.deep
+def test_the_shipped_attempt_store_exhausts_the_five_move_scope() -> None:
+    """``AttemptStore`` over the in-memory adapter exhausts the five-move attempt scope
+    (``attempts-medium``) clean (several minutes on a busy machine)."""
+    result = explore(target="sqlite-sql", scope="attempts-medium")
+    assert result.clean, result.describe()
+    assert result.depth == ATTEMPT_SCOPES["attempts-medium"].depth
