@@ -16,10 +16,12 @@ import importlib
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from runstore import ManualClock
+from runstore.attempts import AttemptStore
 from runstore.model import ModelRunStore
 from runstore.stateful import explore
 from runstore.stateful._explore._attempts import (
@@ -127,6 +129,28 @@ def test_the_shipped_attempt_store_exhausts_the_two_move_scope(restore: bool) ->
     assert result.scope == "attempts-tiny"
     assert (result.restores > 0) == restore
     assert result.rebuilds == 1 if restore else result.rebuilds > 1
+
+
+class CachingAttemptStore(AttemptStore):
+    """An attempt store keeping something of its own in memory (here, the ids it was
+    asked about): a copy of the database would not put it back."""
+
+    def __init__(self, store: Any, **options: Any) -> None:
+        super().__init__(store, **options)
+        self.asked: list[Any] = []
+
+    def get(self, attempt_id: Any) -> Any:
+        self.asked.append(attempt_id)
+        return super().get(attempt_id)
+
+
+def test_an_attempt_store_holding_data_of_its_own_is_replayed() -> None:
+    """An attempt store that keeps a member a restore would not put back is rebuilt by
+    replay, never restored."""
+    result = explore(target="sqlite-sql", scope="attempts-tiny", attempt_store=CachingAttemptStore)
+    assert result.clean, result.describe()
+    assert result.restores == 0
+    assert result.rebuilds > 1
 
 
 @pytest.mark.parametrize("name", sorted(FOUND))
