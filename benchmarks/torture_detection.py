@@ -20,15 +20,17 @@ table of detection counts with the median wall time of a run; exits 1 unless
 every race is found in at least 19 of 20 runs (the same share of ``--runs``)
 and the clean stores pass every run.
 
-With ``--detect``, instead: each race of ``WINDOW_RACES`` (one per window
-of issue 26, and the misses of the 2 s budget before it) is tortured on each
-backend it applies to with ``DETECT``'s options (widened windows; lost
-acknowledgements aimed at commits for the race of that window), first for 10 s and, if
-that passes, for 60 s; it prints, per entry, the time to detection (from the
-first call of the history to the last return of the first minimal violation
-found, or the budget when only the final checks failed), the budget, and the
-load (``os.getloadavg``) before and after. Exits 1 unless every entry is
-found within 60 s.
+With ``--detect``, instead: each race of ``WINDOW_RACES`` (those the
+torture of 9e899fd passed, at least one per window of issue 26, then the
+regression entries it found already) is tortured on each backend its entry
+names with ``DETECT``'s options (widened windows; lost acknowledgements aimed
+at commits for the races of that window, ``LOST_ACK_RACES``), with
+``--seed`` (default 20000), first for 10 s and, if that passes, for 60 s;
+it prints, per entry, the time to detection (from the first call of the
+history to the last return of the first minimal violation found, or the
+budget when only the final checks failed), the budget, and the load
+(``os.getloadavg``) before and after. Exits 1 unless every entry is found
+within 60 s.
 
 ``--keep DIR`` keeps each detection run's histories and violation files
 (``DIR/<module>-<backend>-seed<S>-<budget>s``) to read afterwards.
