@@ -153,11 +153,12 @@ def run_conformance(
     state of two runs and three owners within three moves, each transition
     applied to the store (or to the SQLite adapter over the strategy) and
     compared; a strategy is first walked at its own interface, against
-    ``ModelConsensus``, over the small strategy scope; where the store under test is one of this library's SQL stores (every
-    strategy is put inside one), the attempt store's own scope follows (one run, three
-    owners, two attempts, four moves deep, the attempt stores over the store). None (the
-    default) walks them under the default budget only, not
-    with ``settings`` or a profile; True always; False never. It runs after
+    ``ModelConsensus``, over the small strategy scope; where the store under
+    test is one of this library's SQL stores (every strategy is put inside
+    one), the attempt store's own scope follows (one run, three owners, two
+    attempts, four moves deep, the attempt stores over the store). None (the
+    default) walks them under the default budget only, not with ``settings``
+    or a profile; True always; False never. It runs after
     the machines pass, within 1 800 s per store or strategy under test; a walk
     that is not exhausted by then fails the run with ``ConformanceError``
     saying how far it got (a partial walk is never a pass), and a failure it
