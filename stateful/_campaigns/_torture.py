@@ -10,19 +10,25 @@ default 100 times), as in ``runstore demo``: every worker's clock is the
 system-wide monotonic clock since a shared origin, scaled, plus its skew, so a
 30-second lease goes stale in a third of a second and steals happen. The
 owners take the workloads (``--workload``, all of ``WORKLOADS`` by default)
-in turns of ``--phase-ms``, all on the same one at once; the ``zombies``
+in turns of ``--phase-ms``, all on the same one at once, their stores'
+statements widened (``--widen``, ``DEFAULT_WIDEN`` by default); the ``zombies``
 workload holds owners past staleness on a board of files under ``--out``
 and lets each go as a peer starts taking its run over.
 
 While the workers run, the coordinator injects faults: it SIGKILLs a worker
-and starts a new incarnation in its place (same host, new pid and nonce, a new
-history file; the killed one's last call is left pending), or SIGSTOPs one for
+(one that has said it is ready: a replacement still starting on a busy
+machine is left alone) and starts a new incarnation in its place (same host,
+new pid and nonce, a new history file; the killed one's last call is left
+pending), or SIGSTOPs one for
 a while (its leases go stale and are taken over; when it is continued its late
 writes meet the fence) and SIGCONTs it. On a PostgreSQL target given
 ``--restart-command`` (or a ``restarter`` function), it also restarts the
 server: it runs the command and waits until the server answers with a new
 start time; every session is cut, calls in flight fail with an unknown
-outcome, and the stores reconnect. It prints a progress line every second.
+outcome, and the stores reconnect. On a PostgreSQL URL the workers reach the
+server through a proxy that loses the acknowledgement of a commit now and
+then (``--lost-acks``; by default about every ``DEFAULT_LOST_ACKS_S`` in the
+phases of ``LOST_ACK_WORKLOADS``). It prints a progress line every second.
 
 When the budget is spent it stops the workers, reads the database's final
 state (and runs ``check_invariants()`` on it), and checks the whole history
@@ -61,6 +67,7 @@ import json
 import os
 import random
 import secrets
+import select
 import signal
 import subprocess
 import sys
@@ -413,6 +420,19 @@ class _Process:
         self.incarnation = incarnation
         self.popen = popen
         self.stopped_until: float | None = None
+        #: Whether it said ``ready`` (imported, its stores open): only then is it a
+        #: fault's victim, so that a busy machine, slow to start a replacement,
+        #: does not kill or stop workers that never acted.
+        self.ready = False
+
+    def poll_ready(self) -> bool:
+        """``ready``, reading the worker's ready line if it has come."""
+        stdout = self.popen.stdout
+        if not self.ready and stdout is not None:
+            with contextlib.suppress(OSError, ValueError):
+                if select.select([stdout], [], [], 0)[0]:
+                    self.ready = stdout.readline().strip() == b"ready"
+        return self.ready
 
 
 def _say(config: TortureConfig, text: str) -> None:
@@ -608,7 +628,8 @@ def run_torture(config: TortureConfig) -> TortureResult:
     spawned: list[subprocess.Popen[bytes]] = []
     processes = [spawn(i, 1) for i in range(config.workers)]
     for process in processes:
-        if not _ready(process.popen):
+        process.ready = _ready(process.popen)
+        if not process.ready:
             for popen in spawned:
                 popen.kill()
                 popen.wait()
@@ -643,7 +664,11 @@ def run_torture(config: TortureConfig) -> TortureResult:
                 if kind == "restart":
                     restart_server(config)
                     restarts += 1
-                elif victim.popen.poll() is None and victim.stopped_until is None:
+                elif (
+                    victim.poll_ready()
+                    and victim.popen.poll() is None
+                    and victim.stopped_until is None
+                ):
                     if kind == "kill":
                         victim.popen.send_signal(signal.SIGKILL)
                         victim.popen.wait()
