@@ -39,7 +39,8 @@ from .._base._steps import Call, call
 #: The evidence kinds, each a selector of its own.
 KINDS: Final = ("lease-expired", "same-host-pid-dead", "cross-host-unreachable-stale")
 SKEW: Final = HEARTBEAT_SKEW_ALLOWANCE_MS
-#: ``claim_next_many`` is a move once the reference has it (the performance issue).
+#: ``claim_next_many`` is a move once the reference has it (issue 28): batches of one and two,
+#: and of two suspended runs.
 _CLAIMS_MANY: Final = hasattr(ModelRunStore, "claim_next_many")
 STALE: Final = HEARTBEAT_STALE_AFTER_MS
 #: A run id no run ever has (``heartbeat_many``'s missing run).
@@ -367,13 +368,14 @@ def _finding_work(scope: Scope, state: ModelState, clock_ms: int) -> list[Move]:
             out.append(call("claim_next", ("owner", who), ("now_ms", now)))
         out.append(call("claim_next", ("owner", who), ("now_ms", clock_ms), status="suspended"))
         if _CLAIMS_MANY:
-            for limit in (1, 2):
+            for limit, status in ((1, None), (2, None), (2, "suspended")):
                 out.append(
                     call(
                         "claim_next_many",
                         ("owner", who),
                         ("now_ms", clock_ms),
                         ("limit", limit),
+                        status=status,
                     )
                 )
         for batch in (run_ids, [*reversed(run_ids), MISSING_RUN]):
