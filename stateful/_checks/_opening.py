@@ -300,6 +300,7 @@ def _write_calls(now: int) -> dict[str, Callable[[Any], object]]:
         "steal": lambda s: s.steal("a", snapshot, other, now, evidence),
         "heartbeat_many": lambda s: s.heartbeat_many(owner, ["a", "b"], now),
         "claim_next": lambda s: s.claim_next(owner, now),
+        "claim_next_many": lambda s: s.claim_next_many(owner, now, 2),
         "purge_settled": lambda s: s.purge_settled(now),
     }
 

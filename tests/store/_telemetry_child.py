@@ -843,6 +843,43 @@ def _(ctx: Ctx) -> Callable[[], object]:
 
 
 @scenario(
+    "claim-next-many-activated",
+    "RunStore.claim_next_many",
+    "activated",
+    claims("claim_next_many", "activated", 2),
+)
+def _(ctx: Ctx) -> Callable[[], object]:
+    # One count per run taken: the two runs created here, every other taken first.
+    while ctx.store.claim_next(OWNER_B, ctx.now) is not None:
+        pass
+    ctx.created("-1")
+    ctx.created("-2")
+    return lambda: ctx.store.claim_next_many(OWNER_A, ctx.now, 5)
+
+
+@scenario(
+    "claim-next-many-none",
+    "RunStore.claim_next_many",
+    "none",
+    claims("claim_next_many", "none"),
+)
+def _(ctx: Ctx) -> Callable[[], object]:
+    while ctx.store.claim_next(OWNER_B, ctx.now) is not None:
+        pass
+    return lambda: ctx.store.claim_next_many(OWNER_A, ctx.now, 5)
+
+
+@scenario(
+    "claim-next-many-failure",
+    "RunStore.claim_next_many",
+    "failure",
+    claims("claim_next_many", "failure"),
+)
+def _(ctx: Ctx) -> Callable[[], object]:
+    return lambda: ctx.store.claim_next_many(OWNER_A, ctx.now, 0)
+
+
+@scenario(
     "heartbeat-many-each-run",
     "RunStore.heartbeat_many",
     "success",
