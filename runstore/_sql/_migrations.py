@@ -48,6 +48,7 @@ HISTORY: Final[tuple[tuple[int, str], ...]] = (
     (2009, "runstore_live_rounds"),
     (2010, "runstore_change_log"),
     (2011, "runstore_claim_next_many"),
+    (2012, "runstore_lean_writes"),
 )
 
 _KNOWN: Final = dict(HISTORY)

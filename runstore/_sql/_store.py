@@ -562,7 +562,12 @@ class SqlRunStore:
             granted = grant.granted_at_ms
             if type(consensus.activate(tx, rid, who, granted, now)) is not Promoted:
                 raise RollbackAndReturn(_SNAPSHOT_CHANGED)
-        execute(q.FACTS_CLAIMED_ACTIVATED, (rid, "claimed", *_who(who), granted))
+        facts = q.FACTS_CLAIMED_ACTIVATED
+        if facts is not None:
+            execute(facts, (rid, "claimed", *_who(who), granted))
+        else:
+            last = execute(q.LAST_FACT_POSITION, (rid,)).fetchone()[0]
+            execute(q.FACTS_GRANT_ACTIVATED_AT, (rid, "claimed", *_who(who), granted, last + 1))
         return _ACTIVATED
 
     def activate(

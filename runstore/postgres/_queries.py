@@ -295,13 +295,16 @@ INSERT INTO flows_ownership_facts
 VALUES ($1::text, $7::bigint, $2::text, $3::text, $4::bigint, $5::text, $6::bigint),
        ($1::text, $7::bigint + 1, 'activated', $3::text, $4::bigint, $5::text, $6::bigint)
 """
-FACTS_CLAIMED_ACTIVATED: Final = f"""
+FACTS_CLAIMED_ACTIVATED: Final[str | None] = f"""
 INSERT INTO flows_ownership_facts
   (run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms)
 SELECT $1::text, m.last + v.n, CASE v.n WHEN 1 THEN $2::text ELSE 'activated' END,
        $3::text, $4::bigint, $5::text, $6::bigint
 FROM (SELECT {_LAST_POSITION} AS last) AS m CROSS JOIN (VALUES (1), (2)) AS v(n)
 """
+#: The run's last fact position (SQLite reads it before inserting both facts;
+#: here FACTS_CLAIMED_ACTIVATED does it in its one statement).
+LAST_FACT_POSITION: Final = f"SELECT {_LAST_POSITION}"
 FACT_APPEND: Final = f"""
 INSERT INTO flows_ownership_facts
   (run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms)

@@ -24,6 +24,16 @@ from typing import Final
 
 _TERMINAL: Final = "('completed', 'failed', 'cancelled')"
 
+
+def _live(prefix: str) -> str:
+    """The row's status is not final. Written as ``<>`` tests, not ``NOT IN``
+    (SQLite builds a temporary b-tree for an ``IN`` list of more than two
+    constants each time the statement runs); the live-rounds index's
+    condition is written the same way, so a query naming it implies it."""
+    p = prefix
+    return f"{p}status <> 'completed' AND {p}status <> 'failed' AND {p}status <> 'cancelled'"
+
+
 #: The decoded columns of a run, state included (reads only).
 _RUN_COLUMNS: Final = """
   r.run_id, r.status, r.created_at_ms, r.started_at_ms, r.finished_at_ms,
@@ -132,7 +142,7 @@ RUN_EXISTS: Final = "SELECT 1 FROM flows_runs WHERE run_id = ?1"
 
 REQUEST_CANCEL_WRITE: Final = f"""
 UPDATE flows_runs SET cancel_requested_at_ms = ?2
-WHERE run_id = ?1 AND cancel_requested_at_ms IS NULL AND status NOT IN {_TERMINAL}
+WHERE run_id = ?1 AND cancel_requested_at_ms IS NULL AND {_live("")}
 """
 REQUEST_CANCEL_MISS: Final = (
     "SELECT cancel_requested_at_ms, status FROM flows_runs WHERE run_id = ?1"
@@ -141,7 +151,7 @@ REQUEST_CANCEL_MISS: Final = (
 # One set-based UPDATE whatever the lineage's length; metadata columns only.
 REQUEST_CANCEL_LINEAGE_WRITE: Final = f"""
 UPDATE flows_runs SET cancel_requested_at_ms = ?2
-WHERE {_member("")} AND cancel_requested_at_ms IS NULL AND status NOT IN {_TERMINAL}
+WHERE {_member("")} AND cancel_requested_at_ms IS NULL AND {_live("")}
 """
 REQUEST_CANCEL_LINEAGE_MISS: Final = (
     f"SELECT cancel_requested_at_ms, status FROM flows_runs WHERE {_member('')} "
@@ -174,7 +184,8 @@ WHERE run_id = ?1 AND {_CLAIM_ADMITS}
 # matches the snapshot (an unchanged stale row asks for evidence).
 CLAIM_AND_OWN_PRECHECK: Final = f"SELECT {_loss(7)}, {_SNAPSHOT} FROM flows_runs WHERE run_id = ?1"
 _CLAIM_AND_OWN_ADMITS: Final = (
-    f"status IN ('pending', 'suspended', 'running') AND {_SNAPSHOT} AND {_CLAIM_FREE} "
+    "(status = 'pending' OR status = 'suspended' OR status = 'running') "
+    f"AND {_SNAPSHOT} AND {_CLAIM_FREE} "
     "AND (status <> 'running' OR heartbeat_at_ms IS NULL OR heartbeat_at_ms < ?7)"
 )
 CLAIM_AND_OWN_CLASSIFY: Final = (
@@ -275,14 +286,13 @@ INSERT INTO flows_ownership_facts
   (run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms)
 VALUES (?1, ?7, ?2, ?3, ?4, ?5, ?6), (?1, ?7 + 1, 'activated', ?3, ?4, ?5, ?6)
 """
-# claim_and_own's claim (?2: 'claimed') and activation, at the run's next two
-# positions (the positions are read before either row is inserted).
-FACTS_CLAIMED_ACTIVATED: Final = f"""
-INSERT INTO flows_ownership_facts
-  (run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms)
-SELECT ?1, last + n, CASE n WHEN 1 THEN ?2 ELSE 'activated' END, ?3, ?4, ?5, ?6
-FROM (SELECT {_LAST_POSITION} AS last), (SELECT 1 AS n UNION ALL SELECT 2)
-"""
+# claim_and_own's claim and activation when the run's last position is not
+# known yet: None here, so the store reads it (LAST_FACT_POSITION) and inserts
+# both facts with FACTS_GRANT_ACTIVATED_AT. One statement that reads the facts
+# while it inserts into them (INSERT ... SELECT, or several VALUES rows with a
+# subquery) makes SQLite copy the rows to a temporary table first.
+FACTS_CLAIMED_ACTIVATED: Final[str | None] = None
+LAST_FACT_POSITION: Final = f"SELECT {_LAST_POSITION}"
 FACT_APPEND: Final = f"""
 INSERT INTO flows_ownership_facts
   (run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms)
@@ -406,11 +416,11 @@ EXISTING_AMONG: Final = (
 _NO_LIVE_ROUND: Final = f"""
   NOT EXISTS (SELECT 1 FROM flows_runs AS m INDEXED BY flows_runs_live_rounds_idx
               WHERE m.lineage_id = COALESCE(r.lineage_id, r.run_id)
-                AND m.status NOT IN {_TERMINAL})
+                AND {_live("m.")})
   AND NOT EXISTS (SELECT 1 FROM flows_runs AS m
                   WHERE m.run_id = COALESCE(r.lineage_id, r.run_id)
                     AND (m.lineage_id IS NULL OR m.lineage_id = m.run_id)
-                    AND m.status NOT IN {_TERMINAL})"""
+                    AND {_live("m.")})"""
 # Settled runs finished before ?1, oldest first, that no run names as parent
 # and whose lineage has no live round (the finished index, in order): each
 # candidate costs a few key lookups, so a call reads about as many rows as it
