@@ -20,15 +20,26 @@ instead: the store's data is copied once per source state (when the transition
 that first reaches the state is applied, or at the state's first replay) and
 put back before each transition that needs it. On SQLite the copy is SQLite's
 backup API, into and out of the store's own connection; on PostgreSQL it is
-every table of the store's schema (``COPY``) and every sequence's position,
-put back in one transaction of the store's own connection that empties and
-refills the tables with triggers and foreign keys off, as restoring a dump
-does. The store clock is set to the state's reading, and ``LocalConsensus``'s
+every table of the store's schema copied on the server into stash tables
+beside it (each row tagged with its state's number) and every sequence's
+position, put back in one transaction of the store's own connection that
+empties and refills the tables from the stash with triggers and foreign keys
+off, as restoring a dump does (a copy and a restore are one round trip
+each). The store clock is set to the state's reading, and ``LocalConsensus``'s
 in-memory leases are put back as they were at the copy. The store's other
 members hold no data (its transaction manager keeps the connection and the
 strategy), so the restored store answers as the replayed one would; a test
 compares the two walks. Any other store or strategy (anyone's factory) is
-rebuilt by replay.
+rebuilt by replay. On our stores a move that changed none of the store's data
+(``Sut.probe``) leaves the state read before it, which is not read again.
+
+On a store just restored or rebuilt the node's reads are applied before its
+writes, and every move that changes the state is read back at once
+(``read_back``: ``revision()``, ``changes()``, ``list_runs()``, ``get``),
+whether or not the state it reached is new to the walk: a read that lags one
+path into a state is seen though the walk follows one path per state. Such a
+finding is one move longer than its level; it becomes the divergence once the
+level is done with no shorter one (``Replayer.later``).
 
 ``programs`` runs every program of up to ``k`` moves against the store
 without deduplication, a fresh store for each, since a store may carry state
