@@ -235,13 +235,13 @@ def _both(
 ) -> Exploration:
     """A strategy's two walks: at its own interface, then (unless that failed or ran out of
     time) through the SQLite adapter with the time left; joined."""
-    from ._explore_strategy import ADAPTER, explore_interface, joined
+    from ._explore_strategy import ADAPTER, explore_interface
 
     factory = strategy.consensus_factory
     assert factory is not None
     began = clock()
     folder = None if out is None else Path(out)
-    first = explore_interface(
+    walked = explore_interface(
         factory,
         name=strategy.name,
         spec=strategy.spec,
@@ -252,8 +252,32 @@ def _both(
         restore=restore,
         depth_k=depth_k,
     )
+    graph = walked.graph
+    counterexample = None
+    if walked.failure is not None:
+        counterexample = Counterexample(
+            program=program_text(walked.failure),
+            check=walked.failure.check,
+            path=walked.path,
+            message=walked.failure.error.partition(": ")[2],
+            target=walked.target,
+        )
+    first = Exploration(
+        exhausted=graph.exhausted and counterexample is None,
+        states=len(graph.nodes),
+        transitions=graph.transitions,
+        depth=graph.depth,
+        elapsed_s=walked.elapsed_s,
+        failure=counterexample,
+        scope=walked.scope,
+        target=walked.target,
+        programs=graph.programs,
+        programs_depth=walked.k if graph.programs else 0,
+        rebuilds=graph.rebuilds,
+        restores=graph.restores,
+    )
     if not first.exhausted:
-        return joined(strategy.name, (first,))
+        return _joined(strategy.name, (first,))
     second = explore(
         target=target,
         consensus_factory=None if target is not None else factory,
@@ -267,7 +291,30 @@ def _both(
         interface=False,
     )
     second = attrs.evolve(second, target=f"{strategy.name} ({ADAPTER})")
-    return joined(strategy.name, (first, second))
+    return _joined(strategy.name, (first, second))
+
+
+def _joined(name: str, parts: tuple[Exploration, ...]) -> Exploration:
+    """One ``Exploration`` of ``parts`` (the walks of one strategy, in the order made):
+    exhausted when every part was, the counts summed, the first failure, and the last
+    part's walk of the attempt scope, if it made one."""
+    failure = next((part.failure for part in parts if part.failure is not None), None)
+    return Exploration(
+        exhausted=all(part.exhausted for part in parts) and failure is None,
+        states=sum(part.states for part in parts),
+        transitions=sum(part.transitions for part in parts),
+        depth=max(part.depth for part in parts),
+        elapsed_s=sum(part.elapsed_s for part in parts),
+        failure=failure,
+        scope=parts[0].scope,
+        target=name,
+        programs=sum(part.programs for part in parts),
+        programs_depth=max(part.programs_depth for part in parts),
+        rebuilds=sum(part.rebuilds for part in parts),
+        restores=sum(part.restores for part in parts),
+        parts=parts,
+        attempts=parts[-1].attempts,
+    )
 
 
 def _spec_of(factory: Any) -> str | None:
