@@ -60,3 +60,23 @@ def test_a_batch_with_a_row_that_does_not_decode_claims_nothing(url: str) -> Non
         assert [row.run_id for row in store.claim_next_many(OWNER, 0, 1)] == ["a"]
         _raw_state(url, "b", "{}")
         assert [row.run_id for row in store.claim_next_many(OWNER, 0, 5)] == ["b", "c"]
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["one-round-trip", "general"])
+def test_a_batch_skips_a_row_another_transaction_holds_without_waiting(
+    url: str, fast_path: bool
+) -> None:
+    """``FOR UPDATE SKIP LOCKED``: while another session holds the oldest run's row (as a
+    ``request_cancel`` in flight would), a batch takes the next ones at once; once the row is
+    free, the next batch takes it."""
+    psycopg = pytest.importorskip("psycopg")
+    with postgres.open(url, clock=ManualClock(0), fast_path=fast_path) as store:
+        for run_id in ("a", "b", "c", "d"):
+            store.create(run_id, "{}")
+        with psycopg.connect(url) as holder:
+            holder.execute("SELECT 1 FROM flows_runs WHERE run_id = 'a' FOR UPDATE")
+            taken = store.claim_next_many(OWNER, 0, 2)
+            assert [row.run_id for row in taken] == ["b", "c"]
+            holder.rollback()
+        assert [row.run_id for row in store.claim_next_many(OWNER, 0, 5)] == ["a", "d"]
+        store.check_invariants()
