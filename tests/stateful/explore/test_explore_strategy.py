@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -144,3 +146,33 @@ def test_a_shipped_strategy_exhausts_the_interface_scope(name: str, scope: str) 
     graph = walk_strategy(SHIPPED[name], STRATEGY_SCOPES[scope])
     assert graph.divergence is None, graph.divergence
     assert graph.exhausted
+
+
+def test_the_command_walks_a_strategy_at_its_interface(tmp_path: Path) -> None:
+    """``runstore explore --consensus MODULE:FACTORY`` walks the strategy's interface first:
+    a guard that always passes is a one-move program there, exit 1, its regression file
+    written."""
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runstore",
+            "explore",
+            "--consensus",
+            "tests.zoo.guard_always_passes:factory",
+            "--scope",
+            "tiny",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "(strategy interface): stopped at the first failure" in done.stdout
+    assert "tx[guard(run_id='a'" in done.stdout
+    assert list(tmp_path.glob("test_regression_*.py"))
