@@ -62,13 +62,14 @@ WINDOW_RACES = (
     # Zombie owner and two transactions on SQLite (the check outside the
     # driver's BEGIN). 9e899fd passed 3 of 3 seeds at loads 12.6 to 19.3
     # (so few calls: 11,320, 3,192 and 4,621). Today: found at 31.4 s (load
-    # 6.8 to 13.0), and at 42.5 s on seed 7 (load 18); without --widen seed
-    # 20000 passed 60 s (load 16).
+    # 6.8 to 13.0) and again at 31.6 s on the torture of 084216f (load 15 to
+    # 18), and at 42.5 s on seed 7 (load 18); without --widen seed 20000
+    # passed 60 s (load 16).
     ("race_zombie_settle_after_guard", ("sqlite",), "zombie owner, two transactions"),
     # A lost COMMIT answer taken for a rollback and replayed. 9e899fd passed
     # 3 of 3 seeds (24 to 26 server restarts each, loads 5.7 to 12.9). Today,
     # with --lost-acks 0.5: found at 0.1 s and 0.2 s (loads 12.4 to 17.6), and
-    # at 0.1 s on seed 7 (load 22).
+    # at 0.1 s on seed 7 (load 22); at 0.0 s on the torture of 084216f.
     ("race_pg_commit_loss_replayed", ("postgresql",), "lost acknowledgement at commit"),
     # -- Found at 9e899fd: regression entries, not evidence of a new window.
     # 3 of 3 seeds on SQLite, 2 of 3 on PostgreSQL.
@@ -81,7 +82,8 @@ WINDOW_RACES = (
     # found on 1 of 2 seeds even with no SIGSTOP among the faults).
     ("race_pg_zombie_activate_unlocked", ("postgresql",), "zombie owner"),
     # 2 of 3 seeds (seeds 1 and 2; loads 11.0 to 17.5). Today: missed in
-    # 60 s on seed 20000 (load 19.1 to 23.2), found at 2.8 s on seed 7 (load 23).
+    # 60 s on seed 20000 (load 19.1 to 23.2), found at 2.8 s on seed 7 (load
+    # 23); on the torture of 084216f found at 17.0 s on seed 20000 (load 18).
     ("race_zombie_settle_after_guard", ("postgresql",), "zombie owner"),
     # 3 of 3 seeds (loads 13.1 to 21.5). Today: found at 5.3 s (load 13.8),
     # and at 16.8 s on seed 7 (load 19).
