@@ -206,7 +206,17 @@ def explore(
     if interface and scope in _STRATEGY_SCOPES:
         strategy = _resolve(target, store_factory, consensus_factory, capabilities)
         if strategy is not None and strategy.kind == "consensus":
-            return _both(strategy, scope, seconds, out, depth_k, clock, restore, target)
+            return _both(
+                strategy,
+                scope,
+                seconds,
+                out,
+                depth_k,
+                clock,
+                restore,
+                target,
+                {"attempts": attempts, "attempt_store": attempt_store},
+            )
     return _run(
         target=target,
         store_factory=store_factory,
@@ -232,9 +242,11 @@ def _both(
     clock: Callable[[], float],
     restore: bool,
     target: str | None,
+    adapter_options: dict[str, Any],
 ) -> Exploration:
     """A strategy's two walks: at its own interface, then (unless that failed or ran out of
-    time) through the SQLite adapter with the time left; joined."""
+    time) through the SQLite adapter with the time left and ``adapter_options`` (the attempt
+    scope's); joined."""
     from ._explore_strategy import ADAPTER, explore_interface
 
     factory = strategy.consensus_factory
@@ -289,6 +301,7 @@ def _both(
         clock=clock,
         restore=restore,
         interface=False,
+        **adapter_options,
     )
     second = attrs.evolve(second, target=f"{strategy.name} ({ADAPTER})")
     return _joined(strategy.name, (first, second))
