@@ -64,6 +64,8 @@ from runstore import (
 from ._history import Operation
 
 ROUNDS_PER_LINEAGE = 3
+#: How many lineages behind the shared window a new incarnation may start.
+STRAGGLE_LINEAGES = 3
 _SETTLED = ("suspended", "completed", "failed", "cancelled")
 
 #: Each workload by name, with what it aims at.
@@ -402,7 +404,16 @@ class Worker:
         #: A held owner (simulations only): run id, what it held, its row, and
         #: the store time after which it goes on.
         self.held: tuple[str, str, RunRow, int] | None = None
-        self.frontier = board.frontier() if board is not None else 0
+        self.frontier = 0
+        if board is not None:
+            # A new incarnation starts a little behind the window, as a worker that
+            # fell behind does: it creates again a few runs just purged (new rounds
+            # under a lineage settled a while ago, claimable runs nobody else is
+            # touching), which purge_settled and claim_next must get right. From
+            # run 0, every incarnation revived the campaign's first runs instead,
+            # and one object lived (gathering unknown outcomes) for the whole run.
+            behind = rng.randrange(0, STRAGGLE_LINEAGES * ROUNDS_PER_LINEAGE + 1)
+            self.frontier = max(0, board.frontier() - behind)
         self.settled: set[int] = set()
         self.mine: set[int] = set()
         self.claims: dict[str, RunRow] = {}
