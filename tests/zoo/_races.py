@@ -58,8 +58,10 @@ WINDOW_RACES = (
     ("race_purge_chosen_before", ("sqlite", "postgresql"), "purge_settled candidates"),
     ("race_claim_next_picks_outside", ("sqlite", "postgresql"), "claim_next candidates"),
     ("race_heartbeat_many_one_by_one", ("sqlite", "postgresql"), "heartbeat_many vs readers"),
-    # claim_next_many came after 9e899fd: no torture of then to pass.
-    ("race_claim_next_many_picks_outside", ("sqlite", "postgresql"), "claim_next_many candidates"),
+    # claim_next_many came after 9e899fd: no torture of then to pass. Found on SQLite at
+    # 3.3 s (load 14-16); the bug is PostgreSQL's too, but three 60 s runs there (seeds
+    # 20000-20002, load 16-23) missed it, so it is not listed for PostgreSQL yet.
+    ("race_claim_next_many_picks_outside", ("sqlite",), "claim_next_many candidates"),
     # Zombie owner and two transactions on SQLite (the check outside the
     # driver's BEGIN). 9e899fd passed 3 of 3 seeds at loads 12.6 to 19.3
     # (so few calls: 11,320, 3,192 and 4,621). Today: found at 31.4 s (load
