@@ -176,9 +176,9 @@ class SqlConsensus:
     ) -> GrantOutcome:
         """``claim`` then ``activate`` of that grant for ``owner`` on ``run_id`` at ``now_ms``, in
         one statement inside ``tx``: the store takes an unowned run with it when its strategy is
-        exactly ``SqlConsensus`` (``claim_and_own``, ``claim_next``). ``Granted(now_ms)`` means
-        ``owner`` now owns the lease, granted and heartbeated at ``now_ms``; a refusal is
-        ``claim``'s."""
+        exactly ``SqlConsensus`` (``claim_and_own``, ``claim_next``, ``claim_next_many``).
+        ``Granted(now_ms)`` means ``owner`` now owns the lease, granted and heartbeated at
+        ``now_ms``; a refusal is ``claim``'s."""
         s = _statements(tx)
         try:
             execute = tx.connection.execute
