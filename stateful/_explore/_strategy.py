@@ -452,8 +452,16 @@ class Hosted:
     is called in (the host's rows are ``CONSENSUS_RUNS``, as the strategy machine's), rebuilt
     fresh or restored from a copy where the strategy is ours."""
 
-    def __init__(self, factory: Callable[[], Any], scope: StrategyScope, *, restore: bool) -> None:
+    def __init__(
+        self,
+        factory: Callable[[], Any],
+        scope: StrategyScope,
+        *,
+        restore: bool,
+        host: Callable[[Any], Any] | None = None,
+    ) -> None:
         self.factory = factory
+        self.host_factory = host
         self.scope = scope
         self.restore_allowed = restore
         self.host: Any = None
@@ -483,7 +491,10 @@ class Hosted:
             raise StrategyShapeViolation(
                 f"{type(self.strategy).__name__} does not satisfy runstore.consensus.Consensus"
             )
-        self.host = runstore.open(":memory:", clock=ManualClock(0), consensus=self.strategy)
+        if self.host_factory is None:
+            self.host = runstore.open(":memory:", clock=ManualClock(0), consensus=self.strategy)
+        else:
+            self.host = self.host_factory(self.strategy)
         for run_id in CONSENSUS_RUNS:
             self.host.create(run_id, "{}")
         self.kind = self._owned()
@@ -493,11 +504,16 @@ class Hosted:
         if not self.restore_allowed:
             return None
         from runstore.consensus import LocalConsensus, SqlConsensus
+        from runstore.sqlite import SqliteRunStore
 
         strategy = self.strategy
         if isinstance(strategy, LocalConsensus) and set(vars(strategy)) <= {"_leases", "_lock"}:
             return "local"
-        if isinstance(strategy, SqlConsensus) and not vars(strategy):
+        if (
+            isinstance(strategy, SqlConsensus)
+            and not vars(strategy)
+            and isinstance(self.host, SqliteRunStore)
+        ):
             return "sql"
         return None
 
@@ -649,18 +665,21 @@ def walk_strategy(
     clock: Callable[[], float] = time.monotonic,
     restore: bool = True,
     depth_k: int | None = None,
+    host: Callable[[Any], Any] | None = None,
 ) -> StrategyWalk:
     """Walk ``scope`` breadth-first over ``ModelConsensus`` and, when ``factory`` is given,
     apply every transition to a strategy it builds, from a state equal to the transition's
     source; then every program of up to ``depth_k`` moves (None: the scope's) without
     deduplication. Stops at the first divergence (on a shortest program) or at ``deadline``
-    (by ``clock``)."""
+    (by ``clock``). ``host(strategy)`` opens the store whose transactions the strategy is
+    called in (None: an in-memory SQLite store); a SQL strategy's copies are restored only
+    on SQLite, and replayed elsewhere."""
     graph = StrategyWalk(scope)
     renamings = _permutations(scope)
     start = tuple(None for _ in scope.runs)
     graph.nodes.append(StrategyNode(start, START_MS, -1, None, None, 0))
     seen = {canonical(start, START_MS, renamings)}
-    hosted = None if factory is None else Hosted(factory, scope, restore=restore)
+    hosted = None if factory is None else Hosted(factory, scope, restore=restore, host=host)
     try:
         index = 0
         while index < len(graph.nodes):

@@ -176,3 +176,32 @@ def test_the_command_walks_a_strategy_at_its_interface(tmp_path: Path) -> None:
     assert "(strategy interface): stopped at the first failure" in done.stdout
     assert "tx[guard(run_id='a'" in done.stdout
     assert list(tmp_path.glob("test_regression_*.py"))
+
+
+@pytest.mark.campaign
+def test_sql_consensus_hosted_on_postgresql_exhausts_the_tiny_interface_scope() -> None:
+    """``SqlConsensus`` in PostgreSQL's dialect, called at its interface inside transactions
+    of a PostgreSQL store (a fresh database for each replay: no copies are restored off
+    SQLite), exhausts the tiny strategy scope clean."""
+    import runstore.postgres
+    from runstore import ManualClock
+    from runstore.stateful._targets._postgres import server
+
+    found = server()
+    urls: list[str] = []
+
+    def host(strategy):
+        while urls:
+            found.drop(urls.pop())
+        urls.append(found.fresh_database())
+        return runstore.postgres.open(urls[-1], clock=ManualClock(0), consensus=strategy)
+
+    try:
+        graph = walk_strategy(SqlConsensus, STRATEGY_SCOPES["tiny"], host=host, depth_k=0)
+    finally:
+        while urls:
+            found.drop(urls.pop())
+    assert graph.divergence is None, graph.divergence
+    assert graph.exhausted
+    assert graph.restores == 0
+    print(f"PostgreSQL host: {len(graph.nodes)} states, {graph.rebuilds} fresh databases")
