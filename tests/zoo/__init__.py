@@ -52,4 +52,5 @@ EXPLORE_ZOO = (
     "list_stale_cutoff_inclusive",
     "claim_next_newest_first",
     "claim_next_pending_first",
+    "claim_next_many_newest_batch",
 )
