@@ -36,6 +36,9 @@ FOUND_TINY: dict[str, tuple[str, str, int]] = {
 #: Entry -> (scope, failing check, moves after the setup), found by a campaign.
 FOUND_SMALL: dict[str, tuple[str, str, int]] = {
     "list_skips_a_run": ("small", "OutcomeMismatch", 1),
+    # A batch of one that takes two; a batch of two handed back newest first (0.8 s each).
+    "claim_next_many_takes_one_more": ("small", "OutcomeMismatch", 1),
+    "claim_next_many_newest_first_answer": ("small", "OutcomeMismatch", 1),
 }
 
 
