@@ -62,18 +62,18 @@ NOT_REACHED: dict[str, str] = {
     "activation_ignores_grant": "needs the token of an earlier claim by the same owner: "
     "a scope's tokens are the current one and one a millisecond off",
     "purge_ignores_live_round": "needs a second lineage round: only the large scope has one",
-    "suspend_keeps_claim": "four moves deep (own, go stale, steal, suspend): the medium scope, "
-    "not yet walked that far through it",
     "guard_always_passes": "the store's own row rule refuses what the open guard lets through "
     "until the row and the lease disagree: four moves (own, go stale, steal, then the old "
     "owner's write) at least; the small scope exhausts clean (284 s at load 8)",
 }
 
 #: Entry -> (scope, failing check, moves after the setup), found by a campaign at the medium
-#: scope (946 s and 1025 s at load 12 to 4, restoring copies of the source states).
+#: scope (946 s and 1025 s at load 12 to 4, restoring copies of the source states;
+#: suspend_keeps_claim 674 s at load 16 to 18).
 FOUND_MEDIUM: dict[str, tuple[str, str, int]] = {
     "ack_repeat_not_written": ("medium", "RevisionMismatch", 4),
     "reconfirm_ignores_claim": ("medium", "OutcomeMismatch", 4),
+    "suspend_keeps_claim": ("medium", "LeaseRowDisagreement", 4),
 }
 
 
