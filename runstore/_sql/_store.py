@@ -479,16 +479,18 @@ class SqlRunStore:
         now: int,
         proof: LivenessEvidence | None,
         classify_params: tuple[Any, ...],
+        last: int | None = None,
     ) -> ClaimAndOwnOutcome:
         """``claim_and_own``'s compare-and-swap inside ``tx`` (also ``claim_next``'s):
         ``previous`` is the snapshot's owner, ``classify_params`` the classify
-        query's parameters (the snapshot and the staleness cutoff)."""
+        query's parameters (the snapshot and the staleness cutoff); ``last``
+        the run's last fact position when the caller read it with the row."""
         q = self._queries
         method = "claim_and_own"
         execute = tx.connection.execute
         self._lock(tx, rid)
         if previous is None:
-            return self._take_unowned(tx, rid, who, now, classify_params)
+            return self._take_unowned(tx, rid, who, now, classify_params, last)
         row = execute(q.CLAIM_AND_OWN_CLASSIFY, classify_params).fetchone()
         if row is None:
             return _NOT_FOUND
@@ -530,6 +532,7 @@ class SqlRunStore:
         who: OwnerId,
         now: int,
         classify_params: tuple[Any, ...],
+        last: int | None = None,
     ) -> ClaimAndOwnOutcome:
         """``claim_and_own`` of a run with no owner (pending or suspended),
         write first: the guarded row write, then the strategy's claim and
@@ -563,10 +566,11 @@ class SqlRunStore:
             if type(consensus.activate(tx, rid, who, granted, now)) is not Promoted:
                 raise RollbackAndReturn(_SNAPSHOT_CHANGED)
         facts = q.FACTS_CLAIMED_ACTIVATED
-        if facts is not None:
+        if last is None and facts is not None:
             execute(facts, (rid, "claimed", *_who(who), granted))
         else:
-            last = execute(q.LAST_FACT_POSITION, (rid,)).fetchone()[0]
+            if last is None:
+                last = execute(q.LAST_FACT_POSITION, (rid,)).fetchone()[0]
             execute(q.FACTS_GRANT_ACTIVATED_AT, (rid, "claimed", *_who(who), granted, last + 1))
         return _ACTIVATED
 
@@ -914,9 +918,12 @@ class SqlRunStore:
             rid, picked_status, created = picked[0], picked[1], picked[2]
             params = (rid, picked_status, None, None, None, None, cutoff)
             # Decoded first: a run whose state no longer decodes is not taken.
-            row = decode_run(method, picked)
+            # (A nineteenth column, where the backend reads one, is the run's
+            # last fact position.)
+            row = decode_run(method, picked[:18])
+            last = picked[18] if len(picked) > 18 else None
             try:
-                outcome = self._claim_and_own_in(tx, rid, None, who, now, None, params)
+                outcome = self._claim_and_own_in(tx, rid, None, who, now, None, params, last)
             except RollbackAndReturn:
                 # The strategy refused this run: nothing of the attempt stays,
                 # and the next pick looks after it.
@@ -994,9 +1001,10 @@ class SqlRunStore:
                 params = (rid, picked_status, None, None, None, None, cutoff)
                 # Decoded first: a run whose state no longer decodes fails
                 # the call, and every claim made before it rolls back.
-                row = decode_run(method, picked)
+                row = decode_run(method, picked[:18])
+                last = picked[18] if len(picked) > 18 else None
                 try:
-                    outcome = self._claim_and_own_in(tx, rid, None, who, now, None, params)
+                    outcome = self._claim_and_own_in(tx, rid, None, who, now, None, params, last)
                 except RollbackAndReturn:
                     # The strategy refused this run: the call is made again
                     # without it.

@@ -370,8 +370,11 @@ LIST_UNION_ORDER: Final = "ORDER BY 3, 1 LIMIT ?8"
 # one) after the listing key (?1, ?2), by the claimable index.
 # The whole row, state included: it is what claim_next returns, once the
 # write has made it running.
+# A nineteenth column, the run's last fact position, spares claim_next the
+# statement that would read it before inserting its two facts.
 CLAIM_NEXT_PICK: Final = f"""
-SELECT {_RUN_COLUMNS}
+SELECT {_RUN_COLUMNS},
+  (SELECT COALESCE(MAX(f.position), 0) FROM flows_ownership_facts AS f WHERE f.run_id = r.run_id)
 FROM flows_runs AS r INDEXED BY flows_runs_claimable_idx
 LEFT JOIN flows_run_state AS s ON s.run_id = r.run_id
 WHERE r.status IN ('pending', 'suspended') AND r.claim_host_id IS NULL
