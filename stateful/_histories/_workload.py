@@ -532,6 +532,11 @@ class Worker:
             self.heartbeat_many()
         elif roll < 0.48 and self.offers("list_runs"):
             self.list_pages()
+        elif roll < 0.51:
+            # A run just ahead of the window: claimable, and touched by nothing but
+            # claim_next until the window reaches it, so a claim_next that answers
+            # None (or skips it) while it waits is judged on its object.
+            self.create(self.live_window(3)[-1] + rng.randint(1, ROUNDS_PER_LINEAGE))
         else:
             self.walk(width=3, multi=0.0)
 
