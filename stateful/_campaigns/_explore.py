@@ -189,8 +189,10 @@ def explore(
     scope's own; 0: no such pass). ``clock`` is read for the time budget (seconds, as
     ``time.monotonic``). ``restore`` lets the walk restore a copy of each source state
     instead of replaying its shortest program on a fresh store, where the store is one of
-    this library's SQLite stores over ``SqlConsensus`` or ``LocalConsensus`` (False: always a
-    fresh store and the replay; any other store is always replayed).
+    this library's SQLite or PostgreSQL stores over ``SqlConsensus`` or ``LocalConsensus``
+    (False: always a fresh store and the replay; any other store is always replayed). On a
+    store just restored or rebuilt the reads come first, and every write is read back at
+    once (``revision``, ``changes``, ``list_runs``, ``get``).
 
     A strategy (``consensus_factory``, or a target naming one) is walked twice: first at its
     own ``Consensus`` interface against ``ModelConsensus``, over the strategy scope of the
