@@ -49,6 +49,7 @@ HISTORY: Final[tuple[tuple[int, str], ...]] = (
     (2010, "runstore_change_log"),
     (2011, "runstore_claim_next_many"),
     (2012, "runstore_lean_writes"),
+    (2013, "runstore_lineage_cancel_root"),
 )
 
 _KNOWN: Final = dict(HISTORY)

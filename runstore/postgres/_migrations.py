@@ -52,6 +52,16 @@ PostgreSQL's. What differs, and why:
   2004's and 2007's for ``claim_next``). It records nothing on SQLite.
 - Migration 2012 does nothing on PostgreSQL (on SQLite it writes a few
   CHECKs and one partial index so that writes need no temporary tables).
+- Migration 2013 makes ``flows_request_cancel_lineage`` lock the lineage's
+  root (``FOR UPDATE``) before it looks for rounds. A round being created
+  holds a key-share lock on its root until it commits, so the cancellation
+  now waits for every round already on its way and its search, a statement
+  of its own with a fresh snapshot, sees them; a round begun later waits for
+  the cancellation to commit. Before, the search's snapshot could be older
+  than a round that committed while the cancellation waited for another
+  round's row lock, and that round stayed unmarked though it committed
+  first (found by the torture). It records nothing on SQLite (one writer at
+  a time).
 - Functions that read tables are created with ``SET search_path FROM
   CURRENT``: they always see the schema they were migrated into, whatever the
   search path of the session whose write fires them.
@@ -221,6 +231,20 @@ BEGIN
 END
 $$;
 """
+
+# Migration 2013: the same function, the root locked first. FOR UPDATE is the
+# one row lock that conflicts with the key-share lock a round being created
+# takes on its root (runstore.postgres._queries, CREATE_RUN; _fused, CREATE).
+# The search that follows is a statement of its own, so under READ COMMITTED
+# it reads a snapshot taken after every such round has committed.
+_CANCEL_LINEAGE_ROOT_FIRST: Final = (
+    _CANCEL_LINEAGE.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION")
+    .replace(
+        "WHERE r.run_id = member;\n",
+        "WHERE r.run_id = member;\n"
+        "  PERFORM 1 FROM flows_runs AS r WHERE r.run_id = root FOR UPDATE;\n",
+    )
+)
 
 _LINEAGE: Final = (
     f"""
@@ -902,6 +926,7 @@ _TEXTS: Final = {
     2011: CLAIM_NEXT_MANY,
     # SQLite's CHECKs without temporary tables: nothing to do here.
     2012: "",
+    2013: _CANCEL_LINEAGE_ROOT_FIRST,
 }
 
 #: The chain: the shared history's ids and names, in its order, with PostgreSQL text.

@@ -37,6 +37,8 @@ id     name                                what it does
 2012   ``runstore_lean_writes``            the status and transition CHECKs and the
                                            live-rounds index without ``IN`` lists
                                            (no temporary table on a write)
+2013   ``runstore_lineage_cancel_root``    nothing on SQLite; PostgreSQL's lineage
+                                           cancellation locks the root first
 =====  ==================================  =========================================
 
 The pending migrations run, in order, inside one ``BEGIN IMMEDIATE``
@@ -433,6 +435,8 @@ _TEXTS: Final = {
     2010: "",
     2011: "",
     2012: _LEAN_WRITES,
+    # PostgreSQL's lineage cancellation locks its root first: one writer here.
+    2013: "",
 }
 
 #: The chain: the shared history's ids and names, in its order, with SQLite text.
