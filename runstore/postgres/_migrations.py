@@ -237,13 +237,12 @@ $$;
 # takes on its root (runstore.postgres._queries, CREATE_RUN; _fused, CREATE).
 # The search that follows is a statement of its own, so under READ COMMITTED
 # it reads a snapshot taken after every such round has committed.
-_CANCEL_LINEAGE_ROOT_FIRST: Final = (
-    _CANCEL_LINEAGE.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION")
-    .replace(
-        "WHERE r.run_id = member;\n",
-        "WHERE r.run_id = member;\n"
-        "  PERFORM 1 FROM flows_runs AS r WHERE r.run_id = root FOR UPDATE;\n",
-    )
+_CANCEL_LINEAGE_ROOT_FIRST: Final = _CANCEL_LINEAGE.replace(
+    "CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"
+).replace(
+    "WHERE r.run_id = member;\n",
+    "WHERE r.run_id = member;\n"
+    "  PERFORM 1 FROM flows_runs AS r WHERE r.run_id = root FOR UPDATE;\n",
 )
 
 _LINEAGE: Final = (

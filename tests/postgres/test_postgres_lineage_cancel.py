@@ -108,7 +108,8 @@ def test_a_round_created_while_a_lineage_cancel_waits_is_ordered_with_it(
         holding.close()
     cancelling.join(30)
     creating.join(30)
-    assert len(cancelled) == 1 and not isinstance(cancelled[0], BaseException), cancelled
+    assert len(cancelled) == 1, cancelled
+    assert not isinstance(cancelled[0], BaseException), cancelled
     assert created == [None]
     round_2 = canceller.get("round-2")
     assert round_2 is not None
