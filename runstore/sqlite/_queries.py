@@ -252,8 +252,11 @@ _GUARD_BLOCKS: Final = (
     "((?5 IS 'absent' AND cancel_requested_at_ms IS NOT NULL) "
     "OR (?5 IS 'present' AND cancel_requested_at_ms IS NULL))"
 )
+# The row is running already (its WHERE says so) and so has no finish time:
+# the write changes nothing but takes its revision. Setting the status again
+# would rewrite its entry in the status index.
 TRANSITION_RUNNING_WRITE: Final = f"""
-UPDATE flows_runs SET status = 'running', finished_at_ms = NULL
+UPDATE flows_runs SET finished_at_ms = NULL
 WHERE run_id = ?1 AND {_owned_by(2)} AND NOT {_GUARD_BLOCKS}
 """
 TRANSITION_SETTLE_WRITE: Final = f"""

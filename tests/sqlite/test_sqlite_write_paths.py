@@ -220,6 +220,8 @@ MUST_TOUCH: dict[str, frozenset[str]] = {
     ),
     "steal": frozenset({_RUN, *_CHANGES, _LEASES, _FACTS, "flows_runs_claimed_idx"}),
     "heartbeat": frozenset({_RUN, *_CHANGES, _LEASES}),
+    # The row does not change (it is running already): only its revision.
+    "transition_owned running": frozenset(_CHANGES),
     "request_cancel": frozenset({_RUN, *_CHANGES, "flows_runs_cancel_requested_idx"}),
     "transition_owned completed": frozenset(
         {_RUN, *_CHANGES, _LEASES, _FACTS, _STATUS, "flows_runs_finished_idx"}
@@ -254,6 +256,7 @@ def _operations(store: Any, clock: ManualClock) -> dict[str, Callable[[str], obj
         "steal": steal,
         "heartbeat": lambda run_id: store.heartbeat(run_id, OWNER, now()),
         "request_cancel": lambda run_id: store.request_cancel(run_id, now()),
+        "transition_owned running": lambda run_id: store.transition_owned(run_id, OWNER, "running"),
         "transition_owned completed": lambda run_id: store.transition_owned(
             run_id, OWNER, "completed", STATE
         ),
@@ -302,6 +305,7 @@ def test_each_commit_writes_its_btrees_and_at_most_two_pages_more(tmp_path: Path
         measure("claim_and_own", ids[20:])
         clock.advance(1_000)
         measure("heartbeat", ids)
+        measure("transition_owned running", ids)
         measure("request_cancel", ids[:20])
         measure("transition_owned completed", ids[:20])
         clock.advance(40_000)
