@@ -45,7 +45,7 @@ class TakesClaimed(SqliteRunStore):
         finally:
             self._next = False
 
-    def _claim_and_own_in(self, tx, rid, previous, who, now, proof, params):
+    def _claim_and_own_in(self, tx, rid, previous, who, now, proof, params, *rest):
         if self._next:
             host, pid, nonce, token = tx.connection.execute(_CLAIM_OF, (rid,)).fetchone()
             if host is not None:
@@ -53,7 +53,7 @@ class TakesClaimed(SqliteRunStore):
 
                 tx.consensus.release_claim(tx, rid, OwnerId(host, pid, nonce), token)
                 tx.connection.execute(_CLEAR, (rid,))
-        return super()._claim_and_own_in(tx, rid, previous, who, now, proof, params)
+        return super()._claim_and_own_in(tx, rid, previous, who, now, proof, params, *rest)
 
 
 def factory(clock, path):
