@@ -69,7 +69,8 @@ NOT_REACHED: dict[str, str] = {
 
 #: Entry -> (scope, failing check, moves after the setup), found by a campaign at the medium
 #: scope (946 s and 1025 s at load 12 to 4, restoring copies of the source states;
-#: suspend_keeps_claim 674 s at load 16 to 18).
+#: with the medium scope's fourth move narrowed, suspend_keeps_claim 674 s at load 16 to 18,
+#: ack_repeat_not_written 270 s at load 7).
 FOUND_MEDIUM: dict[str, tuple[str, str, int]] = {
     "ack_repeat_not_written": ("medium", "RevisionMismatch", 4),
     "reconfirm_ignores_claim": ("medium", "OutcomeMismatch", 4),
