@@ -8,7 +8,7 @@ Subcommands:
   summary (what was found, the seed to replay it, whether shrinking finished,
   every file written); on a failure it writes a regression test file and exits 1.
 - ``runstore explore [--target NAME | --consensus MODULE:FACTORY | --store
-  MODULE:FACTORY] [--scope small|medium|large|attempts|attempts-medium] [--attempt-store
+  MODULE:FACTORY] [--scope small|medium|lineage|large|attempts|attempts-medium] [--attempt-store
   MODULE:FACTORY] [--no-attempts] [--seconds N] [--out DIR]``:
   walk a whole scope over the reference model and apply every transition to
   the store or strategy under test (a run scope is followed by the attempt
@@ -160,12 +160,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     explore.add_argument(
         "--scope",
-        choices=("tiny", "small", "medium", "large", "attempts", "attempts-medium"),
+        choices=("tiny", "small", "medium", "lineage", "large", "attempts", "attempts-medium"),
         default="small",
         help="the scope to walk (default %(default)s; tiny is the tests' own, one run and"
         " two owners; attempts is the attempt store's own scope alone, which every other"
         " scope but tiny is followed by where an attempt store can be built over the store;"
-        " attempts-medium is the same world a move deeper)",
+        " attempts-medium is the same world a move deeper; lineage is small's over a root"
+        " and its second round, list_runs taking forged cursors too)",
     )
     explore.add_argument(
         "--attempt-store",

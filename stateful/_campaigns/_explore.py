@@ -171,8 +171,8 @@ def explore(
     ``consensus_factory``, called with no arguments, whose strategy is put inside the SQLite
     adapter. With none of them the model alone is walked (its invariants in every state).
 
-    ``scope`` is ``"small"``, ``"medium"`` or ``"large"`` (the docs page "What exhaustive
-    exploration proves" lists each), or ``"attempts"``: the attempt store's own scope
+    ``scope`` is ``"small"``, ``"medium"``, ``"lineage"`` or ``"large"`` (the docs page "What
+    exhaustive exploration proves" lists each), or ``"attempts"``: the attempt store's own scope
     alone. ``seconds`` bounds the wall time (None: no bound); when
     it runs out first the result says how far the walk got and is not exhausted.
     ``out`` is the folder the shortest counterexample's regression file is written to (None:

@@ -17,11 +17,13 @@ A scope also bounds the walk's depth: the number of moves after the setup.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from typing import Any, Final
 
 import attrs
 
+from runstore._boundary import encode_cursor
 from runstore._constants import HEARTBEAT_SKEW_ALLOWANCE_MS, HEARTBEAT_STALE_AFTER_MS
 from runstore._values import (
     LivenessEvidence,
@@ -84,7 +86,9 @@ class Scope:
     the domains of those parameters; ``transitions`` the (status, state) pairs
     ``transition_owned`` takes; ``reads`` whether the read operations are
     moves; ``ticks`` the plain clock steps (milliseconds forward); ``last`` narrows the
-    domains of the deepest move of a program (``at_depth``).
+    domains of the deepest move of a program (``at_depth``); ``cursors`` whether
+    ``list_runs`` also takes the ``after`` cursors of ``cursors_for`` (a listing key's own, and
+    refused ones).
     """
 
     name: str
@@ -112,6 +116,7 @@ class Scope:
     #: The domains the last level's moves take instead (the moves from a state one move
     #: short of ``depth``), as ``(field, value)`` pairs; empty: the scope's own.
     last: tuple[tuple[str, Any], ...] = ()
+    cursors: bool = False
 
     @property
     def run_ids(self) -> tuple[str, ...]:
@@ -160,6 +165,20 @@ SCOPES: Final[Mapping[str, Scope]] = {
         depth=4,
         depth_k=1,
         last=(("readings", (0,)), ("evidence", ("none", *KINDS))),
+    ),
+    # The small scope's owners, readings, edges and depth over a root and its second lineage
+    # round (purges kept by a live round, lineage cancellation, claim_next over rounds), with
+    # list_runs taking cursors: one of a listing key, and forged ones, which are refused.
+    "lineage": Scope(
+        "lineage",
+        runs=(("a", {}), ("a-2", {"lineage_id": "a", "round_ordinal": 2})),
+        owners=_OWNERS,
+        owner_classes=((0, 1), (2,)),
+        readings=(0, SKEW, SKEW + 1),
+        edges=(-1, 0, 1),
+        depth=3,
+        depth_k=1,
+        cursors=True,
     ),
     "large": Scope(
         "large",
@@ -413,7 +432,30 @@ def _reads(scope: Scope, state: ModelState, clock_ms: int) -> list[Move]:
         {"lineage_id": first},
     ):
         out.append(call("list_runs", **filters))
+    if scope.cursors:
+        for after, filters in cursors_for(first):
+            out.append(call("list_runs", after=after, **filters))
     return out
+
+
+def _forged(text: str) -> str:
+    return "rs1." + base64.urlsafe_b64encode(text.encode("ascii")).decode("ascii")
+
+
+def cursors_for(first: str) -> tuple[tuple[str, Mapping[str, Any]], ...]:
+    """The ``after`` cursors a scope with ``cursors`` passes to ``list_runs``, with the other
+    filters of each: the cursor of the listing key of ``first`` as the setup creates it (a
+    cursor names a place in the order, not a filter, so it holds under a status filter too);
+    a run id for a cursor; the cursor prefix over a key of the wrong shape (one member); and
+    over a key written other than a store writes it (a space after the comma). The last three
+    are refused (``invalid_run``) and change nothing."""
+    return (
+        (encode_cursor(START_MS, first), {}),
+        (encode_cursor(START_MS, first), {"status": ("pending", "suspended"), "limit": 1}),
+        (first, {}),
+        (_forged(f'["{first}"]'), {}),
+        (_forged(f'[{START_MS}, "{first}"]'), {}),
+    )
 
 
 def _ticks(scope: Scope, state: ModelState, clock_ms: int) -> list[Move]:
