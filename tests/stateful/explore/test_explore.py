@@ -16,7 +16,7 @@ import attrs
 import pytest
 from hypothesis import settings
 
-from runstore import ManualClock
+from runstore import ManualClock, RunStoreError
 from runstore._values import LivenessEvidence
 from runstore.model import ModelRunStore
 from runstore.stateful import (
@@ -29,7 +29,14 @@ from runstore.stateful import (
     run_conformance,
 )
 from runstore.stateful._campaigns import _conformance
-from runstore.stateful._explore._scope import SCOPES, moves, scope_named, stale_snapshot, start_ms
+from runstore.stateful._explore._scope import (
+    SCOPES,
+    cursors_for,
+    moves,
+    scope_named,
+    stale_snapshot,
+    start_ms,
+)
 from runstore.stateful._explore._walk import Walker, start, walk
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -322,6 +329,49 @@ def test_the_medium_scope_holds_every_program_of_the_small_one_and_one_move_more
     assert set(map(repr, last)) < set(map(repr, full))
     assert len(last) < len(full) * 3 // 5
     assert at_depth(small, small.depth - 1) is small
+
+
+def test_the_lineage_scope_is_the_small_one_over_a_root_and_its_second_round() -> None:
+    """The lineage scope keeps the small scope's owners, readings, edges and depth; its runs
+    are a root and that root's second lineage round, and its reads add ``list_runs`` with
+    cursors. The small and medium scopes take no cursors."""
+    small, lineage = scope_named("small"), scope_named("lineage")
+    assert attrs.evolve(lineage, name="small", runs=small.runs, cursors=False) == small
+    assert lineage.runs == (("a", {}), ("a-2", {"lineage_id": "a", "round_ordinal": 2}))
+    assert not small.cursors
+    assert not scope_named("medium").cursors
+    model, _ = start(lineage)
+    assert [row.run_id for row in model.lineage("a-2")] == ["a", "a-2"]
+    after = [
+        m
+        for m in moves(lineage, model._state, start_ms())
+        if getattr(m, "method", None) == "list_runs" and "after" in m.keywords  # type: ignore[union-attr]
+    ]
+    assert len(after) == len(cursors_for("a")) == 5
+
+
+def test_a_forged_cursor_is_refused_and_changes_nothing() -> None:
+    """Of the lineage scope's cursors, the first two (a listing key's own) page on from the
+    root; the rest are refused with ``invalid_run`` on ``after``, and nothing changes."""
+    model, _ = start(scope_named("lineage"))
+    before = model._state
+    (key, filters), (key_again, narrowed), *forged = cursors_for("a")
+    assert [r.run_id for r in model.list_runs(after=key, **filters).runs] == ["a-2"]
+    assert [r.run_id for r in model.list_runs(after=key_again, **narrowed).runs] == ["a-2"]
+    for after, more in forged:
+        with pytest.raises(RunStoreError) as refused:
+            model.list_runs(after=after, **more)
+        assert (refused.value.code, refused.value.cause.get("field")) == ("invalid_run", "after")
+        assert model._state == before
+
+
+def test_the_cli_walks_the_lineage_scope_and_names_it() -> None:
+    """``--scope lineage`` is accepted, and an unknown scope's error lists it."""
+    with pytest.raises(ValueError, match="lineage"):
+        scope_named("huge")
+    done = _cli("--scope", "lineage", "--seconds", "0.5")
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "scope lineage" in done.stdout
 
 
 @pytest.mark.parametrize("target", ["sqlite-sql", "sqlite-file-local"])
