@@ -433,8 +433,8 @@ def _reads(scope: Scope, state: ModelState, clock_ms: int) -> list[Move]:
     ):
         out.append(call("list_runs", **filters))
     if scope.cursors:
-        for after, filters in cursors_for(first):
-            out.append(call("list_runs", after=after, **filters))
+        for after, more in cursors_for(first):
+            out.append(call("list_runs", after=after, **more))
     return out
 
 
