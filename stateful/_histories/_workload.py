@@ -517,13 +517,13 @@ class Worker:
         """Several owners pick from the same three claimable runs."""
         rng = self.rng
         roll = rng.random()
-        if roll < 0.10 and self.offers("claim_next"):
+        if roll < 0.14 and self.offers("claim_next"):
             self.claim_next()
-        elif roll < 0.25 and self.offers("claim_next_many"):
+        elif roll < 0.28 and self.offers("claim_next_many"):
             self.claim_next_many()
-        elif roll < 0.25 and self.offers("claim_next"):
+        elif roll < 0.28 and self.offers("claim_next"):
             self.claim_next()
-        elif roll < 0.28 and self.offers("purge_settled"):
+        elif roll < 0.31 and self.offers("purge_settled"):
             # Rarer than the rest: every purge is a term of the revision count.
             self.call("purge_settled", self.clock.now_ms() - 20_000)
         elif roll < 0.40:
