@@ -88,7 +88,7 @@ from .._machines._attempts import (
 from .._machines._run_store import _check_outcome_kind, _same_outcome
 from ._replay import Progress, StoreFactory, Sut, _self_check
 from ._scope import MISSING_RUN, SCOPES, Scope, setup_calls, start_ms
-from ._walk import Dial, _form, _permutations, _shape, start, view
+from ._walk import Dial, _form, _shape, owner_renamings, start, view
 
 #: The config that answers ``get`` and gives the store side's attempt table.
 READER: Final = "insert"
@@ -422,7 +422,7 @@ class AttemptWalker:
 
     def __init__(self, scope: AttemptScope, *, canonical: bool = True) -> None:
         self.reference = Reference(scope)
-        self.renamings = _permutations(scope.base) if canonical else [{}]
+        self.renamings = owner_renamings(scope.base) if canonical else [{}]
         self.canonical = canonical
         self.graph = AttemptWalk(scope)
         root = AttemptNode(

@@ -41,7 +41,6 @@ leases do not show.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import time
 from collections.abc import Callable
 from typing import Any, Final
@@ -61,6 +60,7 @@ from .._base._steps import Call, call
 from .._checks._invariants import InvariantViolation, check_leases
 from .._machines._consensus import CONSENSUS_RUNS, invoke
 from ._scope import KINDS, evidence, owner
+from ._walk import owner_renamings
 
 STALE: Final = HEARTBEAT_STALE_AFTER_MS
 SKEW: Final = HEARTBEAT_SKEW_ALLOWANCE_MS
@@ -380,21 +380,6 @@ def reference_step(
     return answers, after
 
 
-def _permutations(scope: StrategyScope) -> list[dict[OwnerId, OwnerId]]:
-    per_class = [
-        [dict(zip(group, image, strict=True)) for image in itertools.permutations(group)]
-        for group in scope.owner_classes
-    ]
-    out = []
-    for choice in itertools.product(*per_class):
-        mapping: dict[OwnerId, OwnerId] = {}
-        for part in choice:
-            for a, b in part.items():
-                mapping[scope.owners[a]] = scope.owners[b]
-        out.append(mapping)
-    return out
-
-
 def _lease_form(lease: Lease | None, clock_ms: int, rename: dict[OwnerId, OwnerId]) -> Any:
     if lease is None:
         return None
@@ -675,7 +660,7 @@ def walk_strategy(
     called in (None: an in-memory SQLite store); a SQL strategy's copies are restored only
     on SQLite, and replayed elsewhere."""
     graph = StrategyWalk(scope)
-    renamings = _permutations(scope)
+    renamings = owner_renamings(scope)
     start = tuple(None for _ in scope.runs)
     graph.nodes.append(StrategyNode(start, START_MS, -1, None, None, 0))
     seen = {canonical(start, START_MS, renamings)}

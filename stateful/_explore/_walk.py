@@ -31,7 +31,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -146,8 +146,19 @@ def start(scope: Scope) -> tuple[ModelRunStore, Dial]:
 # -- canonical form ---------------------------------------------------------------
 
 
-def _permutations(scope: Scope) -> list[dict[OwnerId, OwnerId]]:
-    """Every renaming of owners within their classes (the identity first)."""
+class _OwnerClasses(Protocol):
+    """A scope's owners and the classes of interchangeable ones (indexes into ``owners``)."""
+
+    @property
+    def owners(self) -> tuple[OwnerId, ...]: ...
+
+    @property
+    def owner_classes(self) -> tuple[tuple[int, ...], ...]: ...
+
+
+def owner_renamings(scope: _OwnerClasses) -> list[dict[OwnerId, OwnerId]]:
+    """Every renaming of owners within their classes (the identity first): the run walk's,
+    the attempt walk's and the strategy walk's canonical forms all identify states so."""
     per_class = [
         [dict(zip(group, image, strict=True)) for image in itertools.permutations(group)]
         for group in scope.owner_classes
@@ -220,7 +231,7 @@ class Walker:
 
     def __init__(self, scope: Scope, *, canonical: bool = True) -> None:
         self.model, self.dial = start(scope)
-        self.renamings = _permutations(scope) if canonical else [{}]
+        self.renamings = owner_renamings(scope) if canonical else [{}]
         self.key_of = canonical_key if canonical else exact_key
         self.graph = Walk(scope)
         root = Node(self.model._state, self.dial.ms, -1, None, None, 0)
