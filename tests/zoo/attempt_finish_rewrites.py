@@ -6,7 +6,7 @@ from runstore.attempts import AttemptStore
 from ._attempts import IN_PROGRESS, SQL, capabilities, marks, without
 
 KIND = "attempts"
-EXPECTED_CHECK = "OutcomeMismatch"
+EXPECTED_CHECK = "SettledAttemptChanged"
 __all__ = ["capabilities"]
 
 
