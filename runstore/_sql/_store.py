@@ -930,24 +930,7 @@ class SqlRunStore:
                 raise RollbackAndReturn((created, rid)) from None
             if outcome is not _ACTIVATED:
                 raise _write_invariant(method, rid)
-            # The row as the write left it (CLAIM_AND_OWN_WRITE's columns).
-            started = row.started_at_ms if row.started_at_ms is not None else now
-            return RunRow(
-                run_id=rid,
-                status="running",
-                created_at_ms=created,
-                started_at_ms=started,
-                finished_at_ms=None,
-                owner=who,
-                heartbeat_at_ms=now,
-                claim=None,
-                claimed_at_ms=None,
-                parent_run_id=row.parent_run_id,
-                cancel_requested_at_ms=row.cancel_requested_at_ms,
-                lineage_id=row.lineage_id,
-                round_ordinal=row.round_ordinal,
-                state_json=row.state_json,
-            )
+            return _activated(row, created, who, now)
 
         while True:
             found = self._tm.write(method, body)
@@ -1011,26 +994,7 @@ class SqlRunStore:
                     raise RollbackAndReturn(rid) from None
                 if outcome is not _ACTIVATED:
                     raise _write_invariant(method, rid)
-                # The row as the write left it (CLAIM_AND_OWN_WRITE's columns).
-                started = row.started_at_ms if row.started_at_ms is not None else now
-                taken.append(
-                    RunRow(
-                        run_id=rid,
-                        status="running",
-                        created_at_ms=created,
-                        started_at_ms=started,
-                        finished_at_ms=None,
-                        owner=who,
-                        heartbeat_at_ms=now,
-                        claim=None,
-                        claimed_at_ms=None,
-                        parent_run_id=row.parent_run_id,
-                        cancel_requested_at_ms=row.cancel_requested_at_ms,
-                        lineage_id=row.lineage_id,
-                        round_ordinal=row.round_ordinal,
-                        state_json=row.state_json,
-                    )
-                )
+                taken.append(_activated(row, created, who, now))
             return taken
 
         while True:
@@ -1375,3 +1339,26 @@ def _classify_cancellation_miss(
             )
         outcome = AlreadyRequested(requested_at)
     return outcome
+
+
+def _activated(row: RunRow, created: int, who: OwnerId, now: int) -> RunRow:
+    """The picked ``row`` as claim-and-own left it, activated by ``who`` at ``now``
+    (``CLAIM_AND_OWN_WRITE``'s columns): ``claim_next``'s run and each of
+    ``claim_next_many``'s."""
+    started = row.started_at_ms if row.started_at_ms is not None else now
+    return RunRow(
+        run_id=row.run_id,
+        status="running",
+        created_at_ms=created,
+        started_at_ms=started,
+        finished_at_ms=None,
+        owner=who,
+        heartbeat_at_ms=now,
+        claim=None,
+        claimed_at_ms=None,
+        parent_run_id=row.parent_run_id,
+        cancel_requested_at_ms=row.cancel_requested_at_ms,
+        lineage_id=row.lineage_id,
+        round_ordinal=row.round_ordinal,
+        state_json=row.state_json,
+    )
