@@ -257,14 +257,14 @@ class ZombieBoard:
         wake.unlink(missing_ok=True)
         self._file(run_id, "up").unlink(missing_ok=True)
         # With the hold's end: a killed owner's file is stale, not obeyed.
-        held.write_text(f"{stale_ns} {until_ns}")
+        # Written whole then renamed: a peer reading a file created but not
+        # yet written would find no times in it and not wake this owner.
+        self._write_atomically(held, f"{stale_ns} {until_ns}")
         try:
             while time.monotonic_ns() < until_ns:
                 if wake.exists():
                     instant = time.monotonic_ns() + self.LEAD_NS
-                    answer = self._file(run_id, f"up.{os.getpid()}.{threading.get_ident()}")
-                    answer.write_text(str(instant))
-                    os.replace(answer, self._file(run_id, "up"))
+                    self._write_atomically(self._file(run_id, "up"), str(instant))
                     _sleep_until(instant)
                     return True
                 time.sleep(0.001)
@@ -315,9 +315,13 @@ class ZombieBoard:
 
     def publish(self, frontier: int) -> None:
         """Say that the window has moved on to run number ``frontier``."""
-        temporary = self._file("window", f"frontier.{os.getpid()}.{threading.get_ident()}")
-        temporary.write_text(str(frontier))
-        os.replace(temporary, self._file("window", "frontier"))
+        self._write_atomically(self._file("window", "frontier"), str(frontier))
+
+    @staticmethod
+    def _write_atomically(path: Path, text: str) -> None:
+        temporary = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}")
+        temporary.write_text(text)
+        os.replace(temporary, path)
 
     def held(self) -> list[str]:
         """The run ids owners are holding now (files left by killed owners
