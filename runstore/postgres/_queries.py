@@ -497,15 +497,19 @@ WHERE cancel_acknowledgement_json IS NOT NULL ORDER BY run_id
 
 # Each run's newest change entry: its last in the change log, which is still
 # to be numbered (runstore.postgres._change_feed), or else its numbered one.
-_NEWEST_ENTRY: Final = """
+_WAITING: Final = """
 WITH waiting AS (
   SELECT DISTINCT ON (u.id) u.id AS run_id, l.deleted
   FROM flows_change_log AS l, unnest(l.run_ids) WITH ORDINALITY AS u(id, position)
   ORDER BY u.id, l.seq DESC, u.position DESC
-), newest AS (
+)"""
+_NEWEST_ENTRY: Final = (
+    _WAITING
+    + """, newest AS (
   SELECT COALESCE(w.run_id, c.run_id) AS run_id, COALESCE(w.deleted, c.deleted) AS deleted
   FROM waiting AS w FULL JOIN flows_run_changes AS c ON c.run_id = w.run_id
 )"""
+)
 
 INVARIANT_QUERIES: Final[tuple[tuple[str, str], ...]] = (
     (
@@ -521,9 +525,12 @@ INVARIANT_QUERIES: Final[tuple[tuple[str, str], ...]] = (
     ),
     (
         "every run has a live change entry",
-        f"""{_NEWEST_ENTRY} SELECT r.run_id FROM flows_runs AS r
-           LEFT JOIN newest AS c ON c.run_id = r.run_id
-           WHERE c.run_id IS NULL OR c.deleted <> 0 LIMIT 1""",
+        # Joined on the tables' own run ids (a join on the full join's
+        # COALESCE was planned as a nested loop under LIMIT 1: quadratic).
+        f"""{_WAITING} SELECT r.run_id FROM flows_runs AS r
+           LEFT JOIN waiting AS w ON w.run_id = r.run_id
+           LEFT JOIN flows_run_changes AS c ON c.run_id = r.run_id
+           WHERE COALESCE(w.deleted, c.deleted) IS DISTINCT FROM 0 LIMIT 1""",
     ),
     (
         "every live change entry has its run and every tombstone has none",
