@@ -21,8 +21,11 @@ socket).
 revision trigger made a no-op (no change feed at all), to see what the
 change feed costs.
 
+``--repeat K`` runs every point K times on the same cluster and ends with
+each point's median and range of store/raw and of WAL syncs per commit.
+
 Run: ``python benchmarks/pg_durable_scaling.py [--seconds S] [--windows W]
-[--standby] [--no-counter]``. Prints the load (``/proc/loadavg``) before
+[--standby] [--no-counter] [--repeat K]``. Prints the load (``/proc/loadavg``) before
 and after.
 """
 
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -182,12 +186,29 @@ def scaling(url: str, seconds: float, windows: int) -> dict[int, tuple[float, fl
     return result
 
 
+def summary(runs: list[dict[int, tuple[float, float, float]]]) -> None:
+    """Each point's store/raw and store WAL syncs per commit over the repeats:
+    median and range."""
+    print(f"over {len(runs)} runs: median [min, max]")
+    print(f"{'clients':>8}{'store/raw':>24}{'store syncs/commit':>26}")
+    for n in COUNTS:
+        ratios = sorted(run[n][0] / run[n][1] for run in runs)
+        syncs = sorted(run[n][2] for run in runs)
+        print(
+            f"{n:>8}{statistics.median(ratios):>10.2f} [{ratios[0]:.2f}, {ratios[-1]:.2f}]"
+            f"{statistics.median(syncs):>12.2f} [{syncs[0]:.2f}, {syncs[-1]:.2f}]"
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=6.0, help="per point and side")
     parser.add_argument("--windows", type=int, default=6)
     parser.add_argument("--standby", action="store_true")
     parser.add_argument("--no-counter", action="store_true")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="runs of every point; then median and range"
+    )
     args = parser.parse_args(argv)
     print(f"load before: {_load()}")
     cluster = _postgres.Cluster(fsync=True)
@@ -220,8 +241,14 @@ def main(argv: list[str] | None = None) -> None:
             f"heartbeats of writers on distinct runs, {args.seconds:g} s per point and side "
             f"in {args.windows} interleaved windows"
         )
-        scaling(url, args.seconds, args.windows)
+        runs = []
+        for repeat in range(args.repeat):
+            if repeat:
+                print(f"repeat {repeat + 1} of {args.repeat}, load {_load()}")
+            runs.append(scaling(url, args.seconds, args.windows))
         server.drop(url)
+        if args.repeat > 1:
+            summary(runs)
     finally:
         server.close()
         cluster.stop()
