@@ -191,12 +191,12 @@ class Subject:
         self.store.heartbeat(self.hot, OWNER, self.clock.now_ms())
 
 
-def bench_cpu(rounds: int, batch: int) -> None:
+def bench_cpu(rounds: int, batch: int, operations: tuple[str, ...] = OPERATIONS) -> None:
     print(f"\n:memory:, thread CPU, median of {rounds} rounds of {batch} fresh runs")
     print(f"{'operation':<28}{'store us':>10}{'raw us':>8}{'raw/store':>11}", end="")
     print(f"{'searching raw us':>18}{'raw/store':>11}")
     clock = time.thread_time_ns
-    for operation in OPERATIONS:
+    for operation in operations:
         subject = Subject(":memory:", operation)
         raw = Baseline(":memory:")
         search = Searching(":memory:") if operation == "claim_next" else None
@@ -241,12 +241,12 @@ def bench_cpu(rounds: int, batch: int) -> None:
         print(line)
 
 
-def callgrind_child(batch: int) -> None:
+def callgrind_child(batch: int, operations: tuple[str, ...] = OPERATIONS) -> None:
     """Under valgrind: per operation, one batch of the store, then one of each
     baseline, each inside one ``functools.reduce`` call (one dump each);
     prints the dumps' labels in order."""
     labels = []
-    for operation in OPERATIONS:
+    for operation in operations:
         subject = Subject(":memory:", operation)
         raw = Baseline(":memory:")
         search = Searching(":memory:") if operation == "claim_next" else None
@@ -277,7 +277,7 @@ def callgrind_child(batch: int) -> None:
     print("\n".join(labels))
 
 
-def bench_callgrind(batch: int) -> None:
+def bench_callgrind(batch: int, operations: tuple[str, ...] = OPERATIONS) -> None:
     print(f"\n:memory:, instructions per operation (callgrind), batches of {batch}")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "cg.out"
@@ -293,6 +293,7 @@ def bench_callgrind(batch: int) -> None:
             "callgrind-child",
             "--batch",
             str(batch),
+            *(f"--only={operation}" for operation in operations),
         ]
         done = subprocess.run(command, capture_output=True, text=True, check=True)
         labels = done.stdout.splitlines()
@@ -304,7 +305,7 @@ def bench_callgrind(batch: int) -> None:
             counts[label] = int(found.group(1)) / batch
     print(f"{'operation':<28}{'store':>10}{'raw':>9}{'raw/store':>11}", end="")
     print(f"{'searching raw':>15}{'raw/store':>11}")
-    for operation in OPERATIONS:
+    for operation in operations:
         store, raw = counts[f"{operation}|store"], counts[f"{operation}|raw"]
         line = f"{operation:<28}{store:>10.0f}{raw:>9.0f}{raw / store:>11.3f}"
         if f"{operation}|searching" in counts:
@@ -368,16 +369,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--batch", type=int, default=200)
     parser.add_argument("--callgrind", action="store_true", help="count instructions")
+    parser.add_argument(
+        "--only", action="append", choices=OPERATIONS, help="measure this operation (repeatable)"
+    )
     args = parser.parse_args(argv)
+    operations = tuple(args.only) if args.only else OPERATIONS
     if args.which == "callgrind-child":
-        callgrind_child(args.batch)
+        callgrind_child(args.batch, operations)
         return
     print(f"sqlite {sqlite3.sqlite_version}; load {os.getloadavg()[0]:.1f}")
     if args.which in (None, "cpu"):
         if args.callgrind:
-            bench_callgrind(min(args.batch, 50))
+            bench_callgrind(min(args.batch, 50), operations)
         else:
-            bench_cpu(args.rounds, args.batch)
+            bench_cpu(args.rounds, args.batch, operations)
     if args.which in (None, "pages"):
         bench_pages(min(args.batch, 100))
 

@@ -917,10 +917,11 @@ class SqlRunStore:
                 return None
             rid, picked_status, created = picked[0], picked[1], picked[2]
             params = (rid, picked_status, None, None, None, None, cutoff)
-            # Decoded first: a run whose state no longer decodes is not taken.
+            # Decoded first, as the write will leave it (one decode, no
+            # second row): a run whose state no longer decodes is not taken.
             # (A nineteenth column, where the backend reads one, is the run's
             # last fact position.)
-            row = decode_run(method, picked[:18])
+            row = decode_run(method, _activated(picked, who, now))
             last = picked[18] if len(picked) > 18 else None
             try:
                 outcome = self._claim_and_own_in(tx, rid, None, who, now, None, params, last)
@@ -930,7 +931,7 @@ class SqlRunStore:
                 raise RollbackAndReturn((created, rid)) from None
             if outcome is not _ACTIVATED:
                 raise _write_invariant(method, rid)
-            return _activated(row, created, who, now)
+            return row
 
         while True:
             found = self._tm.write(method, body)
@@ -984,7 +985,7 @@ class SqlRunStore:
                 params = (rid, picked_status, None, None, None, None, cutoff)
                 # Decoded first: a run whose state no longer decodes fails
                 # the call, and every claim made before it rolls back.
-                row = decode_run(method, picked[:18])
+                row = decode_run(method, _activated(picked, who, now))
                 last = picked[18] if len(picked) > 18 else None
                 try:
                     outcome = self._claim_and_own_in(tx, rid, None, who, now, None, params, last)
@@ -994,7 +995,7 @@ class SqlRunStore:
                     raise RollbackAndReturn(rid) from None
                 if outcome is not _ACTIVATED:
                     raise _write_invariant(method, rid)
-                taken.append(_activated(row, created, who, now))
+                taken.append(row)
             return taken
 
         while True:
@@ -1341,24 +1342,25 @@ def _classify_cancellation_miss(
     return outcome
 
 
-def _activated(row: RunRow, created: int, who: OwnerId, now: int) -> RunRow:
-    """The picked ``row`` as claim-and-own left it, activated by ``who`` at ``now``
-    (``CLAIM_AND_OWN_WRITE``'s columns): ``claim_next``'s run and each of
-    ``claim_next_many``'s."""
-    started = row.started_at_ms if row.started_at_ms is not None else now
-    return RunRow(
-        run_id=row.run_id,
-        status="running",
-        created_at_ms=created,
-        started_at_ms=started,
-        finished_at_ms=None,
-        owner=who,
-        heartbeat_at_ms=now,
-        claim=None,
-        claimed_at_ms=None,
-        parent_run_id=row.parent_run_id,
-        cancel_requested_at_ms=row.cancel_requested_at_ms,
-        lineage_id=row.lineage_id,
-        round_ordinal=row.round_ordinal,
-        state_json=row.state_json,
+def _activated(picked: Sequence[Any], who: OwnerId, now: int) -> tuple[Any, ...]:
+    """The picked row's first 18 columns (``GET``'s) as claim-and-own leaves
+    them, activated by ``who`` at ``now`` (``CLAIM_AND_OWN_WRITE``'s columns;
+    the pick admitted no claim): ``claim_next``'s run and each of
+    ``claim_next_many``'s, decoded once."""
+    started = picked[3] if picked[3] is not None else now
+    return (
+        picked[0],
+        "running",
+        picked[2],
+        started,
+        None,
+        who.host_id,
+        who.pid,
+        who.nonce,
+        now,
+        None,
+        None,
+        None,
+        None,
+        *picked[13:18],
     )
