@@ -50,6 +50,9 @@ HISTORY: Final[tuple[tuple[int, str], ...]] = (
     (2011, "runstore_claim_next_many"),
     (2012, "runstore_lean_writes"),
     (2013, "runstore_lineage_cancel_root"),
+    (2014, "runstore_lean_operations"),
+    (2015, "runstore_growth"),
+    (2016, "runstore_status_indexes"),
 )
 
 _KNOWN: Final = dict(HISTORY)

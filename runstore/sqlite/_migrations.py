@@ -39,6 +39,11 @@ id     name                                what it does
                                            (no temporary table on a write)
 2013   ``runstore_lineage_cancel_root``    nothing on SQLite; PostgreSQL's lineage
                                            cancellation locks the root first
+2014   ``runstore_lean_operations``        nothing on SQLite; PostgreSQL's
+                                           one-round-trip functions, leaner
+2015   ``runstore_growth``                 nothing on SQLite
+2016   ``runstore_status_indexes``         one listing index per status instead of
+                                           one led by the status
 =====  ==================================  =========================================
 
 The pending migrations run, in order, inside one ``BEGIN IMMEDIATE``
@@ -416,6 +421,35 @@ CREATE INDEX flows_runs_live_rounds_idx ON flows_runs (lineage_id)
 """
 
 
+#: The statuses, each with a listing index of its own (migration 2016).
+STATUSES: Final = ("pending", "running", "suspended", "completed", "failed", "cancelled")
+
+
+def status_index(status: str) -> str:
+    """The name of ``status``'s listing index."""
+    return f"flows_runs_{status}_listing_idx"
+
+
+# One listing index per status instead of one index led by the status. A
+# write that changes a run's status moved its entry inside the one index,
+# from its old status's stretch to its new one's: two leaf pages, and the
+# new stretch (completed runs, say, between the cancelled and the pending
+# ones) is in the middle of the tree, whose full pages split again and again
+# as entries go in at the same place. In an index of its own each status's
+# entries are ordered by creation, so a run entering a status lands at or
+# near that index's right edge, where a split leaves room for what follows,
+# and leaving its old status is a delete in that status's index: one page in
+# each. A listing of one status names it as a literal (``LIST_STATUS``),
+# which implies that status's index condition; several statuses are already
+# read as one ordered arm each. An index change only: older releases read
+# and write the table as before (their statements are prepared again).
+_STATUS_INDEXES: Final = "DROP INDEX flows_runs_status_listing_idx;\n" + "".join(
+    f"CREATE INDEX {status_index(status)} ON flows_runs (created_at_ms, run_id)\n"
+    f"  WHERE status = '{status}';\n"
+    for status in STATUSES
+)
+
+
 _TEXTS: Final = {
     1001: _INITIAL,
     1002: _LINEAGE,
@@ -437,6 +471,10 @@ _TEXTS: Final = {
     2012: _LEAN_WRITES,
     # PostgreSQL's lineage cancellation locks its root first: one writer here.
     2013: "",
+    # PostgreSQL's one-round-trip functions written leaner: nothing here.
+    2014: "",
+    2015: "",
+    2016: _STATUS_INDEXES,
 }
 
 #: The chain: the shared history's ids and names, in its order, with SQLite text.

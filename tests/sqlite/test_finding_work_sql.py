@@ -57,6 +57,17 @@ HOT = {
     "claim_stale": ({"claim_stale_at": 5}, "flows_runs_claimed_idx"),
     "all_with_state": ({"with_state": True}, "flows_runs_listing_idx"),
 }
+#: On SQLite each status has a listing index of its own (migration 2016);
+#: several statuses are read one arm per status, each from its index.
+SQLITE_HOT: dict[str, tuple[dict[str, Any], str | tuple[str, ...]]] = {
+    **HOT,
+    "status": ({"status": "running"}, "flows_runs_running_listing_idx"),
+    "statuses": (
+        {"status": ("pending", "suspended")},
+        ("flows_runs_pending_listing_idx", "flows_runs_suspended_listing_idx"),
+    ),
+    "stale": ({"stale_at": 5}, "flows_runs_running_listing_idx"),
+}
 PARAMS = (5, "x", None, 1, 1, None, None, 101)
 
 
@@ -95,15 +106,18 @@ def _sqlite_plan(store: Any, sql: str, params: tuple[Any, ...]) -> list[str]:
     return [row[3] for row in rows]
 
 
-@pytest.mark.parametrize("case", sorted(HOT))
+@pytest.mark.parametrize("case", sorted(SQLITE_HOT))
 @pytest.mark.parametrize("after", [True, False], ids=["after", "first"])
 def test_sqlite_serves_each_hot_filter_from_its_index(case: str, after: bool) -> None:
-    filters, index = HOT[case]
+    filters, index = SQLITE_HOT[case]
     with runstore.open(":memory:", clock=ManualClock(0)) as store:
         plan = _sqlite_plan(store, _statement(sqlite_queries, filters, after=after), PARAMS)
     runs = [line for line in plan if " r " in f" {line} "]
     assert runs, plan
-    assert all(index in line for line in runs), plan
+    # One index, or one per arm of several statuses (each read in order).
+    indexes = (index,) if isinstance(index, str) else index
+    assert all(any(name in line for name in indexes) for line in runs), plan
+    assert all(any(name in line for line in runs) for name in indexes), plan
     # An index walked in order ("SCAN r USING INDEX ...") stops at the limit;
     # a table scan or a sort would not.
     assert not any(line.startswith("SCAN") and "USING" not in line for line in plan), plan
@@ -533,7 +547,7 @@ def test_a_file_from_2002_gains_the_indexes_and_keeps_its_runs(tmp_path: Path) -
         }
         assert {
             "flows_runs_listing_idx",
-            "flows_runs_status_listing_idx",
+            "flows_runs_pending_listing_idx",
             "flows_runs_claimable_idx",
             "flows_runs_claimed_idx",
             "flows_runs_finished_idx",
