@@ -921,7 +921,7 @@ class SqlRunStore:
             # second row): a run whose state no longer decodes is not taken.
             # (A nineteenth column, where the backend reads one, is the run's
             # last fact position.)
-            row = decode_run(method, _activated(picked, who, now))
+            row = _activated_row(method, picked, who, now)
             last = picked[18] if len(picked) > 18 else None
             try:
                 outcome = self._claim_and_own_in(tx, rid, None, who, now, None, params, last)
@@ -985,7 +985,7 @@ class SqlRunStore:
                 params = (rid, picked_status, None, None, None, None, cutoff)
                 # Decoded first: a run whose state no longer decodes fails
                 # the call, and every claim made before it rolls back.
-                row = decode_run(method, _activated(picked, who, now))
+                row = _activated_row(method, picked, who, now)
                 last = picked[18] if len(picked) > 18 else None
                 try:
                     outcome = self._claim_and_own_in(tx, rid, None, who, now, None, params, last)
@@ -1340,6 +1340,45 @@ def _classify_cancellation_miss(
             )
         outcome = AlreadyRequested(requested_at)
     return outcome
+
+
+def _activated_row(method: str, picked: Sequence[Any], who: OwnerId, now: int) -> RunRow:
+    """``decode_run`` of ``_activated(picked, who, now)``, judging only what
+    came from the database: the owner was admitted at the boundary, and the
+    status, heartbeat, finish and claim are what the write sets. A column
+    that does not pass is decoded in full, which raises ``decode_failed``
+    with its usual cause."""
+    run_id, created, started = picked[0], picked[2], picked[3]
+    parent, cancel, lineage, round_ordinal, state = picked[13:18]
+    is_identifier, is_timestamp = admit.is_identifier, admit.is_timestamp
+    if not (
+        is_identifier(run_id)
+        and is_timestamp(created)
+        and (started is None or is_timestamp(started))
+        and (parent is None or is_identifier(parent))
+        and (cancel is None or is_timestamp(cancel))
+        and (lineage is None or is_identifier(lineage))
+        and (round_ordinal is None or is_timestamp(round_ordinal))
+        and type(state) is str
+        and admit.json_text_complaint(state) is None
+    ):
+        return decode_run(method, _activated(picked, who, now))
+    return RunRow(
+        run_id=run_id,
+        status="running",
+        created_at_ms=created,
+        started_at_ms=now if started is None else started,
+        finished_at_ms=None,
+        owner=who,
+        heartbeat_at_ms=now,
+        claim=None,
+        claimed_at_ms=None,
+        parent_run_id=parent,
+        cancel_requested_at_ms=cancel,
+        lineage_id=lineage,
+        round_ordinal=round_ordinal,
+        state_json=state,
+    )
 
 
 def _activated(picked: Sequence[Any], who: OwnerId, now: int) -> tuple[Any, ...]:
