@@ -241,6 +241,12 @@ class Sut:
                 consensus._leases = dict(leases)
         return True
 
+    def rewind(self, ms: int) -> None:
+        """Set the clock of our store back to ``ms`` after a clock move that called nothing on
+        it (a new clock, as ``restore`` sets one: a ``ManualClock`` never moves back)."""
+        self.clock = ManualClock(ms)
+        self.store._clock = self.clock
+
     def forget(self, index: int) -> None:
         """Drop node ``index``'s copy (its transitions were all applied)."""
         if self.snapshots.pop(index, None) is not None and self.stash is not None:
@@ -560,7 +566,15 @@ def _from_node(
     reuse_views = caps.whole_state and caps.lease_introspection
     dirty = True
     before: StoreState | None = None
+    #: The last state whose invariants held (not checked again while the store shows it).
+    checked: StoreState | None = None
     token: Any = None
+    #: Whether the store can be copied (ours): None until a store is built or restored.
+    copyable: bool | None = None
+    #: On a store not ours, the moves the reference says change nothing, applied since the
+    #: store's state was last read: judged as leaving it at ``before``, and read once
+    #: before the node's next write and at its end (``_settle``).
+    unread: list[tuple[Call, Any]] = []
     unchanged = sut.expected(node.state)
     checked_itself = False
     listed = (
@@ -577,6 +591,15 @@ def _from_node(
     order += [i for i, entry in enumerate(listed) if not _is_read(entry[0])]
     for position in order:
         move, known_out, known_state, known_view = listed[position]
+        child = -1 if born is None else born[position]
+        # The state this move first reached is expanded later: copy it now, not by replay.
+        keep = child >= 0 and graph.nodes[child].depth < deepest
+        if isinstance(move, Tick) and not (keep and copyable is not False):
+            # A clock move calls nothing on the store, so it checks nothing here: it is
+            # applied on the way to its target (the target's path), where its target's
+            # transitions are. Where the store is ours, its target is copied (below).
+            progress.transitions += 1
+            continue
         if dirty:
             token = None
             if sut.restore(index):
@@ -585,6 +608,7 @@ def _from_node(
                 sut.build(path)
                 progress.rebuilds += 1
                 sut.snapshot(index)
+            copyable = sut.owned() is not None
             before = sut.view(sut.store)
             dirty = False
             if not checked_itself:
@@ -598,45 +622,111 @@ def _from_node(
         else:
             model_out, after_state = known_out, known_state
         progress.transitions += 1
-        child = -1 if born is None else born[position]
-        # The state this move first reached is expanded later: copy it now, not by replay.
-        keep = child >= 0 and graph.nodes[child].depth < deepest
         if isinstance(move, Tick):
+            # Ours: copy the target, then set the clock back (the store was not called
+            # in between, so it is in the source state again).
             sut.move(move)
-            if keep:
-                sut.snapshot(child)
-            dirty = True
+            sut.snapshot(child)
+            sut.rewind(node.clock_ms)
             continue
+        same = after_state is node.state
+        if not same and unread:
+            found = _settle(sut, path, unread, before, unchanged, node.clock_ms, progress)
+            if found is not None:
+                return found
+        deferred = same and not copyable
         token = sut.probe() if token is None else token
         store_out = sut.move(move)
-        # Our own store whose data did not change is in the state read before the move.
-        probed = sut.probe() if token is not None else None
-        after = before if probed is not None and probed == token else sut.view(sut.store)
-        token = probed
-        if after_state is node.state:
+        if deferred:
+            after = before
+            unread.append((move, model_out))
+        else:
+            # Our own store whose data did not change is in the state read before the move.
+            probed = sut.probe() if token is not None else None
+            after = before if probed is not None and probed == token else sut.view(sut.store)
+            token = probed
+        if same:
             expected = unchanged
         elif reuse_views and known_view is not None:
             expected = known_view
         else:
             expected = sut.expected(after_state)
-        verdict = judge(sut, move, model_out, store_out, before, after, expected, node.clock_ms)
+        verdict = judge(
+            sut, move, model_out, store_out, before, after, expected, node.clock_ms, checked
+        )
         if verdict is not None:
+            if deferred:
+                # The state was not read after this move: it (or one before it) may have
+                # moved it, and the first move that did is the shorter failure.
+                found = _settle(sut, path, unread, before, unchanged, node.clock_ms, progress)
+                if found is not None:
+                    return found
             return Divergence((*path, (move, model_out)), verdict[0], verdict[1], expected)
+        checked = after
         if keep:
             sut.snapshot(child)
-        dirty = after_state is not node.state or after != before
-        if after_state is not node.state and progress.later is None:
+        dirty = not same or after != before
+        if not same and progress.later is None:
             # Every write is read back at once, whether or not its state is new to the walk:
             # a store may lag behind on one path into a state and not on the first one.
             late = _read_back(
-                sut, model, dial, node.state.revision, after_state, after, node.clock_ms
+                sut,
+                model,
+                dial,
+                node.state.revision,
+                after_state,
+                after,
+                node.clock_ms,
+                again=(path, move),
+                progress=progress,
             )
             if late is not None:
                 read, read_out, check, message = late
                 progress.later = Divergence(
                     (*path, (move, model_out), (read, read_out)), check, message, expected
                 )
+    if unread:
+        return _settle(sut, path, unread, before, unchanged, node.clock_ms, progress)
     return None
+
+
+def _settle(
+    sut: Sut,
+    path: list[tuple[Move, Any]],
+    unread: list[tuple[Call, Any]],
+    before: StoreState | None,
+    unchanged: StoreState,
+    clock_ms: int,
+    progress: Progress,
+) -> Divergence | None:
+    """Read the state of a store not ours after the moves of ``unread`` (each judged as
+    leaving it at ``before``, as the reference says they do): None when it is ``before``.
+    Else one of them moved it: the store is rebuilt and the moves applied again one at a
+    time, the state read after each, as on a store read after every move, and the first that
+    fails a check is the divergence. A store that does not fail so again is reported with
+    every move since the state was read."""
+    assert before is not None
+    shown = sut.view(sut.store)
+    if shown == before:
+        unread.clear()
+        return None
+    sut.build(path)
+    progress.rebuilds += 1
+    state = sut.view(sut.store)
+    for move, model_out in unread:
+        store_out = sut.move(move)
+        after = sut.view(sut.store)
+        verdict = judge(sut, move, model_out, store_out, state, after, unchanged, clock_ms)
+        if verdict is not None:
+            return Divergence((*path, (move, model_out)), verdict[0], verdict[1], unchanged)
+        state = after
+    last = unread[-1][0]
+    return Divergence(
+        (*path, *unread),
+        "StateMismatch",
+        f"after {last.describe()}:\n" + describe_difference(unchanged, shown),
+        unchanged,
+    )
 
 
 #: The read operations of the protocol: applied first to a restored or rebuilt store.
@@ -669,22 +759,60 @@ def _read_back(
     state: ModelState,
     shown: StoreState,
     clock_ms: int,
+    *,
+    again: tuple[list[tuple[Move, Any]], Call] | None = None,
+    progress: Progress | None = None,
 ) -> tuple[Call, Any, str, str] | None:
     """Apply ``read_back``'s reads to the store right after a write that reached ``state``
     (``shown`` as the store showed it, equal to the reference's): the first read that fails
-    a check, with the reference's answer and the check, or None."""
-    for read in read_back(revision_before, state):
+    a check, with the reference's answer and the check, or None.
+
+    On a store not ours, given ``again`` (the path to the write's source and the write), the
+    state is read once after the reads (each judged as leaving it at ``shown``), and when it
+    moved, the store is rebuilt, the write applied again and the reads one at a time, the
+    state read after each, to name the first read that fails."""
+    reads = read_back(revision_before, state)
+    deferred = again is not None and sut.owned() is None
+    answers: list[Any] = []
+    for read in reads:
         model._state = state
         dial.ms = clock_ms
         model_out = perform(model, read)
+        answers.append(model_out)
         token = sut.probe()
         store_out = sut.move(read)
-        probed = sut.probe() if token is not None else None
-        after = shown if probed is not None and probed == token else sut.view(sut.store)
+        if deferred:
+            after = shown
+        else:
+            probed = sut.probe() if token is not None else None
+            after = shown if probed is not None and probed == token else sut.view(sut.store)
         verdict = judge(sut, read, model_out, store_out, shown, after, shown, clock_ms, shown)
+        if verdict is not None and not deferred:
+            return read, model_out, verdict[0], verdict[1]
+        if verdict is not None:
+            if sut.view(sut.store) == shown:
+                return read, model_out, verdict[0], verdict[1]
+            break
+    else:
+        if not deferred or sut.view(sut.store) == shown:
+            return None
+    # A read moved the state of a store not ours: apply them again, reading after each.
+    assert again is not None
+    path, write = again
+    sut.build(path)
+    if progress is not None:
+        progress.rebuilds += 1
+    sut.move(write)
+    before = sut.view(sut.store)
+    for read, model_out in zip(reads, answers, strict=False):
+        store_out = sut.move(read)
+        after = sut.view(sut.store)
+        verdict = judge(sut, read, model_out, store_out, before, after, shown, clock_ms)
         if verdict is not None:
             return read, model_out, verdict[0], verdict[1]
-    return None
+        before = after
+    last = reads[len(answers) - 1]
+    return last, answers[-1], "StateMismatch", f"after {last.describe()}: the state moved"
 
 
 def _self_check(store: Any) -> tuple[str, str] | None:

@@ -1,0 +1,86 @@
+"""A store not ours is read once per run of unchanged states (issue 25).
+
+On a store the explorer cannot copy (anyone's factory), a move the reference
+says changes nothing (a read, a refusal) is judged as leaving the store's
+state as it was read, and the state is read once before the node's next
+write and at its end; a write's read-back is read once after its reads. When
+the state moved after all, the store is rebuilt and the moves applied again
+one at a time, the state read after each, so the move that moved it is named
+in a shortest program, as a walk that reads the state after every move names
+it. Both planted bugs here are stores the explorer does not own (the model
+as a store), each with a move the reference says changes nothing that writes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runstore import ManualClock
+from runstore.model import ModelRunStore
+from runstore.stateful import Capabilities, explore
+
+MODEL_ONLY = Capabilities(reopen=False)
+
+
+class RefusedHeartbeatWrites(ModelRunStore):
+    """A planted bug: a heartbeat refused on a run nobody owns asks for its cancellation
+    (a refusal that writes)."""
+
+    def heartbeat(self, run_id, owner, now_ms):
+        out = super().heartbeat(run_id, owner, now_ms)
+        row = self._state.rows.get(run_id)
+        if row is not None and row.owner is None and row.cancel_requested_at_ms is None:
+            self.request_cancel(run_id, self._clock.now_ms())
+        return out
+
+
+class ListingWritesWhileRunning(ModelRunStore):
+    """A planted bug: an unfiltered ``list_runs`` asks for the cancellation of a running run
+    (a read that writes, only once a write made a run running)."""
+
+    def list_runs(self, *args, **kwargs):
+        page = super().list_runs(*args, **kwargs)
+        if not args and not kwargs:
+            for run_id, row in self._state.rows.items():
+                if row.status == "running" and row.cancel_requested_at_ms is None:
+                    self.request_cancel(run_id, self._clock.now_ms())
+                    break
+        return page
+
+
+def _refused_heartbeat(clock: ManualClock, path: Path) -> ModelRunStore:
+    return RefusedHeartbeatWrites(clock=clock)
+
+
+def _listing_writes(clock: ManualClock, path: Path) -> ModelRunStore:
+    return ListingWritesWhileRunning(clock=clock)
+
+
+def _moves(program: str) -> list[str]:
+    return [line for line in program.splitlines() if line and not line.startswith("create(")]
+
+
+def test_a_refusal_that_writes_is_named_in_a_one_move_program() -> None:
+    """The refused heartbeat on the start's unowned run moves the state: the program is that
+    one heartbeat, and the check is the state's."""
+    result = explore(
+        store_factory=_refused_heartbeat, capabilities=MODEL_ONLY, scope="tiny", depth_k=0
+    )
+    assert result.failure is not None, result.describe()
+    moves = _moves(result.failure.program)
+    assert len(moves) == 1, result.failure.program
+    assert moves[0].startswith("heartbeat("), result.failure.program
+    assert result.failure.check == "UnfencedWriteAccepted", result.failure
+
+
+def test_a_read_back_that_writes_is_named_after_its_write() -> None:
+    """The unfiltered listing writes once a run is running: found after the first write that
+    makes one running, as the read that moved the state (two moves)."""
+    result = explore(
+        store_factory=_listing_writes, capabilities=MODEL_ONLY, scope="tiny", depth_k=0
+    )
+    assert result.failure is not None, result.describe()
+    moves = _moves(result.failure.program)
+    assert len(moves) == 2, result.failure.program
+    assert moves[-1].startswith("list_runs("), result.failure.program
+    assert result.failure.check == "RevisionMismatch", result.failure
