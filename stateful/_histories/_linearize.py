@@ -45,8 +45,9 @@ against every object whose state was fixed while it ran. Their violations are
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal, TypeAlias
 
 import attrs
@@ -54,11 +55,18 @@ import attrs
 from runstore import RunRow, StoreState
 
 from ._history import Operation
-from ._rules import ClaimFinding, batch_objects, oldest_claim_findings
+from ._rules import (
+    BatchObject,
+    ClaimFinding,
+    UnionPiece,
+    batch_objects,
+    oldest_claim_findings,
+)
 from ._spec import (
     EXCLUDED_READS,
     FINAL_STATE,
     PURGE_PART,
+    SPLITTERS,
     STATE_PART,
     Node,
     Partition,
@@ -636,6 +644,7 @@ def shrink(
     max_steps: int = MAX_STEPS,
     max_checks: int = MAX_SHRINK_CHECKS,
     max_seconds: float = MAX_SHRINK_SECONDS,
+    judge: Callable[[Sequence[Operation]], Verdict | None] | None = None,
 ) -> tuple[Operation, ...]:
     """A small sub-history of ``ops`` (a violation) that is still a violation.
 
@@ -653,7 +662,8 @@ def shrink(
     dropped. With no culprit that works, any violating sub-history is
     accepted. Past ``max_checks`` searches or ``max_seconds`` the smallest
     sub-history found so far is returned (still a violation, maybe not
-    minimal).
+    minimal). ``judge``, when given, decides each sub-history instead of a
+    search from ``start`` (None: undecided).
     """
     spec = Spec()
     budget = [max_checks]
@@ -663,6 +673,8 @@ def shrink(
         if budget[0] <= 0 or time.perf_counter() > deadline:
             return None
         budget[0] -= 1
+        if judge is not None:
+            return judge(candidate)
         return _search(candidate, start, spec, max_steps=max_steps).result
 
     def reduce(
@@ -720,12 +732,15 @@ def shrink(
     return reduce(prepared, None)
 
 
-def explain(ops: Sequence[Operation], start: Node, spec: Spec | None = None) -> Explanation:
-    """The longest legal order the search finds over ``ops`` and, after it,
-    what the model answers for each operation that could go next."""
+def explain(
+    ops: Sequence[Operation], start: Node, spec: Spec | None = None, *, max_steps: int = MAX_STEPS
+) -> Explanation:
+    """The longest legal order the search finds over ``ops`` (within ``max_steps`` model
+    applications: past them, the empty order) and, after it, what the model answers for each
+    operation that could go next."""
     spec = spec or Spec()
     prepared = _prepare(ops)
-    found = _search(prepared, start, spec, max_steps=MAX_STEPS, track=True)
+    found = _search(prepared, start, spec, max_steps=max_steps, track=True)
     node = start
     order = []
     for i in found.order:
@@ -908,38 +923,14 @@ def judge_rules(
     batch_violations: list[PartitionVerdict] = []
     # Smallest first, within one budget of model steps for them all: twice what
     # the objects' own searches took (at least MIN_RULE_STEPS), at most max_rule_steps.
-    remaining = min(max_rule_steps, max(MIN_RULE_STEPS, 2 * sum(v.steps for v in verdicts)))
+    remaining = [min(max_rule_steps, max(MIN_RULE_STEPS, 2 * sum(v.steps for v in verdicts)))]
+    spec = Spec()
     for union in sorted(unions, key=lambda u: len(u.partition.operations) * len(u.starts)):
-        verdict = None
-        # A violation only when the union is one from every state it may start in
-        # (shrunk once that is known).
-        for start in union.starts:
-            if remaining <= 0:
-                verdict = None
-                break
-            verdict = check_partition(
-                union.partition,
-                initial,
-                max_unknown=max_unknown,
-                max_steps=min(max_steps, remaining),
-                shrink_violations=False,
-                start=start,
-            )
-            remaining -= verdict.steps
-            if verdict.result != "violation":
-                break
         shrinkable = max_shrunk is None or len(batch_violations) < max_shrunk
-        if verdict is not None and verdict.result == "violation":
-            # Shown from the objects' beginnings, so that it checks again on its own.
-            entire = check_partition(
-                union.whole,
-                initial,
-                max_unknown=max_unknown,
-                max_steps=max_steps,
-                shrink_violations=shrink and shrinkable,
-            )
-            if entire.result == "violation":
-                verdict = entire
+        shrinking = shrink and shrinkable
+        verdict = _judge_union(
+            union, initial, spec, remaining, max_unknown=max_unknown, shrinking=shrinking
+        )
         if verdict is None:
             left_out += 1
             continue
@@ -963,6 +954,268 @@ def judge_rules(
         RuleVerdict(BATCH_RULE, judged, left_out, tuple(batch_violations)),
         RuleVerdict(CLAIM_RULE, counts.judged, counts.skipped, tuple(claim_violations)),
     )
+
+
+#: Model steps one union object's search may take (past it the union is left out).
+MAX_UNION_STEPS: Final = 200_000
+#: Model steps one object's enumeration of the orders of a batch and its snapshots may take.
+MAX_CROSS_STEPS: Final = 50_000
+#: Model steps a sub-history of a union may take to be decided while it is shrunk, when its
+#: objects one by one do not already prove it a violation.
+MAX_SHRINK_UNION_STEPS: Final = 5_000
+#: Model steps the shrinking of one union's violation may take in all.
+MAX_SHRINK_UNION_TOTAL: Final = 200_000
+#: The most calls (the batch and its snapshots) whose orders are matched across objects.
+MAX_CROSSING: Final = 6
+
+
+def cross_orders(
+    ops: Sequence[Operation],
+    crossing: Mapping[str, int],
+    start: Node,
+    spec: Spec,
+    budget: list[int],
+) -> set[tuple[int, ...]] | None:
+    """Every order in which the operations of ``crossing`` (ids, each with the index of the call
+    it is part of) can come in a legal order of ``ops`` (one object's) from ``start``, as tuples
+    of those indices; None once ``budget[0]`` model applications are spent (it is decreased)
+    or when the model cannot replay an operation.
+
+    Any legal order of a union of objects, restricted to one of them, is a legal order of that
+    object in which the batch and each snapshot come in the union's order. So when no order of
+    the calls fits every object at once (``fits_every_object``), the union is a violation: a
+    proof in the objects' own steps, where a search of the union meets every interleaving of
+    their concurrent calls. The converse does not hold (real time orders the objects' own
+    calls among themselves too), so a union this does not prove is searched."""
+    prepared = sorted(_prepare(ops), key=lambda op: (op.invoked_ns, op.id))
+    n = len(prepared)
+    definite = [op.definite for op in prepared]
+    tags = [crossing.get(op.id, -1) for op in prepared]
+    every = 0
+    for i in range(n):
+        if definite[i]:
+            every |= 1 << i
+    returns = sorted((op.returned_ns or 0, i) for i, op in enumerate(prepared) if definite[i])
+    found: set[tuple[int, ...]] = set()
+    seen: set[tuple[Any, int, tuple[int, ...]]] = set()
+    stack: list[tuple[Node, int, tuple[int, ...]]] = [(start, 0, ())]
+    while stack:
+        node, placed, order = stack.pop()
+        if placed & every == every:
+            found.add(order)
+            continue
+        deadline = next(end for end, i in returns if not placed >> i & 1)
+        for i in range(n):
+            if placed >> i & 1:
+                continue
+            op = prepared[i]
+            if op.invoked_ns > deadline:
+                break
+            budget[0] -= 1
+            if budget[0] < 0:
+                return None
+            after, result = spec.apply(node, op)
+            if definite[i]:
+                if result[0] == "unreplayable":
+                    return None
+                if not matches(op, result):
+                    continue
+            elif after is node or after.key == node.key:
+                continue
+            grown = (*order, tags[i]) if tags[i] >= 0 else order
+            key = (after.key, placed | 1 << i, grown)
+            if key in seen:
+                continue
+            seen.add(key)
+            stack.append((after, placed | 1 << i, grown))
+    return found
+
+
+def fits_every_object(
+    calls: int, objects: Sequence[tuple[frozenset[int], set[tuple[int, ...]]]]
+) -> bool:
+    """Whether one order of ``calls`` calls (indices ``0 .. calls-1``) is, restricted to each
+    object's calls (the first of each pair), one of its orders (the second)."""
+    for order in itertools.permutations(range(calls)):
+        if all(tuple(c for c in order if c in mine) in fits for mine, fits in objects):
+            return True
+    return False
+
+
+def _proved_by_pieces(
+    pieces: Sequence[tuple[UnionPiece, Sequence[Operation], Node]],
+    calls: int,
+    spec: Spec,
+    budget: list[int],
+) -> bool | None:
+    """Whether the union of ``pieces`` (each with the operations to take and its start) is a
+    violation by ``cross_orders``: True when no order of the ``calls`` fits every object, False
+    when one does (the union may still be a violation), None past ``budget``."""
+    objects = []
+    for piece, ops, start in pieces:
+        mine = {op.id for op in ops}
+        crossing = {i: c for i, c in piece.crossing.items() if i in mine}
+        fits = cross_orders(ops, crossing, start, spec, budget)
+        if fits is None:
+            return None
+        if not fits:
+            return True  # this object alone cannot place the batch and its reads
+        objects.append((frozenset(crossing.values()), fits))
+    return not fits_every_object(calls, objects)
+
+
+def _judge_union(
+    union: BatchObject,
+    initial: StoreState | None,
+    spec: Spec,
+    remaining: list[int],
+    *,
+    max_unknown: int,
+    shrinking: bool,
+) -> PartitionVerdict | None:
+    """The verdict on one union object of the batch rule, or None when it is left out (the
+    budget ``remaining``, which it decreases, spent).
+
+    The union is a violation only if it is one from each state it may start in. Its objects
+    one by one (``cross_orders``) prove most violations in their own steps; a union they do not
+    prove is searched whole, within ``MAX_UNION_STEPS``. A violation is then shown from the
+    objects' first calls (so that it checks again on its own), proved the same way, and shrunk
+    with sub-histories decided the same way (or by a search of ``MAX_SHRINK_UNION_STEPS``)."""
+    started = time.perf_counter()
+    calls = 1 + len(union.snapshots)
+    fast = bool(union.pieces) and calls <= MAX_CROSSING
+    spent = 0
+    verdict: PartitionVerdict | None = None
+    for index, start in enumerate(union.starts):
+        if remaining[0] <= 0:
+            return None
+        if fast:
+            combination = _combination(union.pieces, index)
+            budget = [min(remaining[0], MAX_CROSS_STEPS)]
+            before = budget[0]
+            nodes = zip(union.pieces, combination, strict=True)
+            pieces = [(p, p.window, node) for p, node in nodes]
+            found = _proved_by_pieces(pieces, calls, spec, budget)
+            remaining[0] -= before - max(0, budget[0])
+            spent += before - max(0, budget[0])
+            if found:
+                continue
+        verdict = check_partition(
+            union.partition,
+            initial,
+            max_unknown=max_unknown,
+            max_steps=min(MAX_UNION_STEPS, remaining[0]),
+            shrink_violations=False,
+            start=start,
+        )
+        remaining[0] -= verdict.steps
+        spent += verdict.steps
+        if verdict.result != "violation":
+            return verdict
+    whole = union.whole
+    origin = make_node(initial_state(initial, whole.runs))
+    firsts = [make_node(initial_state(initial, p.runs)) for p in union.pieces]
+    allowance = [MAX_SHRINK_UNION_TOTAL]
+
+    def judge(candidate: Sequence[Operation]) -> Verdict | None:
+        if allowance[0] <= 0:
+            return None
+        if fast:
+            kept = {op.id for op in candidate}
+            pieces = []
+            for piece, first in zip(union.pieces, firsts, strict=True):
+                ops = [
+                    op
+                    for op in piece.whole
+                    if op.id in kept
+                    or (op.id in piece.crossing and _union_part(piece, op.id) in kept)
+                ]
+                pieces.append((piece, ops, first))
+            budget = [min(allowance[0], MAX_CROSS_STEPS)]
+            before = budget[0]
+            found = _proved_by_pieces(pieces, calls, spec, budget)
+            allowance[0] -= before - max(0, budget[0])
+            if found:
+                return "violation"
+        steps = min(allowance[0], MAX_SHRINK_UNION_STEPS)
+        searched = _search(_prepare(candidate), origin, spec, max_steps=steps)
+        allowance[0] -= searched.steps
+        return None if searched.result == "unchecked" else searched.result
+
+    batch_id = union.batch.id
+    split = SPLITTERS["heartbeat_many"]
+
+    def judge_shrunk(candidate: Sequence[Operation]) -> Verdict | None:
+        # The same disagreement, not any: the sub-history must break the rule and
+        # pass with the batch in parts (one heartbeat per run, each at its own
+        # instant), as the objects' own checks pass it: so it is judged by the rule
+        # again when read back, and keeps the calls the snapshots' answers come from.
+        batch = next((op for op in candidate if op.id == batch_id), None)
+        if batch is None or judge(candidate) != "violation":
+            return None
+        parts = split(batch)
+        if isinstance(parts, str):
+            return None
+        apart = [*(op for op in candidate if op is not batch), *parts.parts]
+        apart.sort(key=lambda o: (o.invoked_ns, o.id))
+        steps = min(allowance[0], MAX_SHRINK_UNION_STEPS)
+        searched = _search(_prepare(apart), origin, spec, max_steps=steps)
+        allowance[0] -= searched.steps
+        return "violation" if searched.result == "linearizable" else None
+
+    entire = judge(whole.operations)
+    if entire != "violation":
+        if verdict is None:
+            # Proved from every start state, but not from the objects' beginnings within
+            # the budget: shown as the window, unshrunk.
+            return PartitionVerdict(
+                key=union.partition.key,
+                runs=union.partition.runs,
+                result="violation",
+                reason=None,
+                history=union.partition.operations,
+                unknown=sum(1 for op in union.partition.operations if op.unknown),
+                explored=0,
+                steps=spent,
+                search_seconds=time.perf_counter() - started,
+            )
+        return verdict
+    searched = time.perf_counter()
+    minimal = None
+    if shrinking and fast:
+        minimal = shrink(whole.operations, origin, judge=judge_shrunk)
+        if judge_shrunk(minimal) != "violation":
+            minimal = None  # no sub-history judged so within the budget: shown whole
+    return PartitionVerdict(
+        key=whole.key,
+        runs=whole.runs,
+        result="violation",
+        reason=None,
+        history=whole.operations,
+        unknown=sum(1 for op in whole.operations if op.unknown),
+        explored=0,
+        steps=spent,
+        minimal=minimal,
+        explanation=None
+        if minimal is None
+        else explain(minimal, origin, spec, max_steps=MAX_UNION_STEPS),
+        search_seconds=searched - started,
+        shrink_seconds=time.perf_counter() - searched,
+    )
+
+
+def _union_part(piece: UnionPiece, part_id: str) -> str | None:
+    """The id of the union's own part whose part on ``piece`` is ``part_id``."""
+    for union_id, mine in piece.parts.items():
+        if mine == part_id:
+            return union_id
+    return None
+
+
+def _combination(pieces: Sequence[UnionPiece], index: int) -> tuple[Node, ...]:
+    """The ``index``-th combination of the pieces' start states, in the order of
+    ``itertools.product`` (the order of ``BatchObject.starts``)."""
+    return tuple(itertools.product(*(p.starts for p in pieces)))[index]
 
 
 def _claim_verdict(finding: ClaimFinding) -> PartitionVerdict:

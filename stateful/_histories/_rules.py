@@ -134,6 +134,28 @@ def _snapshot_part(snapshot: Operation, runs: frozenset[str]) -> Operation | Non
 
 
 @attrs.frozen
+class UnionPiece:
+    """One object of a union (``BatchObject``), with the batch's and the snapshots' parts on it."""
+
+    runs: frozenset[str]
+    """The object's runs."""
+    window: tuple[Operation, ...]
+    """Its operations in the union's window of time, the batch's and the snapshots' parts among
+    them (``crossing`` names those)."""
+    whole: tuple[Operation, ...]
+    """Its operations from its first one to the window's end, the same parts among them."""
+    starts: tuple[Node, ...]
+    """The states it may be in when the window opens."""
+    crossing: Mapping[str, int]
+    """The parts of the batch and of the snapshots on this object, by operation id: the index of
+    the call each is part of (0 the batch, then the snapshots in ``BatchObject.snapshots``'
+    order). A snapshot with no part here reads nothing of this object."""
+    parts: Mapping[str, str]
+    """For each of the union's own parts (its batch and snapshot reads, by id), the id of its
+    part on this object (when it has one)."""
+
+
+@attrs.frozen
 class BatchObject:
     """The union object built to judge one ``heartbeat_many`` call's atomicity."""
 
@@ -151,6 +173,11 @@ class BatchObject:
     """The same union from the objects' first operations (to the window's end): searched from
     the initial state when the window is a violation, so that the sub-history shown and
     written holds what the window's start states came from."""
+    pieces: tuple[UnionPiece, ...] = ()
+    """Its objects one by one, each with the batch's and the snapshots' parts on it (empty
+    when the batch's outcome is unknown, or a part could not be made): the same judgement
+    object by object, which proves most violations in a few model steps (see
+    ``runstore.stateful._histories._linearize.cross_orders``)."""
 
 
 #: Start states a union may try (combinations of its objects' states at the window's start).
@@ -297,6 +324,7 @@ def batch_objects(
         ops: list[Operation] = []
         whole: list[Operation] = []
         choices: list[list[Node]] = []
+        spans: list[tuple[Partition, list[Operation], list[Operation]]] = []
         for partition in objects.values():
             every = partition.operations
             k, e = _window(every, first, last)
@@ -305,17 +333,23 @@ def batch_objects(
             states = states_at(partition, k) if k else None
             if not states:
                 k, states = 0, [make_node(initial_state(initial, partition.runs))]
-            ops.extend(op for op in every[k:e] if not op.id.startswith(prefixes))
-            whole.extend(op for op in every[:e] if not op.id.startswith(prefixes))
+            window = [op for op in every[k:e] if not op.id.startswith(prefixes)]
+            before = [op for op in every[:e] if not op.id.startswith(prefixes)]
+            ops.extend(window)
+            whole.extend(before)
             choices.append(states)
+            spans.append((partition, window, before))
         combinations = 1
         for states in choices:
             combinations *= len(states)
         extra = [_restricted(batch, written)]
+        reads: list[Operation] = []
         for snapshot in seen:
             part = _snapshot_part(snapshot, runs)
             if part is not None:
                 extra.append(part)
+                reads.append(snapshot)
+        pieces = _pieces(batch, written, reads, extra, spans, choices)
         ops += extra
         whole += extra
         if len(ops) > MAX_UNION_OPERATIONS or combinations > MAX_UNION_STARTS:
@@ -331,8 +365,63 @@ def batch_objects(
         )
         whole.sort(key=lambda o: (o.invoked_ns, o.id))
         entire = attrs.evolve(partition, operations=tuple(whole))
-        built.append(BatchObject(batch, tuple(seen), partition, starts, entire))
+        built.append(BatchObject(batch, tuple(seen), partition, starts, entire, pieces))
     return built, skipped
+
+
+def _pieces(
+    batch: Operation,
+    written: Sequence[str],
+    reads: Sequence[Operation],
+    extra: Sequence[Operation],
+    spans: Sequence[tuple[Partition, list[Operation], list[Operation]]],
+    choices: Sequence[list[Node]],
+) -> tuple[UnionPiece, ...]:
+    """The union's objects one by one, each with the parts of the batch and of the snapshot
+    ``reads`` (whose union parts are ``extra``, the batch's first) on it; ``()`` when the
+    batch's outcome is unknown (whether it took effect is then one choice for every object,
+    which a search object by object would make apart) or a part cannot be made."""
+    if batch.status != "ok":
+        return ()
+    pieces = []
+    for (partition, window, before), states in zip(spans, choices, strict=True):
+        runs = frozenset(partition.runs)
+        mine = [rid for rid in written if rid in runs]
+        crossing: dict[str, int] = {}
+        parts: dict[str, str] = {}
+        added: list[Operation] = []
+        if mine:
+            part = attrs.evolve(_restricted(batch, mine), id=f"{batch.id}/piece")
+            added.append(part)
+            crossing[part.id] = 0
+            parts[extra[0].id] = part.id
+        for index, (snapshot, union_part) in enumerate(zip(reads, extra[1:], strict=True)):
+            if snapshot.method == "state" and isinstance(snapshot.value, StoreState):
+                part = state_part(snapshot, "piece", runs, snapshot.value)
+            elif snapshot.method == "list_runs" and isinstance(snapshot.value, RunPage):
+                split = _split_list_runs(snapshot)
+                if isinstance(split, str) or split.per_object is None:
+                    return ()
+                found = split.per_object("piece", runs, runs)
+                if not found:
+                    continue  # the page reads nothing of this object
+                (part,) = found
+            else:
+                return ()
+            added.append(part)
+            crossing[part.id] = index + 1
+            parts[union_part.id] = part.id
+        pieces.append(
+            UnionPiece(
+                runs=runs,
+                window=tuple(sorted((*window, *added), key=lambda o: (o.invoked_ns, o.id))),
+                whole=tuple(sorted((*before, *added), key=lambda o: (o.invoked_ns, o.id))),
+                starts=tuple(states),
+                crossing=MappingProxyType(crossing),
+                parts=MappingProxyType(parts),
+            )
+        )
+    return tuple(pieces)
 
 
 # -- claim_next takes the oldest ----------------------------------------------------
