@@ -28,6 +28,7 @@ Run: ``python benchmarks/sqlite_growth.py [--rounds N] [--batch N]
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sqlite3
 import statistics
@@ -60,6 +61,7 @@ OPERATIONS = (
     "changes page",
     "heartbeat",
     "heartbeat_many",
+    "heartbeat_many, set-based raw",
     "transition_owned running",
     "claim_and_own",
     "activate",
@@ -299,12 +301,13 @@ class Subject:
                 [lambda: _page(store.changes(head - PAGE)) for _ in range(batch)],
                 [lambda: raw_changes(raw, head - PAGE) for _ in range(batch)],
             )
-        if operation == "heartbeat_many":
+        if operation.startswith("heartbeat_many"):
             calls = max(1, batch // 5)
             groups = [picks.take("renewed", PAGE, once=False) for _ in range(2 * calls)]
+            by_hand = raw_heartbeat_many_set if "set-based" in operation else raw_heartbeat_many
             return (
                 [lambda g=g: _ok(store.heartbeat_many(OWNER, g, now)) for g in groups[:calls]],
-                [lambda g=g: raw_heartbeat_many(raw, g, now) for g in groups[calls:]],
+                [lambda g=g: by_hand(raw, g, now) for g in groups[calls:]],
             )
         if operation == "purge_settled":
             # Each purge takes the oldest settled runs: the store's batch,
@@ -387,6 +390,27 @@ def raw_heartbeat_many(raw: sqlite3.Connection, ids: list[str], now: int) -> Non
             "AND status = 'running' AND owner_host_id = ? AND owner_pid = ? AND owner_nonce = ?",
             (now, r, *_who(OWNER)),
         )
+    execute("COMMIT")
+
+
+def raw_heartbeat_many_set(raw: sqlite3.Connection, ids: list[str], now: int) -> None:
+    """The same renewals as two set-based statements (the lease rows, then the
+    run rows), as the store writes them."""
+    execute = raw.execute
+    packed = json.dumps(sorted(ids))
+    execute("BEGIN IMMEDIATE")
+    execute(
+        "UPDATE flows_consensus_leases SET heartbeat_at_ms = MAX(heartbeat_at_ms, ?1) "
+        "WHERE run_id IN (SELECT value FROM json_each(?2)) "
+        "AND owner_host_id = ?3 AND owner_pid = ?4 AND owner_nonce = ?5",
+        (now, packed, *_who(OWNER)),
+    )
+    execute(
+        "UPDATE flows_runs SET heartbeat_at_ms = MAX(heartbeat_at_ms, ?1) "
+        "WHERE run_id IN (SELECT value FROM json_each(?2)) AND +status = 'running' "
+        "AND owner_host_id = ?3 AND owner_pid = ?4 AND owner_nonce = ?5",
+        (now, packed, *_who(OWNER)),
+    )
     execute("COMMIT")
 
 

@@ -18,11 +18,13 @@ Two measurements, each printing figures and never asserting:
   and only what runs inside those calls is counted, one dump per batch.
 - ``pages``: WAL pages per commit of each write on a file (WAL, automatic
   checkpoints off, so the ``-wal`` file holds every frame each commit
-  wrote; no fsync, which changes no page), in a database of a few thousand runs, next to the B-trees
+  wrote; no fsync, which changes no page), in a file of ``--background``
+  older runs (3 000 by default; three fifths completed, a fifth running, a
+  fifth pending, as the page test lays them out), next to the B-trees
   (tables and indexes) the commits touched; and the raw compare-and-swap's.
 
 Run: ``python benchmarks/sqlite_writes.py [cpu|pages] [--rounds N] [--batch N]
-[--callgrind]``.
+[--callgrind] [--only OPERATION ...] [--background N]``.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from throughput import OWNER, STATE, THIEF, Baseline  # noqa: E402
 
 from tests.sqlite._wal import WalReader, page_owners  # noqa: E402
+from tests.sqlite.test_sqlite_write_paths import background as older_runs  # noqa: E402
 
 PENDING = RunSnapshot("pending", None, None)
 STALE_MS = 40_000
@@ -338,8 +341,9 @@ def bench_pages(batch: int, background: int = 3000) -> None:
         raw_path = Path(tmp) / "raw.db"
         raw = Baseline(str(raw_path))
         raw.connection.execute("PRAGMA synchronous = OFF")
-        raw.connection.execute("PRAGMA wal_autocheckpoint = 0")
         raw_ids = raw.prepare(background)
+        raw.connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        raw.connection.execute("PRAGMA wal_autocheckpoint = 0")
         fresh = iter(raw_ids)
         print(f"{'raw compare-and-swap':<28}", end="")
         print(_pages(raw_path, raw.connection, lambda: raw.one(next(fresh)), batch))
@@ -349,10 +353,12 @@ def bench_pages(batch: int, background: int = 3000) -> None:
             connection = subject.store._connection
             # No fsync (the pages a commit writes do not depend on it).
             connection.execute("PRAGMA synchronous = OFF")
-            connection.execute("PRAGMA wal_autocheckpoint = 0")
-            for number in range(background):
-                subject.store.create(f"background-{number:07d}", STATE)
+            # The older runs, in one transaction: three fifths completed, a
+            # fifth running, a fifth pending (as the page test lays them).
+            older_runs(connection, background, subject.clock.now_ms())
             ids = subject.prepare(batch)
+            connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            connection.execute("PRAGMA wal_autocheckpoint = 0")
             steps = iter(enumerate(ids))
 
             def run(subject: Subject = subject, steps: object = steps) -> None:
@@ -370,6 +376,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=200)
     parser.add_argument("--callgrind", action="store_true", help="count instructions")
     parser.add_argument(
+        "--background", type=int, default=3000, help="runs already in the file (pages)"
+    )
+    parser.add_argument(
         "--only", action="append", choices=OPERATIONS, help="measure this operation (repeatable)"
     )
     args = parser.parse_args(argv)
@@ -384,7 +393,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             bench_cpu(args.rounds, args.batch, operations)
     if args.which in (None, "pages"):
-        bench_pages(min(args.batch, 100))
+        bench_pages(min(args.batch, 100), args.background)
 
 
 if __name__ == "__main__":

@@ -287,8 +287,9 @@ def _operations(store: Any, clock: ManualClock) -> dict[str, Callable[[str], obj
 def background(connection: sqlite3.Connection, count: int, now_ms: int) -> None:
     """``count`` older runs in one transaction, made as the store would leave
     them: three fifths completed, a fifth running (owned by ``THIEF``, with
-    its lease and activation fact), a fifth pending. Their ids sort before
-    the measured runs', their creation times before them too."""
+    its lease and activation fact), a fifth pending, with ids ``a-NNNNN``
+    (the file may hold other runs already). Their ids sort before the
+    measured runs', their creation times before them too."""
     execute = sqlite3.Connection.execute
     a, b = 3 * count // 5, 4 * count // 5
     numbers = (
@@ -313,21 +314,21 @@ def background(connection: sqlite3.Connection, count: int, now_ms: int) -> None:
     execute(
         connection,
         "INSERT INTO flows_run_state (run_id, state_json) "
-        f"SELECT run_id, '{STATE}' FROM flows_runs",
+        f"SELECT run_id, '{STATE}' FROM flows_runs WHERE run_id GLOB 'a-*'",
     )
     execute(
         connection,
         """INSERT INTO flows_consensus_leases
           (run_id, owner_host_id, owner_pid, owner_nonce, granted_at_ms, heartbeat_at_ms)
         SELECT run_id, owner_host_id, owner_pid, owner_nonce, heartbeat_at_ms, heartbeat_at_ms
-        FROM flows_runs WHERE status = 'running'""",
+        FROM flows_runs WHERE status = 'running' AND run_id GLOB 'a-*'""",
     )
     execute(
         connection,
         """INSERT INTO flows_ownership_facts (run_id, position, transition, owner_host_id,
           owner_pid, owner_nonce, granted_at_ms)
         SELECT run_id, 1, 'activated', owner_host_id, owner_pid, owner_nonce, heartbeat_at_ms
-        FROM flows_runs WHERE status = 'running'""",
+        FROM flows_runs WHERE status = 'running' AND run_id GLOB 'a-*'""",
     )
     execute(connection, "COMMIT")
 
