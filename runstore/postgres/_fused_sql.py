@@ -31,9 +31,11 @@ Conventions:
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 from .._constants import MAX_SAFE_INTEGER
+from ._change_feed import DRAIN_EVERY
 
 #: The SQLSTATE of a guarded write that missed its row.
 WRITE_INVARIANT: Final = "RS001"
@@ -878,3 +880,520 @@ def _claim_next_many_once() -> str:
 
 #: Migration 2011's text on PostgreSQL.
 CLAIM_NEXT_MANY: Final = _claim_next_many_once()
+
+
+# -- Migration 2014: the one-round-trip functions, leaner ------------------------------
+#
+# The same decisions, answers, row writes, facts and revisions as 2004's
+# functions (and 2005's heartbeat_many), with less work on the server per
+# call (issue 28; benchmarks/postgres_server_time.py measures both):
+#
+# - No function pins a search path. Entering a function that does saves the
+#   setting, sets it, recomputes the path and restores it on the way out, on
+#   every call, and 2004's operations called helpers that each did so again
+#   (flows_op_fact alone took 70 to 130 us a call). Each table, type and
+#   function of the store is named with its schema instead: the migration
+#   writes the schema's name into the text (the ``@s.`` prefix below, which a
+#   DO block replaces with the quoted current schema), so a call resolves
+#   the store's objects whatever the caller's search path. Built-ins and
+#   operators resolve through the caller's path, as in every statement the
+#   store sends: its sessions pin the path to the schema, where pg_catalog
+#   comes first.
+# - The helpers of the hot paths (the fact append, the lease promotion) are
+#   statements of the operation itself: no nested call.
+# - The change-log entry is appended by the function's own statement, not by
+#   the deferred revision trigger at commit: the function marks its
+#   run-row writes (``runstore.revisions`` set to ``bulk`` around them, which
+#   the trigger's WHEN clause skips, as heartbeat_many's and purge's batches
+#   do since 2005), then appends one entry per row write, with the trigger's
+#   source guard folded into the INSERT. The entry's sequence value is
+#   drawn before the commit instead of at it: writes on one run still draw
+#   in the order of their row locks, and the feed's numbering (2010) is
+#   unchanged, so its three properties hold as before. Writes that the
+#   functions leave to 2004's rarely used helpers (a claim given back, a
+#   claim that lost its lease) are not marked, and the trigger logs them.
+# - A state write updates the state row (every run has one) instead of an
+#   INSERT ... ON CONFLICT DO UPDATE, which checked the row's JSON twice: on
+#   the row it proposed and on the row it wrote; each check enters an
+#   exception block, a subtransaction.
+# - heartbeat renews the lease and mirrors its stamp on the row in one
+#   statement, after the row lock (so no lease writer can come between).
+
+#: How a function marks its run-row writes as logged by itself (a plpgsql
+#: assignment is evaluated in place; PERFORM would run a query).
+_MARK: Final = "v_mark := pg_catalog.set_config('runstore.revisions', 'bulk', true);"
+_UNMARK: Final = "v_mark := pg_catalog.set_config('runstore.revisions', '', true);"
+
+
+def _append(run: str, *, deleted: int = 0, indent: str = "  ") -> str:
+    """Statements appending ``run``'s change-log entry (the revision
+    trigger's work, with its source guard: a missing source, or a counter at
+    2**53 - 1, refuses the write); every 256th entry's writer numbers the log
+    if no one else is (as the trigger did)."""
+    lines = [
+        "INSERT INTO flows_change_log (run_ids, deleted)",
+        f"SELECT ARRAY[{run}], {deleted} FROM flows_run_source AS s",
+        f"WHERE s.singleton = 1 AND s.revision < {_MAX}",
+        "RETURNING seq INTO v_seq;",
+        "IF NOT FOUND THEN",
+        "  PERFORM flows_op_source_refused();",
+        f"ELSIF v_seq % {DRAIN_EVERY} = 0 THEN",
+        "  PERFORM flows_number_changes(false);",
+        "END IF;",
+    ]
+    return "".join(f"{indent}{line}\n" for line in lines)
+
+
+_LEAN_HELPERS: Final = """
+-- The refusal of a write whose change-log entry cannot be appended, as the
+-- revision trigger refuses it (the constraints it names classify the error).
+CREATE OR REPLACE FUNCTION flows_op_source_refused() RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM 1 FROM flows_run_source AS s WHERE s.singleton = 1;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'execution source identity is missing'
+      USING ERRCODE = 'check_violation', CONSTRAINT = 'flows_run_source_identity';
+  END IF;
+  RAISE EXCEPTION 'the revision would pass 2**53 - 1'
+    USING ERRCODE = 'check_violation', CONSTRAINT = 'flows_run_source_valid';
+END
+$$;
+
+CREATE OR REPLACE FUNCTION flows_op_loss(p_row flows_runs, p_cutoff bigint) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT CASE
+    WHEN p_row.claim_host_id IS NOT NULL THEN 'already_claimed'
+    WHEN p_row.status = 'running' AND p_row.heartbeat_at_ms IS NOT NULL
+         AND p_row.heartbeat_at_ms >= p_cutoff THEN 'heartbeat_fresh'
+    ELSE 'snapshot_changed' END
+$$;
+
+CREATE OR REPLACE FUNCTION flows_op_is_snapshot(
+  p_row flows_runs, p_status text, p_host text, p_pid bigint, p_nonce text, p_heartbeat bigint
+) RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
+  SELECT p_row.status = p_status
+    AND p_row.owner_host_id IS NOT DISTINCT FROM p_host
+    AND p_row.owner_pid IS NOT DISTINCT FROM p_pid
+    AND p_row.owner_nonce IS NOT DISTINCT FROM p_nonce
+    AND p_row.heartbeat_at_ms IS NOT DISTINCT FROM p_heartbeat
+$$;
+"""
+
+# One fact, one past the run's last.
+_FACT: Final = """INSERT INTO flows_ownership_facts
+    (run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms)
+  SELECT p_run, COALESCE(MAX(f.position), 0) + 1, {transition}, p_host, p_pid, p_nonce,
+         {granted}
+  FROM flows_ownership_facts AS f WHERE f.run_id = p_run;"""
+
+_LEAN_CLAIM: Final = f"""
+CREATE OR REPLACE FUNCTION flows_op_claim(
+  p_run text, p_status text, p_owner_host text, p_owner_pid bigint, p_owner_nonce text,
+  p_heartbeat bigint, p_cutoff bigint, p_host text, p_pid bigint, p_nonce text, p_now bigint
+) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+  v_row flows_runs;
+  v_mark text;
+  v_seq bigint;
+BEGIN
+  SELECT * INTO v_row FROM flows_runs WHERE run_id = p_run FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN 'not_found';
+  END IF;
+  IF NOT (v_row.status IN ('pending', 'suspended')
+          AND flows_op_is_snapshot(v_row, p_status, p_owner_host, p_owner_pid,
+                                   p_owner_nonce, p_heartbeat)
+          AND v_row.claim_host_id IS NULL AND v_row.claim_pid IS NULL
+          AND v_row.claim_nonce IS NULL AND v_row.claimed_at_ms IS NULL) THEN
+    RETURN flows_op_loss(v_row, p_cutoff);
+  END IF;
+  -- SqlConsensus.claim: granted when there is no lease, or an empty one.
+  INSERT INTO flows_consensus_leases AS l
+    (run_id, claim_host_id, claim_pid, claim_nonce, claimed_at_ms)
+  VALUES (p_run, p_host, p_pid, p_nonce, p_now)
+  ON CONFLICT (run_id) DO UPDATE SET
+    claim_host_id = excluded.claim_host_id, claim_pid = excluded.claim_pid,
+    claim_nonce = excluded.claim_nonce, claimed_at_ms = excluded.claimed_at_ms
+  WHERE l.claim_host_id IS NULL AND l.owner_host_id IS NULL;
+  IF NOT FOUND THEN
+    RETURN flows_op_loss(v_row, p_cutoff);  -- the strategy is authoritative
+  END IF;
+  {_MARK}
+  UPDATE flows_runs
+  SET claim_host_id = p_host, claim_pid = p_pid, claim_nonce = p_nonce, claimed_at_ms = p_now
+  WHERE run_id = p_run;
+  {_UNMARK}
+  {_FACT.format(transition="'claimed'", granted="p_now")}
+{_append("p_run")}  RETURN 'claimed';
+END
+$$;
+"""
+
+_LEAN_STEAL: Final = f"""
+CREATE OR REPLACE FUNCTION flows_op_steal(
+  p_run text, p_status text, p_owner_host text, p_owner_pid bigint, p_owner_nonce text,
+  p_heartbeat bigint, p_cutoff bigint, p_host text, p_pid bigint, p_nonce text, p_now bigint
+) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+  v_row flows_runs;
+  v_mark text;
+  v_seq bigint;
+BEGIN
+  SELECT * INTO v_row FROM flows_runs WHERE run_id = p_run FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN 'not_found';
+  END IF;
+  IF NOT (flows_op_is_snapshot(v_row, p_status, p_owner_host, p_owner_pid,
+                               p_owner_nonce, p_heartbeat)
+          AND v_row.claim_host_id IS NULL AND v_row.claim_pid IS NULL
+          AND v_row.claim_nonce IS NULL AND v_row.claimed_at_ms IS NULL
+          AND v_row.heartbeat_at_ms IS NOT NULL AND v_row.heartbeat_at_ms < p_cutoff) THEN
+    RETURN flows_op_loss(v_row, p_cutoff);
+  END IF;
+  -- SqlConsensus.steal (the evidence checked by the caller): the owner
+  -- named, no claim, heartbeat stale.
+  UPDATE flows_consensus_leases
+  SET claim_host_id = p_host, claim_pid = p_pid, claim_nonce = p_nonce, claimed_at_ms = p_now
+  WHERE run_id = p_run AND owner_host_id = p_owner_host AND owner_pid = p_owner_pid
+    AND owner_nonce = p_owner_nonce AND claim_host_id IS NULL
+    AND heartbeat_at_ms IS NOT NULL AND heartbeat_at_ms < p_cutoff;
+  IF NOT FOUND THEN
+    RETURN flows_op_loss(v_row, p_cutoff);
+  END IF;
+  {_MARK}
+  UPDATE flows_runs
+  SET claim_host_id = p_host, claim_pid = p_pid, claim_nonce = p_nonce, claimed_at_ms = p_now
+  WHERE run_id = p_run;
+  {_UNMARK}
+  {_FACT.format(transition="'stolen'", granted="p_now")}
+{_append("p_run")}  RETURN 'claimed';
+END
+$$;
+"""
+
+_LEAN_CLAIM_AND_OWN: Final = f"""
+CREATE OR REPLACE FUNCTION flows_op_claim_and_own(
+  p_run text, p_status text, p_owner_host text, p_owner_pid bigint, p_owner_nonce text,
+  p_heartbeat bigint, p_cutoff bigint, p_host text, p_pid bigint, p_nonce text, p_now bigint,
+  p_mode text
+) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+  v_row flows_runs;
+  v_mark text;
+  v_seq bigint;
+BEGIN
+  SELECT * INTO v_row FROM flows_runs WHERE run_id = p_run FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN 'not_found';
+  END IF;
+  IF NOT (v_row.status IN ('pending', 'suspended', 'running')
+          AND flows_op_is_snapshot(v_row, p_status, p_owner_host, p_owner_pid,
+                                   p_owner_nonce, p_heartbeat)
+          AND v_row.claim_host_id IS NULL AND v_row.claim_pid IS NULL
+          AND v_row.claim_nonce IS NULL AND v_row.claimed_at_ms IS NULL
+          AND (v_row.status <> 'running' OR v_row.heartbeat_at_ms IS NULL
+               OR v_row.heartbeat_at_ms < p_cutoff)) THEN
+    RETURN flows_op_loss(v_row, p_cutoff);
+  END IF;
+  -- The grant and the activation as one lease write (as in 2004).
+  IF p_mode = 'steal' THEN
+    UPDATE flows_consensus_leases
+    SET owner_host_id = p_host, owner_pid = p_pid, owner_nonce = p_nonce,
+        granted_at_ms = p_now, heartbeat_at_ms = p_now,
+        claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL
+    WHERE run_id = p_run AND owner_host_id = p_owner_host AND owner_pid = p_owner_pid
+      AND owner_nonce = p_owner_nonce AND claim_host_id IS NULL
+      AND heartbeat_at_ms IS NOT NULL AND heartbeat_at_ms < p_cutoff;
+  ELSE
+    INSERT INTO flows_consensus_leases AS l
+      (run_id, owner_host_id, owner_pid, owner_nonce, granted_at_ms, heartbeat_at_ms)
+    VALUES (p_run, p_host, p_pid, p_nonce, p_now, p_now)
+    ON CONFLICT (run_id) DO UPDATE SET
+      owner_host_id = excluded.owner_host_id, owner_pid = excluded.owner_pid,
+      owner_nonce = excluded.owner_nonce, granted_at_ms = excluded.granted_at_ms,
+      heartbeat_at_ms = excluded.heartbeat_at_ms,
+      claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL
+    WHERE (l.claim_host_id IS NULL AND l.owner_host_id IS NULL)
+       OR (p_mode = 'reown' AND l.owner_host_id = p_host AND l.owner_pid = p_pid
+           AND l.owner_nonce = p_nonce);
+  END IF;
+  IF NOT FOUND THEN
+    RETURN flows_op_loss(v_row, p_cutoff);
+  END IF;
+  IF p_mode = 'reown' THEN
+    INSERT INTO flows_ownership_facts
+      (run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms)
+    SELECT p_run, m.last + v.step, v.transition, p_host, p_pid, p_nonce, v.granted
+    FROM (SELECT COALESCE(MAX(f.position), 0) AS last
+          FROM flows_ownership_facts AS f WHERE f.run_id = p_run) AS m,
+         (VALUES (1, 'released', NULL::bigint), (2, 'claimed', p_now),
+                 (3, 'activated', p_now)) AS v (step, transition, granted);
+  ELSE
+    INSERT INTO flows_ownership_facts
+      (run_id, position, transition, owner_host_id, owner_pid, owner_nonce, granted_at_ms)
+    SELECT p_run, m.last + v.step, v.transition, p_host, p_pid, p_nonce, p_now
+    FROM (SELECT COALESCE(MAX(f.position), 0) AS last
+          FROM flows_ownership_facts AS f WHERE f.run_id = p_run) AS m,
+         (VALUES (1, CASE WHEN p_mode = 'steal' THEN 'stolen' ELSE 'claimed' END),
+                 (2, 'activated')) AS v (step, transition);
+  END IF;
+  {_MARK}
+  UPDATE flows_runs
+  SET status = 'running', started_at_ms = COALESCE(started_at_ms, p_now),
+      finished_at_ms = NULL,
+      owner_host_id = p_host, owner_pid = p_pid, owner_nonce = p_nonce,
+      heartbeat_at_ms = p_now
+  WHERE run_id = p_run;
+  {_UNMARK}
+{_append("p_run")}  RETURN 'activated';
+END
+$$;
+"""
+
+_LEAN_ACTIVATE: Final = f"""
+CREATE OR REPLACE FUNCTION flows_op_activate(
+  p_run text, p_status text, p_owner_host text, p_owner_pid bigint, p_owner_nonce text,
+  p_heartbeat bigint, p_host text, p_pid bigint, p_nonce text, p_token bigint,
+  p_activated_at bigint
+) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+  v_row flows_runs;
+  v_mark text;
+  v_seq bigint;
+BEGIN
+  SELECT * INTO v_row FROM flows_runs WHERE run_id = p_run FOR UPDATE;
+  IF NOT FOUND OR NOT (v_row.claim_host_id IS NOT DISTINCT FROM p_host
+                       AND v_row.claim_pid IS NOT DISTINCT FROM p_pid
+                       AND v_row.claim_nonce IS NOT DISTINCT FROM p_nonce
+                       AND v_row.claimed_at_ms IS NOT DISTINCT FROM p_token) THEN
+    RETURN 'claim_lost';  -- a foreign claim is never cleared
+  END IF;
+  IF NOT flows_op_is_snapshot(v_row, p_status, p_owner_host, p_owner_pid,
+                              p_owner_nonce, p_heartbeat) THEN
+    -- The claim stands but the snapshot moved: give the claim back.
+    PERFORM flows_op_release_claim(p_run, p_host, p_pid, p_nonce, p_token);
+    PERFORM flows_op_fact(p_run, 'released', p_host, p_pid, p_nonce, p_token);
+    PERFORM flows_op_clear_claim(p_run, p_host, p_pid, p_nonce, p_token);
+    RETURN 'snapshot_changed';
+  END IF;
+  -- SqlConsensus.activate: the claim becomes the owner, renewed now.
+  UPDATE flows_consensus_leases
+  SET owner_host_id = p_host, owner_pid = p_pid, owner_nonce = p_nonce,
+      granted_at_ms = p_token, heartbeat_at_ms = p_activated_at,
+      claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL
+  WHERE run_id = p_run AND claim_host_id = p_host AND claim_pid = p_pid
+    AND claim_nonce = p_nonce AND claimed_at_ms = p_token;
+  IF NOT FOUND THEN
+    -- The strategy no longer holds this claim: the row follows it.
+    PERFORM flows_op_clear_claim(p_run, p_host, p_pid, p_nonce, p_token);
+    RETURN 'claim_lost';
+  END IF;
+  {_MARK}
+  UPDATE flows_runs
+  SET status = 'running', started_at_ms = COALESCE(started_at_ms, p_activated_at),
+      finished_at_ms = NULL,
+      owner_host_id = p_host, owner_pid = p_pid, owner_nonce = p_nonce,
+      heartbeat_at_ms = p_activated_at,
+      claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL
+  WHERE run_id = p_run;
+  {_UNMARK}
+  {_FACT.format(transition="'activated'", granted="p_token")}
+{_append("p_run")}  RETURN 'activated';
+END
+$$;
+"""
+
+_LEAN_RENEW: Final = f"""
+CREATE OR REPLACE FUNCTION flows_op_renew(
+  p_run text, p_host text, p_pid bigint, p_nonce text, p_now bigint, p_reconfirm boolean
+) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+  v_exists boolean;
+  v_mark text;
+  v_seq bigint;
+BEGIN
+  PERFORM 1 FROM flows_runs WHERE run_id = p_run FOR UPDATE;
+  v_exists := FOUND;
+  -- The lease renewed (whether or not the row follows, as 2004's did), and
+  -- the row mirroring its stamp where this owner holds it.
+  {_MARK}
+  WITH renewed AS (
+    UPDATE flows_consensus_leases AS l
+    SET heartbeat_at_ms = GREATEST(COALESCE(l.heartbeat_at_ms, p_now), p_now)
+    WHERE l.run_id = p_run AND l.owner_host_id = p_host AND l.owner_pid = p_pid
+      AND l.owner_nonce = p_nonce AND (NOT p_reconfirm OR l.claim_host_id IS NULL)
+    RETURNING l.heartbeat_at_ms AS stamp
+  )
+  UPDATE flows_runs AS r SET heartbeat_at_ms = GREATEST(r.heartbeat_at_ms, renewed.stamp)
+  FROM renewed
+  WHERE r.run_id = p_run AND r.status = 'running' AND r.owner_host_id = p_host
+    AND r.owner_pid = p_pid AND r.owner_nonce = p_nonce;
+  IF FOUND THEN
+    {_UNMARK}
+{_append("p_run", indent="    ")}    RETURN 'updated';
+  END IF;
+  {_UNMARK}
+  RETURN CASE WHEN v_exists THEN 'fence_lost' ELSE 'not_found' END;
+END
+$$;
+"""
+
+_LEAN_TRANSITION_OWNED: Final = f"""
+CREATE OR REPLACE FUNCTION flows_op_transition_owned(
+  p_run text, p_host text, p_pid bigint, p_nonce text, p_requirement text,
+  p_status text, p_finished bigint, p_state text
+) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+  v_row flows_runs;
+  v_mark text;
+  v_seq bigint;
+BEGIN
+  SELECT * INTO v_row FROM flows_runs WHERE run_id = p_run FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN 'not_found';
+  END IF;
+  IF NOT (v_row.status = 'running' AND v_row.owner_host_id = p_host
+          AND v_row.owner_pid = p_pid AND v_row.owner_nonce = p_nonce) THEN
+    RETURN 'fence_lost';
+  END IF;
+  IF (p_requirement IS NOT DISTINCT FROM 'absent' AND v_row.cancel_requested_at_ms IS NOT NULL)
+     OR (p_requirement IS NOT DISTINCT FROM 'present'
+         AND v_row.cancel_requested_at_ms IS NULL) THEN
+    -- SqlConsensus.guard decides between the two losses.
+    PERFORM 1 FROM flows_consensus_leases
+    WHERE run_id = p_run AND owner_host_id = p_host AND owner_pid = p_pid
+      AND owner_nonce = p_nonce;
+    RETURN CASE WHEN FOUND THEN 'guard_failed' ELSE 'fence_lost' END;
+  END IF;
+  IF p_status = 'running' THEN
+    -- The guard (the lease is still this owner's) and the row in one statement.
+    {_MARK}
+    UPDATE flows_runs SET status = 'running', finished_at_ms = NULL
+    WHERE run_id = p_run AND EXISTS (
+      SELECT 1 FROM flows_consensus_leases AS l
+      WHERE l.run_id = p_run AND l.owner_host_id = p_host AND l.owner_pid = p_pid
+        AND l.owner_nonce = p_nonce);
+    IF NOT FOUND THEN
+      {_UNMARK}
+      RETURN 'fence_lost';
+    END IF;
+    {_UNMARK}
+  ELSE
+    -- Settling: the guard and the release of the ownership in one statement.
+    DELETE FROM flows_consensus_leases
+    WHERE run_id = p_run AND owner_host_id = p_host AND owner_pid = p_pid
+      AND owner_nonce = p_nonce;
+    IF NOT FOUND THEN
+      RETURN 'fence_lost';
+    END IF;
+    {_MARK}
+    UPDATE flows_runs
+    SET status = p_status, finished_at_ms = p_finished,
+        owner_host_id = NULL, owner_pid = NULL, owner_nonce = NULL, heartbeat_at_ms = NULL,
+        claim_host_id = NULL, claim_pid = NULL, claim_nonce = NULL, claimed_at_ms = NULL
+    WHERE run_id = p_run;
+    {_UNMARK}
+  END IF;
+  IF p_state IS NOT NULL THEN
+    UPDATE flows_run_state SET state_json = p_state WHERE run_id = p_run;
+    IF NOT FOUND THEN
+      INSERT INTO flows_run_state (run_id, state_json) VALUES (p_run, p_state);
+    END IF;
+  END IF;
+  IF p_status <> 'running' THEN
+    {_FACT.format(transition="'released'", granted="NULL")}
+  END IF;
+{_append("p_run")}  RETURN 'transitioned';
+END
+$$;
+"""
+
+_LEAN_REQUEST_CANCEL: Final = f"""
+CREATE OR REPLACE FUNCTION flows_op_request_cancel(p_run text, p_now bigint)
+RETURNS TABLE (marked bigint, requested_at bigint, status text)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+  v_mark text;
+  v_seq bigint;
+BEGIN
+  {_MARK}
+  UPDATE flows_runs AS r SET cancel_requested_at_ms = p_now
+  WHERE r.run_id = p_run AND r.cancel_requested_at_ms IS NULL
+    AND r.status NOT IN ('completed', 'failed', 'cancelled');
+  IF FOUND THEN
+    {_UNMARK}
+{_append("p_run", indent="    ")}    marked := 1;
+    RETURN NEXT;
+    RETURN;
+  END IF;
+  {_UNMARK}
+  RETURN QUERY SELECT 0::bigint, r.cancel_requested_at_ms, r.status
+  FROM flows_runs AS r WHERE r.run_id = p_run;
+END
+$$;
+"""
+
+
+def _lean_claim_next(text: str) -> str:
+    """A 2004, 2007 or 2011 claim_next function as 2014 writes it: no pinned
+    search path (its claim, flows_op_claim_and_own, is 2014's)."""
+    pinned = "LANGUAGE plpgsql SET search_path FROM CURRENT AS $$"
+    if text.count(pinned) != 1 or text.count("CREATE FUNCTION ") != 1:
+        raise AssertionError("a claim_next function's text changed")
+    return text.replace(pinned, "LANGUAGE plpgsql AS $$").replace(
+        "CREATE FUNCTION ", "CREATE OR REPLACE FUNCTION "
+    )
+
+
+#: Names of the store's objects in function texts (outside quoted literals).
+_OBJECT: Final = re.compile(r"\bflows_[a-z_]+\b")
+
+
+def _qualified(text: str) -> str:
+    """``text`` with every store object named ``@s.``-prefixed (outside
+    quoted literals), for the DO block to put the schema there."""
+    pieces = text.split("'")
+    for index in range(0, len(pieces), 2):
+        pieces[index] = _OBJECT.sub(r"@s.\g<0>", pieces[index])
+    return "'".join(pieces)
+
+
+def _in_schema(statements: list[str]) -> str:
+    """A DO block creating each statement in the current schema."""
+    body = "".join(
+        "  EXECUTE pg_catalog.replace($statement$"
+        f"{_qualified(statement)}$statement$, '@s.', "
+        "pg_catalog.format('%I.', pg_catalog.current_schema()));\n"
+        for statement in statements
+    )
+    return f"DO $migration$\nBEGIN\n{body}END\n$migration$;\n"
+
+
+def _functions(text: str) -> list[str]:
+    """The CREATE statements of ``text``, one each."""
+    parts = re.split(r"(?m)^(?=CREATE (?:OR REPLACE )?FUNCTION )", text)
+    return [part.strip() for part in parts if part.strip().startswith("CREATE")]
+
+
+def _claim_next_family() -> list[str]:
+    texts = [_CLAIM_NEXT, _claim_next_once()]
+    many = _claim_next_many_once()
+    texts += _functions(many)
+    return [_lean_claim_next(_functions(text)[0]) for text in texts]
+
+
+#: Migration 2014's text on PostgreSQL.
+LEAN_OPERATIONS: Final = _in_schema(
+    [
+        *_functions(_LEAN_HELPERS),
+        _LEAN_CLAIM,
+        _LEAN_STEAL,
+        _LEAN_CLAIM_AND_OWN,
+        _LEAN_ACTIVATE,
+        _LEAN_RENEW,
+        _LEAN_TRANSITION_OWNED,
+        _LEAN_REQUEST_CANCEL,
+        *_claim_next_family(),
+    ]
+)

@@ -62,11 +62,20 @@ PostgreSQL's. What differs, and why:
   round's row lock, and that round stayed unmarked though it committed
   first (found by the torture). It records nothing on SQLite (one writer at
   a time).
+- Migration 2014 writes the one-round-trip functions again, leaner
+  (``runstore.postgres._fused_sql``, ``LEAN_OPERATIONS``): no pinned search
+  path (the schema's name is written into their text instead), the hot
+  helpers inlined, each write's change-log entry appended by the function
+  itself (the revision trigger skips the run-row writes it marks), and state
+  written by an UPDATE. It records nothing on SQLite.
 - Migration 2016 does nothing on PostgreSQL (on SQLite it replaces the
   index led by the status with one listing index per status).
 - Functions that read tables are created with ``SET search_path FROM
   CURRENT``: they always see the schema they were migrated into, whatever the
-  search path of the session whose write fires them.
+  search path of the session whose write fires them. The exception is the
+  functions 2014 writes, which name the schema's tables instead (entering a
+  function that pins a search path costs a save, a set and a restore of the
+  setting on every call).
 
 The pending migrations run in one transaction after an advisory lock keyed
 by the schema, so two processes opening a fresh schema apply each step once,
@@ -85,7 +94,7 @@ from typing import Any, Final
 from .._constants import MAX_SAFE_INTEGER
 from .._sql._migrations import Migration, SchemaRefused, chain, refuse_unknown
 from ._change_feed import CHANGE_LOG
-from ._fused_sql import CLAIM_NEXT_MANY, CLAIM_NEXT_ONCE, FUSED_OPERATIONS
+from ._fused_sql import CLAIM_NEXT_MANY, CLAIM_NEXT_ONCE, FUSED_OPERATIONS, LEAN_OPERATIONS
 
 _MAX = str(MAX_SAFE_INTEGER)
 _ID = 'TEXT COLLATE "C"'
@@ -928,8 +937,7 @@ _TEXTS: Final = {
     # SQLite's CHECKs without temporary tables: nothing to do here.
     2012: "",
     2013: _CANCEL_LINEAGE_ROOT_FIRST,
-    # Numbers taken by other work in progress (written here when it lands).
-    2014: "",
+    2014: LEAN_OPERATIONS,
     2015: "",
     # SQLite's listing index per status: PostgreSQL's one status index stays.
     2016: "",

@@ -367,18 +367,44 @@ def test_statement_timeout_bounds_a_commit_and_the_cancel_rolls_it_back(
     """PostgreSQL does not apply statement_timeout to the commit (here stuck
     on a lock its deferred trigger takes); the store bounds the round trip
     that commits at twice the timeout (at least 1 s) and cancels it. The
-    server answers with an error, which proves the rollback: outcome known."""
+    server answers with an error, which proves the rollback: outcome known.
+    On the one-round-trip path the write is a create: since migration 2014
+    the other one-round-trip writes append their change inside their
+    statement, where statement_timeout applies (the next test)."""
     target = with_options(url, "-c statement_timeout=200")
     with postgres.open(target, clock=ManualClock(0), fast_path=fast_path) as store:
         _owned(store)
         before = store.state()
-        error, elapsed = _stuck_at_commit(store, url, lambda: store.heartbeat("r", OWNER, 5))
+        if fast_path:
+            call: Any = lambda: store.create("new", "{}")  # noqa: E731
+        else:
+            call = lambda: store.heartbeat("r", OWNER, 5)  # noqa: E731
+        error, elapsed = _stuck_at_commit(store, url, call)
         assert elapsed < 10, "the commit waited for the lock until the holder let go"
         assert elapsed >= 1.0
         assert isinstance(error, RunStoreError), error
         assert error.cause["reason"] == "statement-timeout"
         assert error.cause["sqlstate"] == "57014"
         assert error.outcome_unknown is False
+        assert store.state() == before
+        assert store.heartbeat("r", OWNER, 6) == Updated()
+
+
+def test_a_one_round_trip_write_waiting_on_the_change_log_is_bounded_by_the_server(
+    url: str,
+) -> None:
+    """Migration 2014: a one-round-trip heartbeat appends its change inside
+    its statement, so the server's statement_timeout cancels a wait on the
+    change log there, before the store's bound on a commit would."""
+    target = with_options(url, "-c statement_timeout=200")
+    with postgres.open(target, clock=ManualClock(0)) as store:
+        _owned(store)
+        before = store.state()
+        error, elapsed = _stuck_at_commit(store, url, lambda: store.heartbeat("r", OWNER, 5))
+        assert isinstance(error, RunStoreError), error
+        assert error.cause["reason"] == "statement-timeout"
+        assert error.outcome_unknown is False
+        assert elapsed < 10
         assert store.state() == before
         assert store.heartbeat("r", OWNER, 6) == Updated()
 
