@@ -22,8 +22,11 @@ Two measurements, each printing figures and never asserting:
   older runs (3 000 by default; three fifths completed, a fifth running, a
   fifth pending, as the page test lays them out), next to the B-trees
   (tables and indexes) the commits touched; and the raw compare-and-swap's.
+- ``scenario``: the page test's writes (``tests/sqlite/test_sqlite_write_paths.py``)
+  on a file of ``--background`` older runs, with the schema's listing index
+  per status and with the one status index of before migration 2016.
 
-Run: ``python benchmarks/sqlite_writes.py [cpu|pages] [--rounds N] [--batch N]
+Run: ``python benchmarks/sqlite_writes.py [cpu|pages|scenario] [--rounds N] [--batch N]
 [--callgrind] [--only OPERATION ...] [--background N]``.
 """
 
@@ -45,7 +48,7 @@ from pathlib import Path
 
 import runstore
 from runstore import LivenessEvidence, ManualClock, RunSnapshot
-from runstore.sqlite import SqliteRunStore
+from runstore.sqlite import SqliteRunStore, _migrations
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -53,6 +56,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from throughput import OWNER, STATE, THIEF, Baseline  # noqa: E402
 
+from tests.sqlite import test_sqlite_write_paths as page_test  # noqa: E402
 from tests.sqlite._wal import WalReader, page_owners  # noqa: E402
 from tests.sqlite.test_sqlite_write_paths import background as older_runs  # noqa: E402
 
@@ -369,9 +373,28 @@ def bench_pages(batch: int, background: int = 3000) -> None:
             subject.store.close()
 
 
+def bench_scenario(background: int) -> None:
+    """The page test's scenario on ``background`` older runs, with the listing
+    index per status (migration 2016) and with the one status index before it
+    planted back: B-trees written and pages per commit of each write."""
+    print(f"\nThe page test's writes on a file of {background} older runs")
+    names = [_migrations.status_index(status) for status in _migrations.STATUSES]
+    before = "".join(f"DROP INDEX {name};\n" for name in names) + (
+        "CREATE INDEX flows_runs_status_listing_idx ON flows_runs (status, created_at_ms, run_id);"
+    )
+    page_test.BACKGROUND = background
+    with tempfile.TemporaryDirectory() as tmp:
+        now = page_test.pages_per_commit(Path(tmp) / "now.db")
+        old = page_test.pages_per_commit(Path(tmp) / "old.db", plant=before)
+    print(f"{'operation':<28}{'B-trees':>8}{'pages':>7}{'before 2016: B-trees':>22}{'pages':>7}")
+    for name, (touched, pages) in now.items():
+        old_touched, old_pages = old[name]
+        print(f"{name:<28}{len(touched):>8}{pages:>7.2f}{len(old_touched):>22}{old_pages:>7.2f}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("which", nargs="?", choices=["cpu", "pages", "callgrind-child"])
+    parser.add_argument("which", nargs="?", choices=["cpu", "pages", "scenario", "callgrind-child"])
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--batch", type=int, default=200)
     parser.add_argument("--callgrind", action="store_true", help="count instructions")
@@ -394,6 +417,8 @@ def main(argv: list[str] | None = None) -> None:
             bench_cpu(args.rounds, args.batch, operations)
     if args.which in (None, "pages"):
         bench_pages(min(args.batch, 100), args.background)
+    if args.which in (None, "scenario"):
+        bench_scenario(args.background)
 
 
 if __name__ == "__main__":
