@@ -41,7 +41,8 @@ id     name                                what it does
                                            cancellation locks the root first
 2014   ``runstore_lean_operations``        nothing on SQLite; PostgreSQL's
                                            one-round-trip functions, leaner
-2015   ``runstore_growth``                 nothing on SQLite
+2015   ``runstore_growth``                 nothing on SQLite; PostgreSQL's parent
+                                           index made partial
 2016   ``runstore_status_indexes``         one listing index per status instead of
                                            one led by the status
 =====  ==================================  =========================================

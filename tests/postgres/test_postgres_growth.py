@@ -9,19 +9,30 @@ read (``EXPLAIN ANALYZE``), never as times:
   under ``LIMIT 1``: every run against every change entry, 25 s at 20 000
   runs. It now joins each table on its own run id and reads each row a
   bounded number of times; each planted wrong entry is still caught.
+- The parent index was full: every run kept a NULL entry in it, and every
+  write that could not update its row in place inserted one. Migration 2015
+  makes it partial; a run without a parent has no entry, the queries and
+  the foreign key that use it still do, and a schema from before 2015 moves
+  with its rows. The lineage index stays whole (made partial, a purge's
+  plan turned to a scan of the table).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import psycopg
 import pytest
 
-from runstore import ManualClock
+from runstore import Activated, ConstraintError, ManualClock, OwnerId, RunSnapshot
 
 from .. import _postgres
 
 postgres = pytest.importorskip("runstore.postgres")
+from runstore.postgres import _migrations  # noqa: E402
+
+OWNER = OwnerId("host-a", 101, "nonce-a")
+PENDING = RunSnapshot("pending", None, None)
 
 RUNS = 300
 
@@ -88,3 +99,95 @@ def test_the_live_entry_check_catches_a_planted_entry(plant: str) -> None:
         assert found == ("run-00007",)
         with pytest.raises(AssertionError, match="live change entry"):
             store.check_invariants()
+
+
+# -- migration 2015: partial parent and lineage indexes ---------------------------------
+
+
+_PARTIAL = {
+    "flows_runs_parent_run_id_idx": "WHERE (parent_run_id IS NOT NULL)",
+    "flows_runs_lineage_idx": "",
+}
+
+
+def _predicates(connection: Any, schema: str = "public") -> dict[str, str]:
+    """The parent and lineage indexes' conditions ('' for a full index)."""
+    rows = connection.execute(
+        "SELECT c.relname, pg_get_indexdef(c.oid) FROM pg_class AS c "
+        "JOIN pg_namespace AS n ON n.oid = c.relnamespace WHERE n.nspname = %s "
+        "AND c.relname IN ('flows_runs_parent_run_id_idx', 'flows_runs_lineage_idx')",
+        (schema,),
+    ).fetchall()
+    return {
+        name: ("WHERE" + text.split("WHERE", 1)[1]) if "WHERE" in text else ""
+        for name, text in rows
+    }
+
+
+def _family(store: Any, plain: int) -> None:
+    """``plain`` runs with neither parent nor lineage, a root, its child and its second round."""
+    for number in range(plain):
+        store.create(f"plain-{number:03d}", "{}")
+    store.create("root", "{}", lineage_id="root", round_ordinal=1)
+    store.create("child", "{}", parent_run_id="root")
+    store.create("round-2", "{}", lineage_id="root", round_ordinal=2)
+
+
+def test_only_runs_with_a_parent_are_in_the_parent_index(url: str) -> None:
+    with postgres.open(url, clock=ManualClock(1_000)) as store:
+        _family(store, 40)
+        with psycopg.connect(url, autocommit=True) as raw:
+            assert _predicates(raw) == _PARTIAL
+        # What the indexes are for still holds and still reads them.
+        with pytest.raises(ConstraintError):
+            store.create("again", "{}", lineage_id="root", round_ordinal=2)
+        with pytest.raises(ConstraintError):
+            store.create("orphan", "{}", parent_run_id="nobody")
+        assert [row.run_id for row in store.list_runs(parent_run_id="root").runs] == ["child"]
+        assert [row.run_id for row in store.lineage("round-2")] == ["root", "round-2"]
+        connection = store._connection
+        connection.execute("SET enable_seqscan = off")
+        try:
+            for sql, index in (
+                ("SELECT 1 FROM flows_runs WHERE parent_run_id = 'root'", "parent_run_id_idx"),
+                ("SELECT 1 FROM flows_runs WHERE lineage_id = 'root'", "lineage_idx"),
+            ):
+                plan = "\n".join(row[0] for row in connection.execute("EXPLAIN " + sql))
+                assert f"flows_runs_{index}" in plan, plan
+        finally:
+            connection.execute("RESET enable_seqscan")
+        store.check_invariants()
+
+
+@pytest.fixture
+def url() -> str:
+    return _postgres.database_url()
+
+
+def test_a_schema_at_2014_moves_to_2015_with_its_rows(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    count = [m.id for m in _migrations.MIGRATIONS].index(2015)
+    with psycopg.connect(url, autocommit=True, cursor_factory=psycopg.RawCursor) as c:
+        c.execute("CREATE SCHEMA moved")
+        c.execute("SET search_path TO moved")
+        _migrations.apply(c.execute, "moved", count)
+    with monkeypatch.context() as patch:  # a store of the release before 2015
+        patch.setattr(_migrations, "MIGRATIONS", _migrations.MIGRATIONS[:count])
+        older = postgres.open(url, clock=ManualClock(1_000), schema="moved")
+    try:
+        _family(older, 10)
+        assert older.claim_and_own("plain-000", PENDING, OWNER, 1_000) == Activated()
+    finally:
+        older.close()
+    with psycopg.connect(url, autocommit=True) as raw:
+        assert _predicates(raw, "moved") == dict.fromkeys(_PARTIAL, "")
+    with postgres.open(url, clock=ManualClock(2_000), schema="moved") as store:
+        with psycopg.connect(url, autocommit=True) as raw:
+            assert _predicates(raw, "moved") == _PARTIAL
+        assert store.revision() == 14
+        assert [row.run_id for row in store.list_runs(parent_run_id="root").runs] == ["child"]
+        with pytest.raises(ConstraintError):
+            store.create("again", "{}", lineage_id="root", round_ordinal=1)
+        store.create("round-3", "{}", lineage_id="root", round_ordinal=3)
+        store.check_invariants()
