@@ -53,7 +53,8 @@ COUNTS = (1, 2, 4, 8)
 
 _WAL = """
 SELECT (SELECT wal_sync FROM pg_stat_wal),
-       (SELECT sum(xact_commit) FROM pg_stat_database)
+       (SELECT sum(xact_commit) FROM pg_stat_database),
+       (SELECT wal_bytes FROM pg_stat_wal)
 """
 
 _NO_COUNTER = """
@@ -67,12 +68,13 @@ def _load() -> str:
         return " ".join(f.read().split()[:3])
 
 
-def _counters(url: str) -> tuple[int, int]:
+def _counters(url: str) -> tuple[int, int, int]:
+    """WAL syncs, commits (read-only ones too, the cluster's) and WAL bytes so far."""
     with psycopg.connect(url, autocommit=True) as c:
         c.execute("SELECT pg_stat_force_next_flush()")
         row = c.execute(_WAL).fetchone()
         assert row is not None
-        return int(row[0]), int(row[1])
+        return int(row[0]), int(row[1]), int(row[2])
 
 
 class Standby:
@@ -155,7 +157,7 @@ def scaling(url: str, seconds: float, windows: int) -> dict[int, tuple[float, fl
     window = seconds / windows
     clients = pt._Clients(url, "fast", max(COUNTS))
     done = {(kind, n): 0 for kind in ("store", "raw") for n in COUNTS}
-    syncs = {(kind, n): [0, 0] for kind in ("store", "raw") for n in COUNTS}
+    syncs = {(kind, n): [0, 0, 0] for kind in ("store", "raw") for n in COUNTS}
     try:
         for round_ in range(-1, windows):
             for position, n in enumerate(COUNTS):
@@ -170,18 +172,25 @@ def scaling(url: str, seconds: float, windows: int) -> dict[int, tuple[float, fl
                         done[(kind, n)] += calls
                         syncs[(kind, n)][0] += after[0] - before[0]
                         syncs[(kind, n)][1] += after[1] - before[1]
+                        syncs[(kind, n)][2] += after[2] - before[2]
     finally:
         clients.close()
     print(
         f"{'clients':>8}{'store tx/s':>12}{'raw tx/s':>12}{'store/raw':>11}"
         f"{'store syncs/commit':>20}{'raw syncs/commit':>18}"
+        f"{'store WAL B/call':>18}{'raw WAL B/call':>16}"
     )
     result = {}
     for n in COUNTS:
         store, raw = done[("store", n)] / seconds, done[("raw", n)] / seconds
         s_sync = syncs[("store", n)][0] / max(1, syncs[("store", n)][1])
         r_sync = syncs[("raw", n)][0] / max(1, syncs[("raw", n)][1])
-        print(f"{n:>8}{store:>12.0f}{raw:>12.0f}{store / raw:>11.2f}{s_sync:>20.2f}{r_sync:>18.2f}")
+        s_bytes = syncs[("store", n)][2] / max(1, done[("store", n)])
+        r_bytes = syncs[("raw", n)][2] / max(1, done[("raw", n)])
+        print(
+            f"{n:>8}{store:>12.0f}{raw:>12.0f}{store / raw:>11.2f}{s_sync:>20.2f}{r_sync:>18.2f}"
+            f"{s_bytes:>18.0f}{r_bytes:>16.0f}"
+        )
         result[n] = (store, raw, s_sync)
     return result
 

@@ -77,6 +77,7 @@ OPERATIONS = (
     # Reads first, on the fixture as built (the writes below leave dead
     # versions at the front of the listing, more of them at 10^3).
     "get",
+    "revision",
     "list_runs/all",
     "list_runs/claimable",
     "changes/100",
@@ -199,6 +200,11 @@ CREATE INDEX raw_runs_finished ON raw_runs (finished_at_ms, run_id)
   WHERE finished_at_ms IS NOT NULL;
 CREATE SEQUENCE raw_positions START 1000;
 ANALYZE;
+DO $$ DECLARE t text; BEGIN
+  FOR t IN SELECT tablename FROM pg_tables WHERE schemaname = 'public' LOOP
+    EXECUTE format('ALTER TABLE %I SET (autovacuum_enabled = false)', t);
+  END LOOP;
+END $$;
 """
 
 _COLUMNS = (
@@ -310,6 +316,9 @@ class Raw:
             f"SELECT {_COLUMNS}, state FROM raw_runs WHERE run_id = %s", (run_id,)
         ).fetchone()
 
+    def counter(self) -> None:
+        self.connection.execute("SELECT last_value FROM raw_positions").fetchone()
+
     def page(self, claimable: bool) -> None:
         where = "WHERE status = 'pending' AND claim_host_id IS NULL " if claimable else ""
         rows = self.connection.execute(
@@ -332,10 +341,11 @@ class Raw:
 class Side:
     """One database at one size: the store (one path) or the raw baseline, with its pickers."""
 
-    def __init__(self, store: Any, raw: Raw, layout: Layout, clock: ManualClock) -> None:
+    def __init__(self, url: str, store: Any, raw: Raw, layout: Layout, clock: ManualClock) -> None:
         self.store, self.raw, self.layout, self.clock = store, raw, layout, clock
         self.pickers: dict[tuple[str, str], Picker] = {}
         self.needed = 0
+        self.buffers = Buffers(url)
 
     def picker(self, who: str, kind: str, once: bool) -> Picker:
         key = ("raw" if who == "raw" else "store", kind)
@@ -436,6 +446,10 @@ def _calls(
         if is_raw:
             return (lambda i: raw.get(rid(numbers[i]))), count
         return (lambda i: store.get(rid(numbers[i]))), count
+    if operation == "revision":
+        if is_raw:
+            return (lambda i: raw.counter()), count
+        return (lambda i: _present(store.revision())), count
     if operation.startswith("list_runs/"):
         claimable = operation.endswith("claimable")
         if is_raw:
@@ -467,15 +481,43 @@ def _pages(page: Any) -> None:
     assert len(page.runs) == 100, len(page.runs)
 
 
-def _timed(call: Callable[[int], None], count: int, pid: int) -> tuple[float, float]:
-    """(calls per wall second, calls per CPU second: client thread + backend)."""
+class Buffers:
+    """Shared buffers a connection touches (hit or read), from ``pg_stat_database``
+    read on another database: the measured backend is made to flush its
+    counters before each reading (autovacuum is off on the fixtures, and the
+    store and raw sides never run at once)."""
+
+    def __init__(self, url: str) -> None:
+        self.name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
+        self.monitor = psycopg.connect(_postgres.with_database(url, "postgres"), autocommit=True)
+
+    def now(self, measured: Any) -> int:
+        measured.execute("SELECT pg_stat_force_next_flush()")
+        row = self.monitor.execute(
+            "SELECT blks_hit + blks_read FROM pg_stat_database WHERE datname = %s", (self.name,)
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def close(self) -> None:
+        self.monitor.close()
+
+
+def _timed(
+    call: Callable[[int], None], count: int, connection: Any, buffers: Buffers
+) -> tuple[float, float, float]:
+    """(calls per wall second, calls per CPU second: client thread + backend,
+    calls per thousand shared buffers touched)."""
+    pid = connection.info.backend_pid
+    touched = buffers.now(connection)
     server, cpu, wall = _backend_ns(pid), time.thread_time(), time.perf_counter()
     for i in range(count):
         call(i)
     wall = time.perf_counter() - wall
     cpu = time.thread_time() - cpu
     server = (_backend_ns(pid) - server) / 1e9
-    return count / wall, count / (cpu + server)
+    touched = buffers.now(connection) - touched
+    return count / wall, count / (cpu + server), 1000 * count / max(1, touched)
 
 
 def _fixture(url: str, size: int, clock: ManualClock) -> None:
@@ -526,7 +568,7 @@ def main(argv: list[str] | None = None) -> None:
             store._connection.execute("SET idle_in_transaction_session_timeout = 0")
             stores.append(store)
             shared = [s for (p, z), s in sides.items() if z == size == args.large]
-            side = Side(store, Raw(url), Layout(size), clocks[url])
+            side = Side(url, store, Raw(url), Layout(size), clocks[url])
             side.needed = per_path * (len(paths) if size == args.large else 1)
             if shared:  # one large database: the paths share its pickers
                 side.pickers = shared[0].pickers
@@ -535,45 +577,57 @@ def main(argv: list[str] | None = None) -> None:
             f"PostgreSQL, fsync off; {args.rounds} rounds; batches of {args.batch} calls "
             f"(runs taken once), {args.calls} (runs reused), 2 (batch operations)"
         )
-        print(f"ratios: rate at {args.large} runs / rate at 1000; rel = store ratio / raw ratio")
         print(
-            f"{'operation':<28}{'path':<9}{'store wall':>11}{'raw wall':>9}{'rel':>6}"
-            f"{'store cpu':>11}{'raw cpu':>9}{'rel':>6}"
+            "wall: the store's growth over raw's (calls per second of wall time);\n"
+            "cpu: calls per second of CPU (client thread + backend) at 10^3 and at the large\n"
+            "  size, store (s) and raw (r), each side's growth and the store's over raw's;\n"
+            "buffers: shared buffers touched per call, and the store's growth over raw's\n"
+            "  by that count (its rate of calls per buffer at the large size over at 10^3)"
+        )
+        print(
+            f"{'operation':<28}{'path':<9}{'wall':>6}"
+            + "".join(f"{name:>8}" for name in ("s 10^3", "s big", "r 10^3", "r big"))
+            + f"{'s grow':>7}{'r grow':>7}{'rel':>6}"
+            + "".join(f"{name:>7}" for name in ("s 10^3", "s big", "r 10^3", "r big"))
+            + f"{'rel':>6}"
         )
         for operation in operations:
             for path in paths:
                 rates: dict[tuple[str, int], list[tuple[float, float]]] = {}
                 for round_ in range(args.rounds + 1):
                     order = ["store", "raw"] if round_ % 2 == 0 else ["raw", "store"]
-                    for size in sizes:
+                    for size in sizes if round_ % 4 < 2 else sizes[::-1]:
                         side = sides[(path, size)]
                         for who in order:
                             name = path if who == "store" else "raw"
                             call, count = _calls(operation, side, name, args.batch, args.calls)
-                            pid = (
-                                side.store._connection.info.backend_pid
-                                if who == "store"
-                                else side.raw.pid
+                            connection = (
+                                side.store._connection if who == "store" else side.raw.connection
                             )
-                            measured = _timed(call, count, pid)
+                            measured = _timed(call, count, connection, side.buffers)
                             if round_ > 0:
                                 rates.setdefault((who, size), []).append(measured)
 
-                def ratio(who: str, index: int, rates: dict[Any, Any] = rates) -> float:
-                    small = statistics.median(r[index] for r in rates[(who, 1_000)])
-                    big = statistics.median(r[index] for r in rates[(who, args.large)])
-                    return big / small
+                def median(who: str, size: int, index: int, rates: dict[Any, Any] = rates) -> float:
+                    return float(statistics.median(r[index] for r in rates[(who, size)]))
 
-                sw, rw, sc, rc = (
-                    ratio("store", 0),
-                    ratio("raw", 0),
-                    ratio("store", 1),
-                    ratio("raw", 1),
-                )
-                flag = "" if sc / rc >= 0.9 else "  <"
+                def ratio(who: str, index: int) -> float:
+                    return median(who, args.large, index) / median(who, 1_000, index)
+
+                wall = ratio("store", 0) / ratio("raw", 0)
+                cpu = [median(who, size, 1) for who in ("store", "raw") for size in sizes]
+                grown = (cpu[1] / cpu[0], cpu[3] / cpu[2])
+                touched = [
+                    1000 / median(who, size, 2) for who in ("store", "raw") for size in sizes
+                ]
+                by_buffers = (touched[0] / touched[1]) / (touched[2] / touched[3])
+                flag = "" if min(grown[0] / grown[1], by_buffers) >= 0.9 else "  <"
                 print(
-                    f"{operation:<28}{path:<9}{sw:>11.2f}{rw:>9.2f}{sw / rw:>6.2f}"
-                    f"{sc:>11.2f}{rc:>9.2f}{sc / rc:>6.2f}{flag}",
+                    f"{operation:<28}{path:<9}{wall:>6.2f}"
+                    + "".join(f"{rate:>8.0f}" for rate in cpu)
+                    + f"{grown[0]:>7.2f}{grown[1]:>7.2f}{grown[0] / grown[1]:>6.2f}"
+                    + "".join(f"{count:>7.1f}" for count in touched)
+                    + f"{by_buffers:>6.2f}{flag}",
                     flush=True,
                 )
         for store in stores:
@@ -583,6 +637,7 @@ def main(argv: list[str] | None = None) -> None:
             store.close()
         for side in sides.values():
             side.raw.close()
+            side.buffers.close()
         server.close()
     print(f"load after: {_load()}")
 
