@@ -6,8 +6,10 @@ writes it, which made the nineteen CHECKs of ``flows_runs`` cost more than
 the rest of a single-row UPDATE; 2004 folds each hot table's CHECKs into one
 that calls a plpgsql function evaluating the same expressions, and 2006
 writes those expressions shorter (no COALESCE around each term, no
-``IS NULL OR`` before a nullable column's test), and 2008 passes each
-function the row whole instead of a column per argument. Here the same
+``IS NULL OR`` before a nullable column's test), 2008 passes each
+function the row whole instead of a column per argument, and 2014 writes the
+runs', leases' and facts' checks with fewer terms (ranges as one LEAST and
+one GREATEST, lengths as one LEAST, the rules as NULL counts). Here the same
 generated rows are written into a schema migrated only up to 2003 and into a
 current one, each in a transaction that is rolled back: every write must get
 the same answer (committed, or the same SQLSTATE) from both. A zoo check
