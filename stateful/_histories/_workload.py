@@ -66,6 +66,11 @@ from ._history import Operation
 ROUNDS_PER_LINEAGE = 3
 #: How many lineages behind the shared window a new incarnation may start.
 STRAGGLE_LINEAGES = 3
+#: Claims of the ``candidates`` workload start every this many slots of the shared grid.
+CLAIM_GRID_SLOTS = 4
+#: How long an owner of the ``cancel`` workload waits for a peer's first cancel request
+#: before it settles its run anyway (ns).
+CANCEL_HOLD_NS = 30_000_000
 _SETTLED = ("suspended", "completed", "failed", "cancelled")
 
 #: Each workload by name, with what it aims at.
@@ -303,19 +308,21 @@ class ZombieBoard:
         named its instant (a peer may join in until then)."""
         return self._file(run_id, "up").exists()
 
-    def frontier(self) -> int:
+    def frontier(self, kind: str = "frontier") -> int:
         """The first run number of the window, as a worker last published it (0
         before any did): a new incarnation of a killed worker starts there, not at
         run 0, which would bring the purged runs of the start back to life, one
-        object living (and gathering calls of unknown outcome) for the whole run."""
+        object living (and gathering calls of unknown outcome) for the whole run.
+        ``kind="pool"``: the first number of the candidate pool not known created."""
         try:
-            return int(self._file("window", "frontier").read_text())
+            return int(self._file("window", kind).read_text())
         except (FileNotFoundError, ValueError):
             return 0
 
-    def publish(self, frontier: int) -> None:
-        """Say that the window has moved on to run number ``frontier``."""
-        self._write_atomically(self._file("window", "frontier"), str(frontier))
+    def publish(self, frontier: int, kind: str = "frontier") -> None:
+        """Say that the window (``kind="pool"``: the candidate pool) has moved on to
+        run number ``frontier``."""
+        self._write_atomically(self._file("window", kind), str(frontier))
 
     @staticmethod
     def _write_atomically(path: Path, text: str) -> None:
@@ -421,6 +428,13 @@ class Worker:
         self.settled: set[int] = set()
         self.mine: set[int] = set()
         self.claims: dict[str, RunRow] = {}
+        #: The candidate pool (``step_candidates``): the first number not known
+        #: created, those above it known created, the pool runs this owner holds,
+        #: and whether its last claim came back short.
+        self.pool_low = 0
+        self.pooled: set[int] = set()
+        self.pool_held: set[str] = set()
+        self.short = True
         self.counter = 0
 
     # -- helpers --
@@ -455,15 +469,21 @@ class Worker:
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Call the store; an exception is returned, not raised (the recorder
         has written it down; a store that crashes is reported, not obeyed).
-        A takeover with evidence (or a zombie hunter's cancel request) first
-        lets go an owner held on that run, and waits for the instant it names."""
+        A takeover with evidence (or a cancel request of the zombies or cancel
+        workload) first lets go an owner held on that run, and waits for the
+        instant it names."""
         if (
             self.board is not None
             and method in TAKEOVERS
             and args
             and (method != "claim_and_own" or len(args) > 4 or "evidence" in kwargs)
-        ) or (self.board is not None and method == "request_cancel" and self.mode == "zombies"):
-            # A zombie hunter's cancel request joins the takeover's instant too.
+        ) or (
+            self.board is not None
+            and method == "request_cancel"
+            and self.mode in ("zombies", "cancel")
+        ):
+            # A zombie hunter's cancel request joins the takeover's instant too; in
+            # the cancel workload, an owner waiting to settle the run is let go.
             self.board.wake(args[0])
         try:
             return getattr(self.store, method)(*args, **kwargs)
@@ -518,31 +538,102 @@ class Worker:
         return self.run_id(self.rng.choice(self.live_window(width)))
 
     def step_candidates(self) -> None:
-        """Several owners pick from the same three claimable runs."""
+        """Several owners claim at once from a small pool of claimable runs,
+        refilled as it drains, while others change which runs are candidates.
+
+        The pool's runs (``<prefix>c<k>``) are roots of their own, each its own
+        object, created in turn and touched by nothing but claims until
+        someone takes one; the window's own claimable runs are candidates too.
+        A claim (``claim_next`` or ``claim_next_many``) and a write that
+        changes candidacy (a suspension or settle of a run this owner took, a
+        cancel request) start on the claim grid (every ``CLAIM_GRID_SLOTS``
+        slots of the shared clock), so the claimers of every worker meet there
+        on the same oldest runs, beside pool runs nobody touches. An owner
+        whose last claim came back short refills more often, so the pool
+        holds a few runs more than a round of claims takes. None of this
+        hangs on the seed: every claim step of every owner lands on one of
+        those instants."""
         rng = self.rng
         roll = rng.random()
-        if roll < 0.14 and self.offers("claim_next"):
-            self.claim_next()
-        elif roll < 0.28 and self.offers("claim_next_many"):
-            self.claim_next_many()
-        elif roll < 0.28 and self.offers("claim_next"):
-            self.claim_next()
-        elif roll < 0.31 and self.offers("purge_settled"):
+        can_next, can_many = self.offers("claim_next"), self.offers("claim_next_many")
+        refill = 0.25 if self.short else 0.06
+        if roll < 0.45 and (can_next or can_many):
+            self.align(CLAIM_GRID_SLOTS)
+            if can_many and (roll < 0.2 or not can_next):
+                self.claim_next_many()
+            else:
+                self.claim_next()
+        elif roll < 0.45 + refill:
+            self.refill()
+        elif roll < 0.57 + refill:
+            self.align(CLAIM_GRID_SLOTS)
+            self.change_candidacy()
+        elif roll < 0.59 + refill and self.offers("purge_settled"):
             # Rarer than the rest: every purge is a term of the revision count.
             self.call("purge_settled", self.clock.now_ms() - 20_000)
-        elif roll < 0.40:
-            self.call("request_cancel", self.pick(3), self.now())
-        elif roll < 0.45 and self.offers("heartbeat_many"):
+        elif roll < 0.61 + refill and self.offers("heartbeat_many"):
             self.heartbeat_many()
-        elif roll < 0.48 and self.offers("list_runs"):
+        elif roll < 0.63 + refill and self.offers("list_runs"):
             self.list_pages()
-        elif roll < 0.51:
-            # A run just ahead of the window: claimable, and touched by nothing but
-            # claim_next until the window reaches it, so a claim_next that answers
-            # None (or skips it) while it waits is judged on its object.
-            self.create(self.live_window(3)[-1] + rng.randint(1, ROUNDS_PER_LINEAGE))
         else:
             self.walk(width=3, multi=0.0)
+
+    def align(self, slots: int) -> None:
+        """Wait for the next instant on the grid of ``slots`` slots of the
+        shared monotonic clock (nothing without a slot grid)."""
+        if self.slot_ns:
+            grid = self.slot_ns * slots
+            time.sleep((grid - time.monotonic_ns() % grid) / 1e9)
+
+    def refill(self) -> None:
+        """Create the next runs of the candidate pool (one of the first two
+        not known to exist, and after a short claim one or two more), each a
+        root of its own."""
+        if self.board is not None and self.pool_low < (shared := self.board.frontier("pool")):
+            self.pool_low = shared
+        for _ in range(self.rng.randint(1, 3) if self.short else 1):
+            missing = [k for k in range(self.pool_low, self.pool_low + 8) if k not in self.pooled]
+            k = self.rng.choice(missing[:2])
+            self.call("create", f"{self.prefix}c{k}", self.state_json())
+            self.pooled.add(k)  # created now, or someone else did first
+        moved = self.pool_low in self.pooled
+        while self.pool_low in self.pooled:
+            self.pooled.discard(self.pool_low)
+            self.pool_low += 1
+        if moved and self.board is not None:
+            self.board.publish(self.pool_low, "pool")
+
+    def change_candidacy(self) -> None:
+        """A write that changes which runs ``claim_next`` may take, at the
+        instant claimers pick: a run this owner took suspended (a candidate
+        again) or settled, and otherwise a cancel request or a step of the
+        walk."""
+        rng = self.rng
+        held = sorted(self.pool_held) + [self.run_id(n) for n in sorted(self.mine)]
+        if held and rng.random() < 0.7:
+            run_id = rng.choice(held)
+            to = rng.choice(("suspended", "completed", "completed", "failed"))
+            # Any status but running releases the run: it is not this owner's after.
+            self.call("transition_owned", run_id, self.me, to, self.state_json())
+            self.pool_held.discard(run_id)
+            if (n := self.number(run_id)) is not None:
+                self.mine.discard(n)
+        elif rng.random() < 0.5:
+            pool = [f"{self.prefix}c{k}" for k in range(max(0, self.pool_low - 3), self.pool_low)]
+            window = [self.run_id(n) for n in self.live_window(3)]
+            self.call("request_cancel", rng.choice(pool + window), self.now())
+        else:
+            self.walk(width=3, multi=0.0)
+
+    def took(self, row: Any) -> None:
+        """Note a run a claim took: a window run or a pool run this owner now holds."""
+        if not isinstance(row, RunRow):
+            return
+        if (n := self.number(row.run_id)) is not None:
+            self.mine.add(n)
+            self.claims.pop(row.run_id, None)
+        elif row.run_id.startswith(f"{self.prefix}c"):
+            self.pool_held.add(row.run_id)
 
     def step_batches(self) -> None:
         """Batches of heartbeats over runs that other owners move."""
@@ -828,17 +919,16 @@ class Worker:
 
     def claim_next(self) -> None:
         row = self.call("claim_next", self.me, self.now())
-        if isinstance(row, RunRow) and (n := self.number(row.run_id)) is not None:
-            self.mine.add(n)
-            self.claims.pop(row.run_id, None)
+        self.took(row)
+        self.short = not isinstance(row, RunRow)
 
     def claim_next_many(self) -> None:
         """A batch of one to three of the oldest claimable runs."""
-        rows = self.call("claim_next_many", self.me, self.now(), self.rng.choice((1, 2, 3)))
+        limit = self.rng.choice((1, 2, 3))
+        rows = self.call("claim_next_many", self.me, self.now(), limit)
         for row in rows if isinstance(rows, list) else ():
-            if isinstance(row, RunRow) and (n := self.number(row.run_id)) is not None:
-                self.mine.add(n)
-                self.claims.pop(row.run_id, None)
+            self.took(row)
+        self.short = not isinstance(rows, list) or len(rows) < limit
 
     def heartbeat_many(self, others: float = 0.2) -> None:
         """One batch over the runs this owner holds, and with ``others``
@@ -938,7 +1028,9 @@ class Worker:
                 self.call("transition_owned", run_id, self.me, "cancelled", None)
             return
         if self.mode == "cancel" and rng.random() < 0.5:
-            # Not asked yet: settle now, while a peer that saw the run live asks.
+            # Not asked yet: settle now, while a peer that saw the run live asks;
+            # first wait a moment for a peer about to ask, and settle as it does.
+            self.await_request(run_id)
             to = rng.choice(("completed", "failed", "cancelled"))
             self.call("transition_owned", run_id, self.me, to, self.state_json())
             return
@@ -958,6 +1050,21 @@ class Worker:
             guard = rng.choice((None, None, TransitionGuard("absent"), TransitionGuard("present")))
             state = self.state_json() if rng.random() < 0.5 else None
             self.call("transition_owned", run_id, self.me, to, state, guard)
+
+    def await_request(self, run_id: str) -> None:
+        """Wait (at most ``CANCEL_HOLD_NS``) for a peer about to ask ``run_id`` to
+        cancel, then until the instant both act (on the ``ZombieBoard``, as a
+        held owner waits for a takeover): the owner's settle and the first
+        cancel request of its run are in flight together, the request a
+        little later (``ZombieBoard.JITTER_NS``). Nothing without a board."""
+        if self.board is None:
+            return
+        now_ns = time.monotonic_ns()
+        limit = now_ns + CANCEL_HOLD_NS
+        if self.until_ns is not None:
+            limit = min(limit, self.until_ns)
+        if limit > now_ns:
+            self.board.hold(run_id, limit, now_ns)
 
     def owned_by_other(self, run_id: str, row: RunRow) -> None:
         owner, heartbeat = row.owner, row.heartbeat_at_ms
