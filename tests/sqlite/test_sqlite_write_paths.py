@@ -227,6 +227,7 @@ MUST_TOUCH: dict[str, frozenset[str]] = {
     ),
     "steal": frozenset({_RUN, *_CHANGES, _LEASES, _FACTS, "flows_runs_claimed_idx"}),
     "heartbeat": frozenset({_RUN, *_CHANGES, _LEASES}),
+    "reconfirm": frozenset({_RUN, *_CHANGES, _LEASES}),
     # The row does not change (it is running already): only its revision.
     "transition_owned running": frozenset(_CHANGES),
     "request_cancel": frozenset({_RUN, *_CHANGES, "flows_runs_cancel_requested_idx"}),
@@ -240,6 +241,17 @@ MUST_TOUCH: dict[str, frozenset[str]] = {
             _RUNNING,
             _migrations.status_index("completed"),
             "flows_runs_finished_idx",
+        }
+    ),
+    "transition_owned suspended": frozenset(
+        {
+            _RUN,
+            *_CHANGES,
+            _LEASES,
+            _FACTS,
+            _RUNNING,
+            _migrations.status_index("suspended"),
+            "flows_runs_claimable_idx",
         }
     ),
     "claim_next": frozenset(
@@ -274,11 +286,15 @@ def _operations(store: Any, clock: ManualClock) -> dict[str, Callable[[str], obj
         "claim_and_own": lambda run_id: store.claim_and_own(run_id, PENDING, OWNER, now()),
         "steal": steal,
         "heartbeat": lambda run_id: store.heartbeat(run_id, OWNER, now()),
+        "reconfirm": lambda run_id: store.reconfirm(run_id, OWNER, now()),
         "request_cancel": lambda run_id: store.request_cancel(run_id, now()),
         "acknowledge_cancel": lambda run_id: store.acknowledge_cancel(run_id, OWNER, now()),
         "transition_owned running": lambda run_id: store.transition_owned(run_id, OWNER, "running"),
         "transition_owned completed": lambda run_id: store.transition_owned(
             run_id, OWNER, "completed", STATE
+        ),
+        "transition_owned suspended": lambda run_id: store.transition_owned(
+            run_id, OWNER, "suspended", STATE
         ),
         "claim_next": lambda run_id: store.claim_next(OWNER, now()),
     }
@@ -373,12 +389,18 @@ def pages_per_commit(path: Path, *, plant: str | None = None) -> dict[str, tuple
         measure("claim_and_own", ids[:20] + ids[40:])
         clock.advance(1_000)
         measure("heartbeat", ids)
+        clock.advance(1_000)
+        measure("reconfirm", ids)
         measure("transition_owned running", ids)
         measure("request_cancel", ids[:20])
         measure("acknowledge_cancel", ids[:20])
         measure("transition_owned completed", ids[:20])
         clock.advance(40_000)
         measure("steal", ids[20:40])
+        clock.advance(1_000)
+        for run_id in ids[40:]:
+            store.heartbeat(run_id, OWNER, clock.now_ms())
+        measure("transition_owned suspended", ids[40:])
         more = [f"c-{number:05d}" for number in range(20)]
         for run_id in more:
             store.create(run_id, STATE)
