@@ -76,15 +76,16 @@ _SETTLED = ("suspended", "completed", "failed", "cancelled")
 #: Each workload by name, with what it aims at.
 WORKLOADS: dict[str, str] = {
     "mixed": "every operation at its everyday rate on one run at a time (the walk as it was)",
-    "candidates": "claim_next, claim_next_many, claims, suspensions, cancel requests, creates "
-    "and purge_settled "
-    "on a candidate set of three runs: several owners pick from the same few claimable runs",
+    "candidates": "claim_next and claim_next_many of every owner at the same instants, on the "
+    "same oldest runs, beside a pool of claimable runs refilled as it drains, while suspensions, "
+    "settles, cancel requests, creates and purge_settled change which runs are candidates",
     "batches": "heartbeat_many over the runs an owner holds and runs others hold, against "
     "steals, takeovers, settles, cancellation and snapshot reads of those runs",
     "lineage": "new rounds and children of one lineage created while request_cancel_lineage, "
     "settles and purge_settled run over the same lineage",
     "cancel": "request_cancel and request_cancel_lineage against acknowledge_cancel, "
-    "heartbeats, transitions, settles and takeovers of the same run",
+    "heartbeats, transitions, settles and takeovers of the same run; an owner about to settle "
+    "waits for a peer about to ask, and both act at one instant",
     "zombies": "an owner held past staleness and let go the moment a peer starts taking its "
     "run over; it goes on heartbeating, transitioning and settling as the owner",
 }
@@ -1054,17 +1055,21 @@ class Worker:
     def await_request(self, run_id: str) -> None:
         """Wait (at most ``CANCEL_HOLD_NS``) for a peer about to ask ``run_id`` to
         cancel, then until the instant both act (on the ``ZombieBoard``, as a
-        held owner waits for a takeover): the owner's settle and the first
-        cancel request of its run are in flight together, the request a
-        little later (``ZombieBoard.JITTER_NS``). Nothing without a board."""
+        held owner waits for a takeover), and up to twice
+        ``ZombieBoard.JITTER_NS`` more (the peer waits up to once that): the
+        owner's settle and the first cancel request of its run are in flight
+        together, either a little ahead of the other. Nothing without a
+        board."""
         if self.board is None:
             return
         now_ns = time.monotonic_ns()
         limit = now_ns + CANCEL_HOLD_NS
         if self.until_ns is not None:
             limit = min(limit, self.until_ns)
-        if limit > now_ns:
-            self.board.hold(run_id, limit, now_ns)
+        if limit > now_ns and self.board.hold(run_id, limit, now_ns):
+            # Either may go first: the request's read and write must straddle
+            # the settle's commit, and under load either side may lag.
+            time.sleep(self.rng.uniform(0, 2 * ZombieBoard.JITTER_NS) / 1e9)
 
     def owned_by_other(self, run_id: str, row: RunRow) -> None:
         owner, heartbeat = row.owner, row.heartbeat_at_ms
