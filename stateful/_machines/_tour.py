@@ -75,6 +75,24 @@ TOUR: Final = (
     "recover_claim -> LivenessUnconfirmed when status=pending, claim=stale, evidence=unfit",
     "heartbeat -> FenceLost when status=pending, claim=held, owner=none",
     "transition_owned -> GuardFailed when status=running, owner=stale, cancel=no",
+    "abandon_claim -> ClaimLost when status=pending, claim=held",
+    "abandon_claim -> ClaimLost when status=pending, claim=stale",
+    "acknowledge_cancel -> False when status=suspended, owner=none, cancel=no",
+    "activate -> SnapshotChanged when status=running, claim=held, owner=stale",
+    "claim -> SnapshotChanged when status=suspended, claim=none, owner=none",
+    "claim_and_own -> AlreadyClaimed when status=pending, claim=stale, owner=none, evidence=none",
+    "claim_and_own -> AlreadyClaimed when status=running, claim=held, owner=stale, evidence=fits",
+    "claim_and_own -> EvidenceRequired when status=running, claim=none, owner=stale, evidence=none",
+    "claim_and_own -> HeartbeatFresh when status=running, claim=none, owner=fresh, evidence=none",
+    "claim_and_own -> SnapshotChanged when status=running, claim=none, owner=stale, evidence=none",
+    "claim_and_own -> SnapshotChanged when status=suspended, claim=none, owner=none, "
+    "evidence=unfit",
+    "reconfirm -> FenceLost when status=pending, claim=held, owner=none",
+    "reconfirm -> FenceLost when status=pending, claim=stale, owner=none",
+    "recover_claim -> ClaimChanged when status=pending, claim=stale, evidence=fits",
+    "recover_claim -> ClaimChanged when status=pending, claim=stale, evidence=unfit",
+    "recover_claim -> ClaimChanged when status=running, claim=held, evidence=fits",
+    "steal -> LivenessUnconfirmed when status=running, claim=held, owner=stale, evidence=fits",
 )
 #: The state ``_tour_last`` leaves in a row: admission refuses it.
 CORRUPT_TEXT: Final = '{"n":1e400}'
@@ -155,8 +173,10 @@ class Tour:
     def _tour_lineage(self) -> None:
         """``request_cancel_lineage`` on a round already asked: a pending one
         whose next round is not (marked: ``CancelRequested``), and a settled
-        one whose next round is asked too (``AlreadyRequested``)."""
-        for settle in (False, True):
+        one whose next round is asked too (``AlreadyRequested``); and on a
+        settled round never asked whose next round is (``AlreadyRequested``:
+        a settled round is not marked)."""
+        for settle, asked in ((False, True), (True, True), (True, False)):
             root = self._tour_run()
             options = {"lineage_id": root, "round_ordinal": 2}
             self._do(
@@ -164,7 +184,7 @@ class Tour:
             )
             now = self.clock.now_ms()
             if settle:
-                self._drive(root, ("settled", "none", "none"), 0, True)
+                self._drive(root, ("settled", "none", "none"), 0, asked)
                 self._do(call("request_cancel", ("run_id", f"{root}-2"), ("now_ms", now)))
             else:
                 self._do(call("request_cancel", ("run_id", root), ("now_ms", now)))
@@ -268,6 +288,7 @@ class Tour:
         """The error cells: a fault during a steal and during an abandonment
         (where the store can inject faults), an inadmissible abandonment."""
         self._do(malformed_call("abandon-float-token", self.world), admission=False)
+        self._do(malformed_call("acknowledge-negative-now", self.world), admission=False)
         if not self.capabilities.fault_injection:
             return
         steal = ("steal", "Claimed", ("running", "none", "stale", "fits"))

@@ -14,6 +14,8 @@ from runstore.sqlite import SqliteRunStore
 from runstore.stateful._base._compare import OutcomeMismatch
 from runstore.stateful._base._observe import Observer, Performed, observing
 from runstore.stateful._machines import _reach
+from runstore.stateful._machines._reach import Reach, recording
+from runstore.stateful._machines._reach_gaps import KNOWN_GAPS
 from runstore.stateful._machines._run_store import comparison_for
 from runstore.stateful._machines._tour import TOUR, tour_cells
 
@@ -30,6 +32,45 @@ def test_every_tour_cell_is_reachable() -> None:
     assert len(set(cells)) == len(cells) == len(TOUR)
     reachable = set(_reach.reachable_cells())
     assert all(cell in reachable for cell in cells)
+
+
+#: Cells the tour reaches outside ``TOUR``: its lineage step and its refusals.
+BEYOND_TOUR = (
+    "request_cancel_lineage -> AlreadyRequested when status=settled, cancel=no",
+    "acknowledge_cancel -> raised invalid_run",
+)
+
+
+def _plain_store(clock, path):
+    return open_as(SqliteRunStore, clock)
+
+
+def _one_step_then_tour(factory, name: str) -> None:
+    machine = comparison_for(factory, IN_MEMORY, name=name)
+    budget = settings(
+        max_examples=1,
+        stateful_step_count=1,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    run_state_machine_as_test(machine, settings=budget)
+
+
+def test_the_tour_alone_reaches_every_cell_it_claims() -> None:
+    """A tour aimed at a cell it cannot reach skips it silently: here one
+    program of one step, then the tour, lands in every cell of ``TOUR`` and
+    in the cells its lineage step and its refusals aim at. No cell is left
+    to ``KNOWN_GAPS``."""
+    reach = Reach()
+    with recording(reach):
+        _one_step_then_tour(_plain_store, "tour-alone")
+    missed = {_reach.describe_cell(cell) for cell in _reach.gaps(reach)}
+    assert not missed & set(TOUR), sorted(missed & set(TOUR))
+    assert not missed & set(BEYOND_TOUR), sorted(missed & set(BEYOND_TOUR))
+    assert KNOWN_GAPS == ()
 
 
 class ClaimBlindSteal(SqliteRunStore):
