@@ -32,6 +32,7 @@ and after.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import statistics
 import subprocess
@@ -152,10 +153,72 @@ class Standby:
         self.process.wait(30)
 
 
+def _setup(url: str, kind: str, index: int) -> tuple[Any, Any]:
+    """One client's call (``postgres_throughput``'s: a heartbeat of its own run,
+    or the baseline on its own row) and its connection."""
+    if kind == "raw":
+        baseline = pt.Baseline(url, f"raw-client-{index}")
+        return baseline.one, baseline.connection
+    store = pt.open_store(url, pt.ManualClock(1_000), "fast")
+    name = f"fast-client-{index}"
+    try:
+        store.create(name, "{}")
+        store.claim_and_own(name, pt.PENDING, pt.OWNER, 1_000)
+    except pt.RunStoreError:
+        pass  # made by an earlier run
+    beat = [1_000]
+
+    def step() -> None:
+        beat[0] += 1
+        store.heartbeat(name, pt.OWNER, beat[0])
+
+    return step, store._connection
+
+
+def _window_client(url: str, kind: str, index: int, pipe: Any) -> None:
+    """``postgres_throughput``'s window client, which also makes its backend
+    report its statistics at the end of each window: a backend reports them
+    at most once a second, so without it a window's commits and WAL syncs
+    were partly counted in the windows after it, the other side's included."""
+    step, connection = _setup(url, kind, index)
+    pipe.send("ready")
+    while (deadline := pipe.recv()) is not None:
+        done = failures = 0
+        while time.monotonic() < deadline:
+            try:
+                step()
+            except pt.RunStoreError:
+                failures += 1
+            if time.monotonic() <= deadline:
+                done += 1
+        connection.execute("SELECT pg_stat_force_next_flush()")
+        pipe.send((done, failures))
+
+
+class _Clients(pt._Clients):
+    """Eight client processes of each kind (``_window_client``), started once."""
+
+    def __init__(self, url: str, most: int) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.pipes: dict[str, list[Any]] = {"store": [], "raw": []}
+        self.processes: list[Any] = []
+        for kind, pipes in self.pipes.items():
+            for index in range(most):
+                ours, theirs = context.Pipe()
+                process = context.Process(target=_window_client, args=(url, kind, index, theirs))
+                process.start()
+                self.processes.append(process)
+                pipes.append(ours)
+        for pipes in self.pipes.values():
+            for pipe in pipes:
+                if not pipe.poll(120) or pipe.recv() != "ready":
+                    raise RuntimeError("a client process did not start")
+
+
 def scaling(url: str, seconds: float, windows: int) -> dict[int, tuple[float, float, float]]:
     """Per client count: store tx/s, raw tx/s, the store's WAL syncs per commit."""
     window = seconds / windows
-    clients = pt._Clients(url, "fast", max(COUNTS))
+    clients = _Clients(url, max(COUNTS))
     done = {(kind, n): 0 for kind in ("store", "raw") for n in COUNTS}
     syncs = {(kind, n): [0, 0, 0] for kind in ("store", "raw") for n in COUNTS}
     try:
