@@ -85,9 +85,10 @@ from ..consensus._types import FenceLostError, Granted, Lost, Promoted, Rejected
 from ._decode import (
     acknowledgement_json,
     decode_acknowledgement,
-    decode_change,
+    decode_changes,
     decode_fact,
     decode_run,
+    decode_runs,
     raw_fact,
     raw_run,
 )
@@ -313,7 +314,7 @@ class SqlRunStore:
         q = self._queries
         rid = admit.admit_run_id("lineage", run_id)
         rows = self._tm.read("lineage", lambda c: c.execute(q.LINEAGE, (rid,)).fetchall())
-        return [decode_run("lineage", row) for row in rows]
+        return decode_runs("lineage", rows)
 
     def latest_round(self, run_id: str) -> RunRow:
         q = self._queries
@@ -878,7 +879,7 @@ class SqlRunStore:
         )
         rows = self._tm.read("list_runs", lambda c: c.execute(statement, params).fetchall())
         stateless = not query.with_state
-        runs = [decode_run("list_runs", row, stateless=stateless) for row in rows[: query.limit]]
+        runs = decode_runs("list_runs", rows[: query.limit], stateless=stateless)
         if len(rows) <= query.limit:
             return RunPage(tuple(runs), None)
         tail = runs[-1]
@@ -1113,7 +1114,7 @@ class SqlRunStore:
             "purge_candidates",
             lambda c: c.execute(q.PURGE_CANDIDATE_ROWS, (cutoff, size)).fetchall(),
         )
-        return [decode_run("purge_candidates", row, stateless=True) for row in rows]
+        return decode_runs("purge_candidates", rows, stateless=True)
 
     def compact_changes(self, through_revision: int, *, limit: int = 1000) -> int:
         """Drop up to ``limit`` tombstones at or below ``through_revision``,
@@ -1155,7 +1156,7 @@ class SqlRunStore:
         q = self._queries
         after = admit.admit_changes(after_revision)
         rows = self._tm.read("changes", lambda c: c.execute(q.CHANGES, (after,)).fetchall())
-        return [decode_change("changes", row) for row in rows]
+        return decode_changes("changes", rows)
 
     def state(self) -> StoreState:
         """Everything the store holds. Never raises on a corrupt row: rows are
