@@ -592,15 +592,19 @@ class Worker:
         root of its own."""
         if self.board is not None and self.pool_low < (shared := self.board.frontier("pool")):
             self.pool_low = shared
+        moved = False
         for _ in range(self.rng.randint(1, 3) if self.short else 1):
-            missing = [k for k in range(self.pool_low, self.pool_low + 8) if k not in self.pooled]
-            k = self.rng.choice(missing[:2])
+            # The first two numbers not known created (pool_low is never known created).
+            second = self.pool_low + 1
+            while second in self.pooled:
+                second += 1
+            k = self.rng.choice((self.pool_low, second))
             self.call("create", f"{self.prefix}c{k}", self.state_json())
             self.pooled.add(k)  # created now, or someone else did first
-        moved = self.pool_low in self.pooled
-        while self.pool_low in self.pooled:
-            self.pooled.discard(self.pool_low)
-            self.pool_low += 1
+            while self.pool_low in self.pooled:
+                self.pooled.discard(self.pool_low)
+                self.pool_low += 1
+                moved = True
         if moved and self.board is not None:
             self.board.publish(self.pool_low, "pool")
 
