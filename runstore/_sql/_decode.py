@@ -182,12 +182,16 @@ def _present(columns: tuple[tuple[Any, ...], ...]) -> tuple[list[Any], list[int]
     zero, empty text or bytes, 0.0 or False)."""
     values: list[Any] = []
     counts = []
+    rows = len(columns[0])
     for column in columns:
         before = len(values)
         values += filter(None, column)
-        counts.append(len(values) - before)
-    nones = sum(map(tuple.count, columns, repeat(None)))
-    return (values, counts) if len(values) + nones == len(columns) * len(columns[0]) else None
+        held = len(values) - before
+        # (A column with no false value holds no None: nothing to count.)
+        if held != rows and column.count(None) != rows - held:
+            return None
+        counts.append(held)
+    return values, counts
 
 
 def _identifiers_fit(columns: tuple[tuple[Any, ...], ...]) -> list[int] | None:
