@@ -1301,12 +1301,18 @@ def _listing(q: ModuleType, query: admit.ListQuery) -> str:
         chosen = filters if status is None else [q.LIST_STATUS.format(status=status), *filters]
         return f"SELECT {columns} {table} WHERE {' AND '.join(chosen)}"
 
+    # The page's size, one row more than the page (a backend may write it
+    # into the text as ``{limit}``; it is also passed as a parameter).
+    limit = query.limit + 1
     statuses = query.statuses
     if statuses is None or len(statuses) == 1:
-        return f"{arm(None if statuses is None else statuses[0])} {q.LIST_ORDER}"
+        order = q.LIST_ORDER.format(limit=limit)
+        return f"{arm(None if statuses is None else statuses[0])} {order}"
     # One arm per status, each in listing order by the status index, merged.
-    arms = " UNION ALL ".join(q.LIST_UNION_ARM.format(arm=arm(status)) for status in statuses)
-    return f"{arms} {q.LIST_UNION_ORDER}"
+    arms = " UNION ALL ".join(
+        q.LIST_UNION_ARM.format(arm=arm(status), limit=limit) for status in statuses
+    )
+    return f"{arms} {q.LIST_UNION_ORDER.format(limit=limit)}"
 
 
 def _who(owner: OwnerId) -> tuple[str, int, str]:

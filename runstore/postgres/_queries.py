@@ -367,11 +367,16 @@ LIST_PARAMETERS: Final = _unused(
     "$7::text",
     "$8::bigint",
 )
-LIST_ORDER: Final = "ORDER BY r.created_at_ms, r.run_id LIMIT $8::bigint"
+#: The page's size is written into the text (``{limit}``, an admitted int),
+#: not passed as $8: with LIMIT $8 a generic plan is costed for a tenth of
+#: the table, so on a large store the server planned the statement afresh on
+#: every call (benchmarks/pg_growth.py: custom plans only at 2 * 10^5 runs,
+#: generic ones after five calls at 10^3).
+LIST_ORDER: Final = "ORDER BY r.created_at_ms, r.run_id LIMIT {limit}"
 #: PostgreSQL 15 appends UNION ALL arms and sorts them all, so each arm is
 #: cut to the page first: the sort then handles at most a page per status.
-LIST_UNION_ARM: Final = "({arm} ORDER BY r.created_at_ms, r.run_id LIMIT $8::bigint)"
-LIST_UNION_ORDER: Final = "ORDER BY 3, 1 LIMIT $8::bigint"
+LIST_UNION_ARM: Final = "({arm} ORDER BY r.created_at_ms, r.run_id LIMIT {limit})"
+LIST_UNION_ORDER: Final = "ORDER BY 3, 1 LIMIT {limit}"
 
 # -- claim_next ---------------------------------------------------------------------
 
@@ -497,14 +502,14 @@ WHERE cancel_acknowledgement_json IS NOT NULL ORDER BY run_id
 
 # Each run's newest change entry: its last in the change log, which is still
 # to be numbered (runstore.postgres._change_feed), or else its numbered one.
-_WAITING: Final = """
+_LOG_NEWEST: Final = """
 WITH waiting AS (
   SELECT DISTINCT ON (u.id) u.id AS run_id, l.deleted
   FROM flows_change_log AS l, unnest(l.run_ids) WITH ORDINALITY AS u(id, position)
   ORDER BY u.id, l.seq DESC, u.position DESC
 )"""
 _NEWEST_ENTRY: Final = (
-    _WAITING
+    _LOG_NEWEST
     + """, newest AS (
   SELECT COALESCE(w.run_id, c.run_id) AS run_id, COALESCE(w.deleted, c.deleted) AS deleted
   FROM waiting AS w FULL JOIN flows_run_changes AS c ON c.run_id = w.run_id
@@ -527,7 +532,7 @@ INVARIANT_QUERIES: Final[tuple[tuple[str, str], ...]] = (
         "every run has a live change entry",
         # Joined on the tables' own run ids (a join on the full join's
         # COALESCE was planned as a nested loop under LIMIT 1: quadratic).
-        f"""{_WAITING} SELECT r.run_id FROM flows_runs AS r
+        f"""{_LOG_NEWEST} SELECT r.run_id FROM flows_runs AS r
            LEFT JOIN waiting AS w ON w.run_id = r.run_id
            LEFT JOIN flows_run_changes AS c ON c.run_id = r.run_id
            WHERE COALESCE(w.deleted, c.deleted) IS DISTINCT FROM 0 LIMIT 1""",

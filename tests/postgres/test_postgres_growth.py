@@ -15,6 +15,11 @@ read (``EXPLAIN ANALYZE``), never as times:
   the foreign key that use it still do, and a schema from before 2015 moves
   with its rows. The lineage index stays whole (made partial, a purge's
   plan turned to a scan of the table).
+- ``list_runs`` passed the page's size as ``LIMIT $8``: a generic plan is
+  costed for a tenth of the table, so on a large store the server planned
+  the listing afresh on every call (at 10^6 runs, 9 buffers a page against
+  4 at 10^3, the planner's included). The size is now written into the
+  text, and the server keeps its generic plan.
 """
 
 from __future__ import annotations
@@ -191,3 +196,50 @@ def test_a_schema_at_2014_moves_to_2015_with_its_rows(
             store.create("again", "{}", lineage_id="root", round_ordinal=1)
         store.create("round-3", "{}", lineage_id="root", round_ordinal=3)
         store.check_invariants()
+
+
+# -- list_runs: a plan the server keeps -------------------------------------------------
+
+
+def _listing_plans(store: Any) -> tuple[int, int]:
+    """(generic, custom) plans of the listing statement prepared on the store's session."""
+    row = store._connection.execute(
+        "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+        "WHERE statement LIKE '%ORDER BY r.created_at_ms, r.run_id LIMIT%'"
+    ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+@pytest.mark.parametrize("planted", [False, True])
+def test_a_large_store_keeps_the_listing_plan(
+    url: str, planted: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the page's size passed as a parameter (planted: the old text), the
+    server costs a generic plan for a tenth of the table and, on a large
+    store, plans the listing afresh on every call; written into the text,
+    the generic plan is kept after psycopg prepares the statement."""
+    from runstore.postgres import _queries
+
+    if planted:
+        for name in ("LIST_ORDER", "LIST_UNION_ARM", "LIST_UNION_ORDER"):
+            monkeypatch.setattr(
+                _queries, name, getattr(_queries, name).replace("{limit}", "$8::bigint")
+            )
+    with postgres.open(url, clock=ManualClock(1_000)) as store:
+        store._connection.execute(
+            "INSERT INTO flows_runs (run_id, status, created_at_ms) "
+            "SELECT 'run-' || lpad(g::text, 6, '0'), 'pending', g FROM generate_series(1, 20000) g"
+        )
+        store._connection.execute(
+            "INSERT INTO flows_run_state (run_id, state_json) SELECT run_id, '{}' FROM flows_runs"
+        )
+        store._connection.execute("ANALYZE")
+        # psycopg prepares a statement at its sixth call; the server then
+        # makes five custom plans before it weighs the generic one.
+        for _ in range(15):
+            page = store.list_runs(limit=100)
+            assert len(page.runs) == 100
+        generic, custom = _listing_plans(store)
+        assert generic + custom == 10
+        assert generic == (0 if planted else 5)
