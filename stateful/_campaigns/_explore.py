@@ -29,6 +29,7 @@ from .._explore._replay import Replayer, Sut, log_of, programs
 from .._explore._scope import Scope, scope_named
 from .._explore._strategy import STRATEGY_SCOPES as _STRATEGY_SCOPES
 from .._explore._walk import Walker
+from .._explore._workers import Workers, walk_levels, worker_count
 from .._targets._builtin import (
     Target,
     capability_overrides,
@@ -160,6 +161,7 @@ def explore(
     restore: bool = True,
     attempt_store: Callable[..., Any] | str | None = None,
     interface: bool = True,
+    workers: int | None = None,
 ) -> Exploration:
     """Walk ``scope`` exhaustively over the reference model and, when something is under
     test, apply every transition of the walk to it and compare.
@@ -201,6 +203,14 @@ def explore(
     joins both (``parts``), and a failure of the first ends the exploration. ``interface``
     False skips the first walk.
 
+    ``workers`` is the number of worker processes that replay a store rebuilt by replay
+    (None: one per core; 1: none). Workers are used for a store the walk cannot copy (or
+    any with ``restore=False``) whose factory they can import by name: a ``MODULE:FACTORY``
+    string, a module-level function, or a built-in SQLite target; for every scope but
+    ``"tiny"``, and only with the default ``clock``. Each worker builds its own stores from
+    the factory, so the factory is called in several processes at once; the result is the
+    one a walk in one process gives.
+
     Returns an ``Exploration``; a divergence or a broken invariant is its ``failure`` (the
     shortest program), not an exception. Raises ``ValueError`` for a bad argument (an unknown
     target or scope, two things under test) and lets the factory's own errors through.
@@ -232,6 +242,7 @@ def explore(
         clock=clock,
         restore=restore,
         attempt_store=attempt_store,
+        workers=workers,
     )
 
 
@@ -404,6 +415,7 @@ def _run(
     clock: Callable[[], float],
     restore: bool = True,
     attempt_store: Callable[..., Any] | str | None = None,
+    workers: int | None = None,
 ) -> Exploration:
     from ._explore_attempts import attempt_exploration, attempts_supported
 
@@ -436,7 +448,7 @@ def _run(
                 " the attempt scope needs an SQL store of ours (or attempt_store)"
             )
         walk_attempts = supported and (attempts or chosen.name != "tiny")
-    result = _run_scope(chosen, under_test, deadline, out, depth_k, clock, restore, began)
+    result = _run_scope(chosen, under_test, deadline, out, depth_k, clock, restore, began, workers)
     if walk_attempts and result.failure is None and (result.exhausted):
         walked = _attempt_result(
             attempt_exploration(
@@ -494,6 +506,7 @@ def _run_scope(
     clock: Callable[[], float],
     restore: bool,
     began: float,
+    workers: int | None = None,
 ) -> Exploration:
     """The run scope's walk (and its application to ``under_test``)."""
     name = "model" if under_test is None else under_test.name
@@ -507,11 +520,17 @@ def _run_scope(
     replayer = None if sut is None else Replayer(graph, sut)
     programs_done = True
     rebuilds = 0
+    pool = None
     try:
+        pool = _workers_for(under_test, sut, clock, workers, chosen)
+        if replayer is not None and pool is not None:
+            graph.exhausted = walk_levels(walker, replayer, pool, deadline, clock)
+            reached = graph.depth if graph.exhausted else replayer.progress.depth
+            node = graph.nodes[min(len(graph.nodes) - 1, _first_at(graph, reached))]
         index = 0
         # Level by level, the model's expansion of a node and its transitions on the store
         # together: the first failure found is on a shortest program, whichever side.
-        while index < len(graph.nodes):
+        while pool is None and index < len(graph.nodes):
             node = graph.nodes[index]
             if replayer is not None and replayer.later(node.depth):
                 break
@@ -527,7 +546,7 @@ def _run_scope(
                     break
             index += 1
         else:
-            if replayer is None or not replayer.later(chosen.depth + 1):
+            if pool is None and (replayer is None or not replayer.later(chosen.depth + 1)):
                 graph.exhausted = True
         transitions, depth = graph.transitions, graph.depth if graph.exhausted else node.depth
         if replayer is not None:
@@ -544,6 +563,8 @@ def _run_scope(
                 programs_done = more.done
                 progress.programs = more.programs
     finally:
+        if pool is not None:
+            pool.close()
         if sut is not None:
             sut.close()
     exhausted = graph.exhausted and programs_done
@@ -595,6 +616,43 @@ def _run_scope(
         rebuilds=rebuilds,
         restores=0 if replayer is None else replayer.progress.restores,
     )
+
+
+def _first_at(graph: Any, depth: int) -> int:
+    """The index of the first node of ``depth`` (or the last node, when none is so deep)."""
+    for index, node in enumerate(graph.nodes):
+        if node.depth >= depth:
+            return index
+    return len(graph.nodes) - 1
+
+
+def _workers_for(
+    under_test: Target | None,
+    sut: Sut | None,
+    clock: Callable[[], float],
+    workers: int | None,
+    chosen: Scope,
+) -> Workers | None:
+    """Worker processes for the walk, where they pay: a store rebuilt by replay (one that is
+    not ours, or ours with ``restore=False``) whose factory a worker can import by name (a
+    ``MODULE:FACTORY`` spec, or a built-in SQLite target), more than one worker asked for
+    (None: one per core), a scope other than ``tiny``, and the time budget read from
+    ``time.monotonic`` (the workers read it too). Else None: the walk stays in this process."""
+    if under_test is None or sut is None or chosen.name == "tiny":
+        return None
+    if clock is not time.monotonic or worker_count(workers) < 2:
+        return None
+    spec = under_test.spec
+    if under_test.kind == "builtin":
+        spec = under_test.name if under_test.name.startswith("sqlite") else None
+    if spec is None or under_test.capabilities.postgres_server:
+        return None
+    sut.build([])
+    replayed = sut.owned() is None
+    sut._drop()
+    if not replayed:
+        return None
+    return Workers(spec, under_test.capabilities, chosen, worker_count(workers))
 
 
 def _write(failure: Failure, out: Path, under_test: Target | None) -> Path | None:
