@@ -19,7 +19,10 @@ runs completed, the next 38% running (owned, with their lease and
 activation fact; their heartbeats are old, so they can be stolen), the
 newest 50% pending; then ``check_invariants()`` on the small file. Each
 write takes runs of its own, a stride apart over its part of the file, so
-its batches touch cold pages at 10^6 as a real store's would.
+its batches touch cold pages at 10^6 as a real store's would. ``state``
+reads the whole store (every run with its state, every lease, fact and
+change entry) against the same reads by hand without decoding: one call a
+batch, three rounds.
 
 Run: ``python benchmarks/sqlite_growth.py [--rounds N] [--batch N]
 [--large N] [OPERATION ...]``.
@@ -55,6 +58,7 @@ PURGE = 10  # purge_settled's limit
 OPERATIONS = (
     # Reads first, while the pending runs are all there.
     "get",
+    "state",
     "revision",
     "list_runs page",
     "list_runs pending page",
@@ -71,6 +75,8 @@ OPERATIONS = (
     "claim_next_many",
     "purge_settled",
 )
+#: Operations that read the whole store: one call a batch, three rounds.
+WHOLE = frozenset({"state"})
 #: Operations that take each run once: the small file bounds their batches.
 CONSUMING = frozenset(
     {
@@ -277,6 +283,8 @@ class Subject:
                 [lambda r=r: store.get(r) for r in ids[:batch]],
                 [lambda r=r: raw_get(raw, r) for r in ids[batch:]],
             )
+        if operation == "state":
+            return ([store.state], [lambda: raw_state(raw)])
         if operation == "revision":
             return (
                 [store.revision for _ in range(batch)],
@@ -539,6 +547,22 @@ def raw_get(raw: sqlite3.Connection, r: str) -> None:
     assert row is not None
 
 
+def raw_state(raw: sqlite3.Connection) -> None:
+    """Every run with its state, every lease, fact and change entry, in one
+    read transaction (what ``state()`` returns), without decoding."""
+    execute = raw.execute
+    execute("BEGIN")
+    execute(
+        f"SELECT {_COLUMNS}, s.state_json FROM flows_runs AS r "
+        "LEFT JOIN flows_run_state AS s ON s.run_id = r.run_id ORDER BY r.run_id"
+    ).fetchall()
+    execute("SELECT * FROM flows_consensus_leases ORDER BY run_id").fetchall()
+    execute("SELECT * FROM flows_ownership_facts ORDER BY run_id, position").fetchall()
+    execute(RAW_REVISION).fetchone()
+    execute("SELECT run_id, revision, deleted FROM flows_run_changes ORDER BY revision").fetchall()
+    execute("COMMIT")
+
+
 def raw_list(raw: sqlite3.Connection, cursor: tuple[int, str], status: str | None) -> None:
     where = "r.status = 'pending' AND " if status else ""
     rows = raw.execute(
@@ -603,6 +627,8 @@ def measure(
     small = min(subjects)
     consuming = operation in CONSUMING
     size_of_batch = batch if consuming else 5 * batch
+    if operation in WHOLE:
+        rounds = min(rounds, 3)
     for round_number in range(rounds + 1):  # round 0 warms up and is dropped
         for size in subjects:
             subject = subjects[size]
