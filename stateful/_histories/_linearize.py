@@ -958,6 +958,8 @@ def judge_rules(
 
 #: Model steps one union object's search may take (past it the union is left out).
 MAX_UNION_STEPS: Final = 200_000
+#: Model steps of a union's first, brief search (most unions with a legal order show it).
+FIRST_UNION_STEPS: Final = 20_000
 #: Model steps one object's enumeration of the orders of a batch and its snapshots may take.
 MAX_CROSS_STEPS: Final = 50_000
 #: Model steps a sub-history of a union may take to be decided while it is shrunk, when its
@@ -1089,6 +1091,21 @@ def _judge_union(
     for index, start in enumerate(union.starts):
         if remaining[0] <= 0:
             return None
+        # A legal order, when there is one, is most often found in a few steps.
+        verdict = check_partition(
+            union.partition,
+            initial,
+            max_unknown=max_unknown,
+            max_steps=min(FIRST_UNION_STEPS, remaining[0]),
+            shrink_violations=False,
+            start=start,
+        )
+        remaining[0] -= verdict.steps
+        spent += verdict.steps
+        if verdict.result == "linearizable":
+            return verdict
+        if verdict.result == "violation":
+            continue
         if fast:
             combination = _combination(union.pieces, index)
             budget = [min(remaining[0], MAX_CROSS_STEPS)]
@@ -1099,6 +1116,7 @@ def _judge_union(
             remaining[0] -= before - max(0, budget[0])
             spent += before - max(0, budget[0])
             if found:
+                verdict = None
                 continue
         verdict = check_partition(
             union.partition,
@@ -1146,22 +1164,39 @@ def _judge_union(
     split = SPLITTERS["heartbeat_many"]
 
     def judge_shrunk(candidate: Sequence[Operation]) -> Verdict | None:
-        # The same disagreement, not any: the sub-history must break the rule and
-        # pass with the batch in parts (one heartbeat per run, each at its own
-        # instant), as the objects' own checks pass it: so it is judged by the rule
-        # again when read back, and keeps the calls the snapshots' answers come from.
+        # The same disagreement, not any: the sub-history must break the rule while
+        # each object passes alone, with the batch in parts (one heartbeat per run,
+        # each at its own instant) and each snapshot its read of the object, as the
+        # objects' own checks pass them: so it keeps the calls the snapshots' answers
+        # come from, and is judged by the rule again when read back.
         batch = next((op for op in candidate if op.id == batch_id), None)
         if batch is None or judge(candidate) != "violation":
             return None
         parts = split(batch)
         if isinstance(parts, str):
             return None
-        apart = [*(op for op in candidate if op is not batch), *parts.parts]
-        apart.sort(key=lambda o: (o.invoked_ns, o.id))
-        steps = min(allowance[0], MAX_SHRINK_UNION_STEPS)
-        searched = _search(_prepare(apart), origin, spec, max_steps=steps)
-        allowance[0] -= searched.steps
-        return "violation" if searched.result == "linearizable" else None
+        kept = {op.id for op in candidate}
+        for piece, first in zip(union.pieces, firsts, strict=True):
+            alone = [
+                op
+                for op in piece.whole
+                if (op.id in kept and op.id not in piece.crossing)
+                or (
+                    op.id in piece.crossing
+                    and piece.crossing[op.id] > 0
+                    and _union_part(piece, op.id) in kept
+                )
+            ]
+            alone += [part for part in parts.parts if part.args and part.args[0] in piece.runs]
+            alone.sort(key=lambda o: (o.invoked_ns, o.id))
+            if allowance[0] <= 0:
+                return None
+            steps = min(allowance[0], MAX_SHRINK_UNION_STEPS)
+            searched = _search(_prepare(alone), first, spec, max_steps=steps)
+            allowance[0] -= searched.steps
+            if searched.result != "linearizable":
+                return None
+        return "violation"
 
     entire = judge(whole.operations)
     if entire != "violation":
