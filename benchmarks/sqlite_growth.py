@@ -653,6 +653,10 @@ def measure(
         yield size, statistics.median(store_rate[size]), statistics.median(raw_rate[size])
 
 
+def _rate(value: float) -> str:
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("operations", nargs="*", choices=[*OPERATIONS, []])
@@ -691,11 +695,8 @@ def main(argv: list[str] | None = None) -> None:
             figures = {size: (s, r) for size, s, r in measured}
             (s_small, r_small), (s_large, r_large) = figures[sizes[0]], figures[sizes[1]]
             s, r = s_large / s_small, r_large / r_small
-            print(
-                f"{operation:<30}{s_small:>11.0f}{s_large:>11.0f}{r_small:>11.0f}{r_large:>11.0f}"
-                f"{s:>8.2f}{r:>8.2f}{s / r:>10.2f}",
-                flush=True,
-            )
+            rates = "".join(f"{_rate(x):>11}" for x in (s_small, s_large, r_small, r_large))
+            print(f"{operation:<30}{rates}{s:>8.3f}{r:>8.3f}{s / r:>10.2f}", flush=True)
         for subject in subjects.values():
             subject.close()
 
