@@ -39,19 +39,24 @@ shared core, strategy calls through ``tx.connection``) or ``both``.
 ``synchronous_commit`` on (the default cluster has them off: the test
 cluster's settings, where round trips dominate).
 
+``--busy`` keeps a busy loop running in a process of its own throughout,
+so that the other core is never idle: a round trip then cannot be served by
+waking an idle core, on either side.
+
 ``--repeat K`` runs parts 1 and 2 K times and ends with each ratio's
 median and range over the runs (one run on a shared machine can be off by a
 factor of two).
 
 Run: ``python benchmarks/postgres_throughput.py [--calls N] [--seconds S]
 [--windows W] [--path fast|general|both] [--durable] [--only 1,2,3,4]
-[--repeat K]``.
+[--repeat K] [--busy]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -73,6 +78,7 @@ STATE = '{"step": 1, "items": [1, 2, 3], "note": "' + "x" * 200 + '"}'
 OPERATIONS = {
     "create": 1,
     "claim+activate": 2,
+    "activate": 1,
     "claim_and_own": 1,
     "claim_next": 1,
     "claim_next/search": 1,
@@ -80,6 +86,7 @@ OPERATIONS = {
     "reconfirm": 1,
     "heartbeat_many/10": 10,
     "transition_owned": 1,
+    "transition_owned/completing": 1,
     "steal": 1,
     "request_cancel": 1,
 }
@@ -266,8 +273,15 @@ class Subject:
                 store.activate(ids[i], OWNER, claimed.claimed_at_ms, PENDING)
 
             return claim_activate
+        if operation == "activate":  # the claims made here, untimed
+            tokens = [store.claim(run_id, PENDING, OWNER, now).claimed_at_ms for run_id in ids]
+            return lambda i: store.activate(ids[i], OWNER, tokens[i], PENDING)
         if operation == "claim_and_own":
             return lambda i: store.claim_and_own(ids[i], PENDING, OWNER, now)
+        if operation == "transition_owned/completing":
+            for run_id in ids:
+                store.claim_and_own(run_id, PENDING, OWNER, now)
+            return lambda i: store.transition_owned(ids[i], OWNER, "completed", STATE)
         if operation.startswith("claim_next"):
             return lambda i: store.claim_next(OWNER, now)
         if operation == "request_cancel":
@@ -595,8 +609,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--repeat", type=int, default=1, help="run parts 1 and 2 this many times, then summarize"
     )
+    parser.add_argument("--busy", action="store_true", help="a busy loop on the other core")
     args = parser.parse_args(argv)
     parts = set(args.only.split(","))
+    busy = None
+    if args.busy:
+        busy = multiprocessing.get_context("spawn").Process(target=_spin, daemon=True)
+        busy.start()
     cluster = None
     if args.durable:
         cluster = _postgres.Cluster(fsync=True)
@@ -608,7 +627,11 @@ def main(argv: list[str] | None = None) -> None:
         setup.execute(_RAW_SCHEMA)
         version = setup.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
         durable = setup.execute("SHOW synchronous_commit").fetchone()[0]  # type: ignore[index]
-    print(f"PostgreSQL {version}, unix socket, synchronous_commit={durable}")
+    print(
+        f"PostgreSQL {version}, unix socket, synchronous_commit={durable}"
+        + (", a busy loop on the other core" if args.busy else "")
+        + f"; load {os.getloadavg()[0]:.1f} at the start"
+    )
     paths = ["fast", "general"] if args.path == "both" else [args.path]
     try:
         for path in paths:
@@ -629,6 +652,14 @@ def main(argv: list[str] | None = None) -> None:
         server.close()
         if cluster is not None:
             cluster.stop()
+        if busy is not None:
+            busy.terminate()
+            busy.join(10)
+
+
+def _spin() -> None:  # pragma: no cover - runs in its own process
+    while True:
+        pass
 
 
 if __name__ == "__main__":
