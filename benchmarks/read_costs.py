@@ -21,7 +21,10 @@ Two figures, both CPU of this process only: the instructions counted by
 valgrind's callgrind (the script re-runs itself under ``valgrind
 --tool=callgrind``, zeroing the counters at a marker call before each batch
 and dumping them at another after it; the counts do not depend on the load),
-and thread CPU time (``time.thread_time_ns``; medians of the rounds). On
+and thread CPU time (``time.thread_time_ns``; medians of the rounds).
+Garbage collection is off inside the batches (its cost follows the whole
+process's objects, not the batch's), and every statement has run six times
+before (psycopg prepares a statement at its fifth execution). On
 PostgreSQL that is the client's side of the call (psycopg and the store);
 the server's work is not counted.
 
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import math
 import os
@@ -111,7 +115,11 @@ class Subjects:
         else:
             self.raw = store._connection
         q = store._queries
-        self.list_sql = _listing(q, admit.admit_list_runs(*[None] * 7, 100, None, False))
+        # Per page size: a backend may write the page's size into the text.
+        self.list_sql = {
+            size: _listing(q, admit.admit_list_runs(*[None] * 7, size, None, False))
+            for size in SIZES
+        }
         self.changes_sql = q.CHANGES
         every = store.changes(0)
         # The revision after which exactly ``size`` changes follow.
@@ -119,11 +127,12 @@ class Subjects:
         self.rows = {size: self._list_raw(size) for size in SIZES}
         self.change_rows = {size: self._changes_raw(size) for size in SIZES}
         assert len(self.rows[100]) == 101
+        assert len(self.rows[10]) == 11
         assert len(self.change_rows[100]) == 100
 
     def _list_raw(self, size: int) -> list[Any]:
         return self.raw.execute(
-            self.list_sql, (-1, "", None, None, None, None, None, size + 1)
+            self.list_sql[size], (-1, "", None, None, None, None, None, size + 1)
         ).fetchall()
 
     def _changes_raw(self, size: int) -> list[Any]:
@@ -253,7 +262,14 @@ def inner(arguments: argparse.Namespace) -> None:
     subjects = Subjects(backend, store, arguments.where)
     try:
         chosen = subjects.subjects()
-        batch(lambda size: [call(size) for call in chosen.values()], 100, 3)  # warm caches
+        # Warm caches, and let psycopg prepare its statements (after five
+        # executions of one text) before anything is measured.
+        for size in SIZES:
+            batch(lambda size: [call(size) for call in chosen.values()], size, 6)
+        # No collection of garbage inside a batch: a cycle collection costs
+        # what the objects of the whole process cost, not the batch's.
+        gc.collect()
+        gc.disable()
         if arguments.callgrind:
             order = counted(chosen, arguments.rounds, arguments.calls)
             result: Any = {"order": order}
@@ -261,6 +277,7 @@ def inner(arguments: argparse.Namespace) -> None:
             figures = timed(chosen, arguments.rounds, arguments.calls)
             result = {"ns": [[*key, value] for key, value in figures.items()]}
     finally:
+        gc.enable()
         subjects.close()
     Path(arguments.out).write_text(json.dumps(result))
 
@@ -397,7 +414,7 @@ def main(argv: list[str] | None = None) -> None:
                 lines += report(backend, "ns", ns)
                 if callgrind:
                     counts = run_inner(
-                        backend, where, callgrind=True, rounds=1, calls=3, folder=folder
+                        backend, where, callgrind=True, rounds=2, calls=3, folder=folder
                     )
                     lines += report(backend, "instr", counts)
                 print("\n".join(lines[-4:] if callgrind else lines[-2:]), flush=True)
