@@ -60,7 +60,11 @@ WINDOW_RACES = (
     ("race_heartbeat_many_one_by_one", ("sqlite", "postgresql"), "heartbeat_many vs readers"),
     # claim_next_many came after 9e899fd: no torture of then to pass. Found on SQLite at
     # 3.3 s (load 14-16); the bug is PostgreSQL's too, but three 60 s runs there (seeds
-    # 20000-20002, load 16-23) missed it, so it is not listed for PostgreSQL yet.
+    # 20000-20002, load 16-23) missed it, so it is not listed for PostgreSQL yet (those
+    # runs were before the candidates workload's claim grid and pool). With them, both
+    # candidate races are found on SQLite on seeds 20000-20004 within 60 s (40 s the
+    # longest, loads 14-26); race_cancel_checks_first on PostgreSQL on seeds 20000-20002
+    # (46 s the longest, loads 15-23) since the cancel workload's owners wait for a request.
     ("race_claim_next_many_picks_outside", ("sqlite",), "claim_next_many candidates"),
     # Zombie owner and two transactions on SQLite (the check outside the
     # driver's BEGIN). 9e899fd passed 3 of 3 seeds at loads 12.6 to 19.3
