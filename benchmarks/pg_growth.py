@@ -25,14 +25,22 @@ spread over its part of the table a stride apart, so a batch touches cold
 pages; an operation that consumes runs (completing, steal, claim_and_own,
 activate, claim_next, purge) takes each once.
 
-Two figures per operation, each the median over ``--rounds`` interleaved
-rounds (store and raw alternate, both sizes in every round):
+Three figures per operation, each from medians over ``--rounds``
+interleaved rounds (store and raw alternate, both sizes in every round):
 
-- ``wall``: calls per second of wall time (blurred by a loaded machine);
+- ``wall``: the store's growth over raw's in calls per second of wall time
+  (blurred by a loaded machine);
 - ``cpu``: calls per second of CPU, the client thread's CPU time plus the
   server backend's (``/proc/<pid>/schedstat``, nanoseconds) for that
-  connection: what a loaded machine does not blur, and where a scan or a
-  growing index shows.
+  connection, per size and side, each side's growth and the store's over
+  raw's: the target's measure;
+- ``buffers``: shared buffers touched per call (``pg_stat_database`` read
+  from another database, the measured session made to report its counts
+  after each batch; autovacuum is off on the fixtures): a count a loaded
+  machine does not blur, where a scan, a deeper B-tree or a statement
+  planned anew on every call shows.
+
+The whole-store ``state()`` reads every run by design and is not measured.
 
 Run: ``python benchmarks/pg_growth.py [--rounds N] [--batch B] [--calls C] [--large N]
 [--only op,op] [--path fast|general|both]``. Prints the load before and after.
