@@ -24,6 +24,7 @@ from runstore.attempts import AttemptStore
 
 from .._base._capabilities import FULL_STORE, Capabilities
 from .._base._observe import Failure
+from .._explore import _workers
 from .._explore._attempts import attempt_scope_named
 from .._explore._replay import Replayer, Sut, log_of, programs
 from .._explore._scope import Scope, scope_named
@@ -638,7 +639,7 @@ def _workers_for(
     ``MODULE:FACTORY`` spec, or a built-in SQLite target), more than one worker asked for
     (None: one per core), a scope other than ``tiny``, and the time budget read from
     ``time.monotonic`` (the workers read it too). Else None: the walk stays in this process."""
-    if under_test is None or sut is None or chosen.name == "tiny":
+    if under_test is None or sut is None or chosen.name in _workers.IN_ONE_PROCESS:
         return None
     if clock is not time.monotonic or worker_count(workers) < 2:
         return None

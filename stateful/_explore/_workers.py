@@ -43,6 +43,8 @@ from ._walk import Dial, Node, Walk, Walker, apply, start
 
 #: A level with fewer nodes is replayed in the parent (a worker's start costs more).
 LEVEL_AT_LEAST = 32
+#: Scopes walked in one process whatever is asked (a worker's start costs more).
+IN_ONE_PROCESS = ("tiny",)
 #: What a worker process runs.
 _ENTRY = "from runstore.stateful._explore._workers import _main; _main()"
 
