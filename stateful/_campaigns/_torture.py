@@ -45,7 +45,9 @@ writes the minimal offending sub-history of each failing object (readable
 Exit status: 0 linearizable, 1 a violation or a broken invariant, 2 bad
 usage, 3 some object could not be checked (too many operations of unknown
 outcome, the search budget, or a revision count that could not be
-checked): never a silent pass.
+checked) or an owner's walk raised (a mistake of the torture itself, its
+worker's exit status ``WALK_FAILED``: the run was cut short): never a
+silent pass.
 
 Targets (``--db``): a SQLite file path (created if missing; an existing
 database is used as it is, its state taken as the initial state, and the
@@ -73,6 +75,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -344,6 +347,9 @@ def restart_server(config: TortureConfig) -> None:
 
 # -- the worker ---------------------------------------------------------------------
 
+#: A worker's exit status when an owner's walk raised (a mistake of the walk, not the store's).
+WALK_FAILED = 4
+
 
 def worker_main(config: dict[str, Any]) -> int:
     """A worker process: ``threads`` owners, each with its own connection,
@@ -392,9 +398,18 @@ def worker_main(config: dict[str, Any]) -> int:
         worker.until_ns = deadline
         worker.phase = lambda: (time.monotonic_ns() - start) // phase_ns
 
+    failures: list[str] = []
+
     def walk(worker: Worker) -> None:
-        while time.monotonic_ns() < deadline:
-            worker.step()
+        try:
+            while time.monotonic_ns() < deadline:
+                worker.step()
+        except Exception:
+            # A mistake of the walk itself (the store's errors are answers, not
+            # raised): told on stderr and in the exit status, so that a run an
+            # owner left early is never passed as if it had been whole.
+            failures.append(traceback.format_exc())
+            sys.stderr.write(failures[-1])
 
     threads = [threading.Thread(target=walk, args=(w,), daemon=True) for w in workers[1:]]
     try:
@@ -408,7 +423,7 @@ def worker_main(config: dict[str, Any]) -> int:
         for store in stores:
             store.close()
         recorder.close()
-    return 0
+    return WALK_FAILED if failures else 0
 
 
 # -- the coordinator ----------------------------------------------------------------
@@ -702,11 +717,22 @@ def run_torture(config: TortureConfig) -> TortureResult:
             _close_pipes(popen)
         if cutter is not None:
             cutter.close()
-    if cutter is None:
-        return _judge(config, seed, initial, history_dir, out, kills, stops, restarts)
-    _say(config, f"torture: {cutter.cuts} acknowledgements lost at commits")
+    # A worker whose owner's walk raised (its own mistake, not the store's).
+    failed = [f"w{p.index}.{p.incarnation}" for p in processes if p.popen.returncode == WALK_FAILED]
+    if cutter is not None:
+        _say(config, f"torture: {cutter.cuts} acknowledgements lost at commits")
     judged = _judge(config, seed, initial, history_dir, out, kills, stops, restarts)
-    return attrs.evolve(judged, lost_acks=cutter.cuts)
+    if cutter is not None:
+        judged = attrs.evolve(judged, lost_acks=cutter.cuts)
+    if failed:
+        _say(
+            config,
+            f"torture: INCONCLUSIVE: worker {', '.join(failed)} stopped on an error of its own "
+            "(its traceback is above): the run is thinner than it looks",
+        )
+        if judged.status == 0:
+            judged = attrs.evolve(judged, status=3)
+    return judged
 
 
 def _judge(

@@ -82,6 +82,28 @@ def test_faults_leave_pending_calls_and_the_history_still_checks(tmp_path):
     assert result.invariant_failure is None
 
 
+def test_a_walk_that_raises_makes_the_run_inconclusive(tmp_path, capfd):
+    """An owner whose walk raises (a mistake of the torture, not of the store)
+    ends its worker with its own exit status: the run, cut short, is reported
+    inconclusive (status 3), never passed; the traceback is on stderr."""
+    result = run_torture(
+        TortureConfig(
+            db=str(tmp_path / "db"),
+            out=str(tmp_path / "out"),
+            store="tests.stateful.campaigns.walk_mistake:factory",
+            seconds=1.0,
+            kills=False,
+            stops=False,
+            seed=5,
+        )
+    )
+    assert result.verdict.ok, result.verdict.summary()
+    assert result.status == 3
+    captured = capfd.readouterr()
+    assert "a mistake planted in the walk" in captured.err
+    assert "stopped on an error of its own" in captured.out
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
