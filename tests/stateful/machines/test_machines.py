@@ -16,6 +16,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 import runstore
 from runstore import FenceLost, ManualClock
+from runstore._boundary import admit_renewal
 from runstore.consensus import LocalConsensus, SqlConsensus
 from runstore.model import ModelConsensus, ModelRunStore
 from runstore.stateful import (
@@ -69,9 +70,12 @@ def test_reference_model_against_itself():
 
 
 class LateHeartbeat(ModelRunStore):
-    """A store that refuses every heartbeat (and writes nothing)."""
+    """A store that refuses every admissible heartbeat (and writes nothing);
+    an inadmissible one it refuses as the model does (the tour asks the whole
+    admission table, and this store's bug is the outcome, not admission)."""
 
     def heartbeat(self, run_id, owner, now_ms):
+        admit_renewal("heartbeat", run_id, owner, now_ms, self._clock)  # raises where it must
         return FenceLost()
 
 

@@ -5,6 +5,7 @@ step an ordinary differential step, so a bug only those cells show is caught.
 
 from __future__ import annotations
 
+import attrs
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
@@ -13,6 +14,7 @@ from runstore._outcomes import AlreadyClaimed, SnapshotChanged
 from runstore.sqlite import SqliteRunStore
 from runstore.stateful._base._compare import OutcomeMismatch
 from runstore.stateful._base._observe import Observer, Performed, observing
+from runstore.stateful._checks._invariants import AdmissionViolation
 from runstore.stateful._machines import _reach
 from runstore.stateful._machines._reach import Reach, recording
 from runstore.stateful._machines._reach_gaps import KNOWN_GAPS
@@ -45,18 +47,21 @@ def _plain_store(clock, path):
     return open_as(SqliteRunStore, clock)
 
 
+#: One program of one step, derandomized, not shrunk.
+ONE_STEP = settings(
+    max_examples=1,
+    stateful_step_count=1,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    phases=[Phase.generate],
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
 def _one_step_then_tour(factory, name: str) -> None:
     machine = comparison_for(factory, IN_MEMORY, name=name)
-    budget = settings(
-        max_examples=1,
-        stateful_step_count=1,
-        derandomize=True,
-        database=None,
-        deadline=None,
-        phases=[Phase.generate],
-        suppress_health_check=[HealthCheck.too_slow],
-    )
-    run_state_machine_as_test(machine, settings=budget)
+    run_state_machine_as_test(machine, settings=ONE_STEP)
 
 
 def test_the_tour_alone_reaches_every_cell_it_claims() -> None:
@@ -93,18 +98,9 @@ def test_the_tour_catches_a_bug_only_its_cells_show() -> None:
     with a claim gets the wrong answer, and the failing step is the tour's."""
     assert CELL in TOUR
     machine = comparison_for(_blind_store, IN_MEMORY, name="claim-blind-steal")
-    budget = settings(
-        max_examples=1,
-        stateful_step_count=1,
-        derandomize=True,
-        database=None,
-        deadline=None,
-        phases=[Phase.generate],
-        suppress_health_check=[HealthCheck.too_slow],
-    )
     observer = Observer()
     with observing(observer), pytest.raises(OutcomeMismatch):
-        run_state_machine_as_test(machine, settings=budget)
+        run_state_machine_as_test(machine, settings=ONE_STEP)
     assert machine.toured is False  # a failed tour is made again on replay
     failure = observer.failure
     assert failure is not None
@@ -112,3 +108,36 @@ def test_the_tour_catches_a_bug_only_its_cells_show() -> None:
     last = [entry for entry in failure.log if isinstance(entry, Performed)][-1]
     assert last.call.method == "steal"
     assert str(last.call.run_id).startswith("tour-")
+
+
+class NulIdLookup(SqliteRunStore):
+    """A ``get`` that answers "no such run" for an id holding a NUL instead of
+    refusing it: one case of the admission table shows it."""
+
+    def get(self, run_id):
+        if isinstance(run_id, str) and "\x00" in run_id:
+            return None  # the bug
+        return super().get(run_id)
+
+
+def _nul_store(clock, path):
+    return open_as(NulIdLookup, clock)
+
+
+@pytest.mark.parametrize("whole_state", [True, False])
+def test_the_tour_asks_every_admission_case(whole_state: bool) -> None:
+    """The derandomized budget's ``malformed`` draws leave cases of the
+    admission table unasked; the tour asks each, also of a store compared
+    through public reads only, so one program of one step, then the tour,
+    catches a refusal that one case shows, and the failing call is that
+    case's."""
+    capabilities = attrs.evolve(IN_MEMORY, whole_state=whole_state)
+    machine = comparison_for(_nul_store, capabilities, name=f"nul-id-{whole_state}")
+    observer = Observer()
+    with observing(observer), pytest.raises(AdmissionViolation):
+        run_state_machine_as_test(machine, settings=ONE_STEP)
+    failure = observer.failure
+    assert failure is not None
+    last = [entry for entry in failure.log if isinstance(entry, Performed)][-1]
+    assert last.call.method == "get"
+    assert "\x00" in str(last.call.run_id)
