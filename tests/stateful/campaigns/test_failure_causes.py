@@ -175,6 +175,9 @@ def _decode_cause_losing_the_run_id(monkeypatch: pytest.MonkeyPatch) -> None:
             raise
 
     monkeypatch.setattr(_store, "decode_run", from_the_last_column)
+    # A page's rows are checked together and, when one fails, decoded one by
+    # one by the decoding module's own decode_run: planted there too.
+    monkeypatch.setattr(_decode, "decode_run", from_the_last_column)
 
 
 def _attempt_cause_without_the_database_code(monkeypatch: pytest.MonkeyPatch) -> None:
