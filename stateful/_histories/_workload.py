@@ -570,7 +570,10 @@ class Worker:
             self.align(CLAIM_GRID_SLOTS)
             self.change_candidacy()
         elif roll < 0.59 + refill and self.offers("purge_settled"):
-            # Rarer than the rest: every purge is a term of the revision count.
+            # Rarer than the rest: every purge is a term of the revision count. On
+            # the claim grid: the oldest claimable runs claims take are old
+            # suspended runs, which the purge may delete.
+            self.align(CLAIM_GRID_SLOTS)
             self.call("purge_settled", self.clock.now_ms() - 20_000)
         elif roll < 0.61 + refill and self.offers("heartbeat_many"):
             self.heartbeat_many()
