@@ -25,9 +25,10 @@ would call corrupt. Batches are interleaved between the subjects compared,
 and medians of several rounds are reported.
 
 Run: ``python benchmarks/finding_work.py [heartbeat-many|claim-next|list-runs|growth]
-[--rounds N] [--postgres URL|--no-postgres]``. Without ``--postgres`` a
-throwaway PostgreSQL cluster is started when the binaries are on PATH (as the
-tests do); ``--no-postgres`` skips it.
+[--rounds N] [--postgres URL|--no-postgres] [--fast]``. Without ``--postgres`` a
+throwaway PostgreSQL cluster is started when the binaries are on PATH, durable
+(``fsync`` and ``synchronous_commit`` on) unless ``--fast`` asks for the test
+cluster's settings; ``--no-postgres`` skips it.
 """
 
 from __future__ import annotations
@@ -263,8 +264,12 @@ def bulk(store: Any, size: int, *, running: int = 0, pending: int = 0, claimed: 
 
 
 @contextmanager
-def postgres_urls(explicit: str | None, wanted: bool) -> Iterator[Callable[[], str] | None]:
-    """A factory of fresh database URLs, or None without PostgreSQL."""
+def postgres_urls(
+    explicit: str | None, wanted: bool, fast: bool = False
+) -> Iterator[Callable[[], str] | None]:
+    """A factory of fresh database URLs, or None without PostgreSQL: on a
+    durable cluster of its own (``fsync`` and ``synchronous_commit`` on, a
+    server's defaults), or with ``fast`` on the test cluster (both off)."""
     if not wanted:
         yield None
         return
@@ -274,7 +279,11 @@ def postgres_urls(explicit: str | None, wanted: bool) -> Iterator[Callable[[], s
     try:
         from runstore.stateful._targets import _postgres
 
-        server = _postgres.server()
+        if fast:
+            server = _postgres.server()
+        else:
+            cluster = _postgres.Cluster(fsync=True)
+            server = _postgres.Server(cluster.url, cluster)
     except Exception as why:  # no binaries, no server
         print(f"(PostgreSQL skipped: {type(why).__name__}: {why})")
         yield None
@@ -292,6 +301,9 @@ def postgres_urls(explicit: str | None, wanted: bool) -> Iterator[Callable[[], s
         for url in made:
             with contextlib.suppress(Exception):
                 server.drop(url)
+        if not fast:
+            server.close()
+            cluster.stop()
 
 
 # -- (1) heartbeat_many ------------------------------------------------------------------
@@ -637,10 +649,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--postgres", metavar="URL")
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument(
+        "--fast", action="store_true", help="PostgreSQL with fsync and synchronous_commit off"
+    )
     args = parser.parse_args(argv)
     chosen = args.which or ["heartbeat-many", "claim-next", "list-runs", "growth"]
     print(f"sqlite {sqlite3.sqlite_version}; medians of {args.rounds} interleaved rounds")
-    with postgres_urls(args.postgres, not args.no_postgres) as urls:
+    with postgres_urls(args.postgres, not args.no_postgres, args.fast) as urls:
         if "heartbeat-many" in chosen:
             bench_heartbeat_many(args.rounds, urls)
         if "claim-next" in chosen:
