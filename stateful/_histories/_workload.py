@@ -78,7 +78,8 @@ WORKLOADS: dict[str, str] = {
     "mixed": "every operation at its everyday rate on one run at a time (the walk as it was)",
     "candidates": "claim_next and claim_next_many of every owner at the same instants, on the "
     "same oldest runs, beside a pool of claimable runs refilled as it drains, while suspensions, "
-    "settles, cancel requests, creates and purge_settled change which runs are candidates",
+    "settles and cancel requests change which runs are candidates and purge_settled deletes old "
+    "ones",
     "batches": "heartbeat_many over the runs an owner holds and runs others hold, against "
     "steals, takeovers, settles, cancellation and snapshot reads of those runs",
     "lineage": "new rounds and children of one lineage created while request_cancel_lineage, "
