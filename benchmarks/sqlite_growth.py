@@ -55,6 +55,17 @@ MANY = 10  # claim_next_many's limit
 PAGE = 100  # list_runs and changes pages, heartbeat_many's leases
 PURGE = 10  # purge_settled's limit
 
+#: Operations that take each run once: the small file bounds their batches.
+_CONSUMING = (
+    "claim_and_own",
+    "activate",
+    "transition_owned completing",
+    "steal",
+    "claim_next",
+    "claim_next_many",
+    "purge_settled",
+)
+CONSUMING = frozenset(_CONSUMING)
 OPERATIONS = (
     # Reads first, while the pending runs are all there.
     "get",
@@ -67,28 +78,10 @@ OPERATIONS = (
     "heartbeat_many",
     "heartbeat_many, set-based raw",
     "transition_owned running",
-    "claim_and_own",
-    "activate",
-    "transition_owned completing",
-    "steal",
-    "claim_next",
-    "claim_next_many",
-    "purge_settled",
+    *_CONSUMING,
 )
 #: Operations that read the whole store: one call a batch, three rounds.
 WHOLE = frozenset({"state"})
-#: Operations that take each run once: the small file bounds their batches.
-CONSUMING = frozenset(
-    {
-        "claim_and_own",
-        "activate",
-        "transition_owned completing",
-        "steal",
-        "claim_next",
-        "claim_next_many",
-        "purge_settled",
-    }
-)
 
 
 def _who(owner: OwnerId) -> tuple[str, int, str]:
@@ -365,22 +358,23 @@ _FACT = (
     "owner_pid, owner_nonce, granted_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 RAW_REVISION = "SELECT revision FROM flows_run_source WHERE singleton = 1"
+#: One heartbeat by hand: OWNER's lease row, then its run row.
+_RENEW_LEASE = (
+    "UPDATE flows_consensus_leases SET heartbeat_at_ms = MAX(heartbeat_at_ms, ?) "
+    "WHERE run_id = ? AND owner_host_id = ? AND owner_pid = ? AND owner_nonce = ?"
+)
+_RENEW_RUN = (
+    "UPDATE flows_runs SET heartbeat_at_ms = MAX(heartbeat_at_ms, ?) WHERE run_id = ? "
+    "AND status = 'running' AND owner_host_id = ? AND owner_pid = ? AND owner_nonce = ?"
+)
 
 
 def raw_heartbeat(raw: sqlite3.Connection, r: str, now: int) -> None:
     execute = raw.execute
     execute("BEGIN IMMEDIATE")
     execute(_READ, (r,)).fetchone()
-    execute(
-        "UPDATE flows_consensus_leases SET heartbeat_at_ms = MAX(heartbeat_at_ms, ?) "
-        "WHERE run_id = ? AND owner_host_id = ? AND owner_pid = ? AND owner_nonce = ?",
-        (now, r, *_who(OWNER)),
-    )
-    execute(
-        "UPDATE flows_runs SET heartbeat_at_ms = MAX(heartbeat_at_ms, ?) WHERE run_id = ? "
-        "AND status = 'running' AND owner_host_id = ? AND owner_pid = ? AND owner_nonce = ?",
-        (now, r, *_who(OWNER)),
-    )
+    execute(_RENEW_LEASE, (now, r, *_who(OWNER)))
+    execute(_RENEW_RUN, (now, r, *_who(OWNER)))
     execute("COMMIT")
 
 
@@ -388,16 +382,8 @@ def raw_heartbeat_many(raw: sqlite3.Connection, ids: list[str], now: int) -> Non
     execute = raw.execute
     execute("BEGIN IMMEDIATE")
     for r in sorted(ids):
-        execute(
-            "UPDATE flows_consensus_leases SET heartbeat_at_ms = MAX(heartbeat_at_ms, ?) "
-            "WHERE run_id = ? AND owner_host_id = ? AND owner_pid = ? AND owner_nonce = ?",
-            (now, r, *_who(OWNER)),
-        )
-        execute(
-            "UPDATE flows_runs SET heartbeat_at_ms = MAX(heartbeat_at_ms, ?) WHERE run_id = ? "
-            "AND status = 'running' AND owner_host_id = ? AND owner_pid = ? AND owner_nonce = ?",
-            (now, r, *_who(OWNER)),
-        )
+        execute(_RENEW_LEASE, (now, r, *_who(OWNER)))
+        execute(_RENEW_RUN, (now, r, *_who(OWNER)))
     execute("COMMIT")
 
 
