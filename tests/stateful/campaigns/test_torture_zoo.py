@@ -177,6 +177,11 @@ def _one_process(store, clock) -> list[object]:
     clock.advance(60_000)
     seen.append(store.purge_settled(clock.now_ms() - 30_000))
     seen.append(store.claim_next(me, clock.now_ms()))
+    for name in ("batch-1", "batch-2", "batch-3"):
+        store.create(name, "{}")
+        clock.advance(1)
+    seen.append(store.claim_next_many(other, clock.now_ms(), 2))
+    seen.append(store.claim_next_many(me, clock.now_ms(), 3))
     seen.append(sorted(row.run_id for row in store.list_runs().runs))
     return seen
 
