@@ -68,22 +68,20 @@ def _before_count() -> int:
     return ids.index(BEFORE[0]) + 1
 
 
-class Side:
-    """One schema and the connection that calls its functions."""
+def _owning(run_id: str, now: int) -> tuple[Any, ...]:
+    """``claim_and_own``'s arguments: OWNER takes the pending ``run_id`` at ``now``."""
+    return (run_id, "pending", *NONE4, now - STALE, *WHO, now, "claim")
 
-    def __init__(self, url: str, schema: str, count: int | None) -> None:
-        self.schema = schema
-        self.conn = psycopg.connect(url, autocommit=True, cursor_factory=psycopg.RawCursor)
-        self.conn.execute(f"CREATE SCHEMA {schema}")
-        self.conn.execute(f"SET search_path TO {schema}")
-        _migrations.apply(self.conn.execute, schema, count)
-        self.pid = int(self.conn.execute("SELECT pg_backend_pid()").fetchone()[0])  # type: ignore[index]
+
+class Maker:
+    """Sends statements (``run``) and makes the runs an operation's calls need."""
+
+    def __init__(self) -> None:
         self.serial = 0
         self.now = 1_000_000
 
     def run(self, statement: str, params: tuple[Any, ...]) -> Any:
-        cursor = self.conn.execute(statement, params, prepare=True)
-        return cursor.fetchall() if cursor.description else []
+        raise NotImplementedError
 
     def fresh(self, count: int, prefix: str) -> list[str]:
         ids = []
@@ -101,8 +99,27 @@ class Side:
         return ids
 
     def own(self, run_id: str) -> None:
-        params = (run_id, "pending", *NONE4, self.now - STALE, *WHO, self.now, "claim")
-        (answer,) = self.run(_fused.CLAIM_AND_OWN, params)
+        self.run(_fused.CLAIM_AND_OWN, _owning(run_id, self.now))
+
+
+class Side(Maker):
+    """One schema and the connection that calls its functions."""
+
+    def __init__(self, url: str, schema: str, count: int | None) -> None:
+        super().__init__()
+        self.schema = schema
+        self.conn = psycopg.connect(url, autocommit=True, cursor_factory=psycopg.RawCursor)
+        self.conn.execute(f"CREATE SCHEMA {schema}")
+        self.conn.execute(f"SET search_path TO {schema}")
+        _migrations.apply(self.conn.execute, schema, count)
+        self.pid = int(self.conn.execute("SELECT pg_backend_pid()").fetchone()[0])  # type: ignore[index]
+
+    def run(self, statement: str, params: tuple[Any, ...]) -> Any:
+        cursor = self.conn.execute(statement, params, prepare=True)
+        return cursor.fetchall() if cursor.description else []
+
+    def own(self, run_id: str) -> None:
+        (answer,) = self.run(_fused.CLAIM_AND_OWN, _owning(run_id, self.now))
         assert answer[0] == "activated", answer
 
     def cpu_ns(self) -> int:
@@ -117,7 +134,7 @@ def _is(tag: str) -> Callable[[Any], bool]:
     return lambda rows: rows[0][0] == tag
 
 
-def prepare(side: Side, operation: str, n: int) -> Prepared:
+def prepare(side: Maker, operation: str, n: int) -> Prepared:
     """n calls of ``operation`` on ``side``: (statement, params, answer check)."""
     now = side.now
     if operation == "create":
@@ -129,12 +146,7 @@ def prepare(side: Side, operation: str, n: int) -> Prepared:
         ]
     if operation == "claim_and_own":
         return [
-            (
-                _fused.CLAIM_AND_OWN,
-                (r, "pending", *NONE4, now - STALE, *WHO, now, "claim"),
-                _is("activated"),
-            )
-            for r in side.fresh(n, "cao")
+            (_fused.CLAIM_AND_OWN, _owning(r, now), _is("activated")) for r in side.fresh(n, "cao")
         ]
     if operation == "activate":
         calls: Prepared = []
@@ -390,35 +402,16 @@ def _prepares() -> list[str]:
     return [f"PREPARE {name} AS {statement.strip()}" for statement, name in _PREPARED.items()]
 
 
-class Script:
+class Script(Maker):
     """An operation's calls as SQL text, with the runs they need made first,
     as ``prepare`` makes them on a connection."""
 
     def __init__(self) -> None:
-        self.serial = 0
-        self.now = 1_000_000
+        super().__init__()
         self.lines: list[str] = []
 
     def run(self, statement: str, params: tuple[Any, ...]) -> None:
         self.lines.append(_sql(statement, params))
-
-    def fresh(self, count: int, prefix: str) -> list[str]:
-        ids = []
-        for _ in range(count):
-            self.serial += 1
-            run_id = f"{prefix}-{self.serial:07d}"
-            self.run(_fused.CREATE, (run_id, self.serial, None, None, None, STATE))
-            ids.append(run_id)
-        return ids
-
-    def owned(self, count: int, prefix: str) -> list[str]:
-        ids = self.fresh(count, prefix)
-        for run_id in ids:
-            self.run(_fused.CLAIM_AND_OWN, self._own(run_id))
-        return ids
-
-    def _own(self, run_id: str) -> tuple[Any, ...]:
-        return (run_id, "pending", *NONE4, self.now - STALE, *WHO, self.now, "claim")
 
     def calls(self, operation: str, n: int) -> list[str]:
         """Adds the setup for n calls of ``operation``; returns the calls."""
@@ -428,7 +421,7 @@ class Script:
             for r in ids:
                 self.run(_fused.CLAIM, (r, "pending", *NONE4, now - STALE, *WHO, now))
             return [_sql(_fused.ACTIVATE, (r, "pending", *NONE4, *WHO, now, now)) for r in ids]
-        prepared = prepare(self, operation, n)  # type: ignore[arg-type]
+        prepared = prepare(self, operation, n)
         return [_sql(statement, params) for statement, params, _ok in prepared]
 
 
