@@ -81,6 +81,16 @@ RUNNING, PENDING_PART, CLAIMED, COMPLETED = 0.35, 0.35, 0.10, 0.20
 #: again and again), completions, steals.
 _RUN_PARTS = {"renew": (0.0, 0.3), "complete": (0.3, 0.6), "steal": (0.6, 0.9)}
 
+#: The writes that take a run at most once (purge_settled too, below).
+_TAKING = (
+    "transition_owned/completed",
+    "steal",
+    "claim_and_own",
+    "activate",
+    "claim_next",
+    "claim_next_many/10",
+)
+
 OPERATIONS = (
     # Reads first, on the fixture as built (the writes below leave dead
     # versions at the front of the listing, more of them at 10^3).
@@ -91,12 +101,7 @@ OPERATIONS = (
     "changes/100",
     "heartbeat",
     "transition_owned/running",
-    "transition_owned/completed",
-    "steal",
-    "claim_and_own",
-    "activate",
-    "claim_next",
-    "claim_next_many/10",
+    *_TAKING,
     "heartbeat_many/100",
     "purge_settled/10",
 )
@@ -109,15 +114,7 @@ _FEW = {"claim_next_many/10": 2, "purge_settled/10": 2}
 
 #: The operations that take a run at most once; the others reuse theirs and
 #: run batches of ``--calls`` (a longer batch, less blurred by the timer).
-_CONSUMING = {
-    "transition_owned/completed",
-    "steal",
-    "claim_and_own",
-    "activate",
-    "claim_next",
-    "claim_next_many/10",
-    "purge_settled/10",
-}
+_CONSUMING = {*_TAKING, "purge_settled/10"}
 
 
 def _load() -> str:
@@ -229,17 +226,22 @@ class Raw:
         self.pid = self.connection.info.backend_pid
         self.who = fw._who(OWNER)
 
+    def _begin(self, query: str, params: tuple[Any, ...]) -> Any:
+        """``BEGIN`` and a locking read, pipelined (one round trip); the read's cursor."""
+        c = self.connection
+        with c.pipeline():
+            c.execute("BEGIN")
+            # Leaving the pipeline sends both and waits for their answers.
+            return c.execute(query, params)
+
     def cas(self, run_id: str, status: str, now: int, state: str | None = None) -> None:
         """Read the row locked (pipelined with BEGIN), write the lease, the row, a fact."""
         c, who = self.connection, self.who
-        with c.pipeline():
-            c.execute("BEGIN")
-            cur = c.execute(
-                "SELECT status, owner_host_id, owner_pid, owner_nonce, heartbeat_at_ms "
-                "FROM raw_runs WHERE run_id = %s FOR UPDATE",
-                (run_id,),
-            )
-        cur.fetchone()
+        self._begin(
+            "SELECT status, owner_host_id, owner_pid, owner_nonce, heartbeat_at_ms "
+            "FROM raw_runs WHERE run_id = %s FOR UPDATE",
+            (run_id,),
+        ).fetchone()
         c.execute(
             "INSERT INTO raw_leases (run_id, owner_host_id, owner_pid, owner_nonce, "
             "heartbeat_at_ms) VALUES (%s, %s, %s, %s, %s) ON CONFLICT (run_id) DO UPDATE "
@@ -260,13 +262,11 @@ class Raw:
 
     def claim_next(self, now: int, limit: int) -> None:
         c, who = self.connection, self.who
-        with c.pipeline():
-            c.execute("BEGIN")
-            cur = c.execute(
-                "SELECT run_id FROM raw_runs WHERE status = 'pending' AND claim_host_id IS NULL "
-                "ORDER BY created_at_ms, run_id LIMIT %s FOR UPDATE SKIP LOCKED",
-                (limit,),
-            )
+        cur = self._begin(
+            "SELECT run_id FROM raw_runs WHERE status = 'pending' AND claim_host_id IS NULL "
+            "ORDER BY created_at_ms, run_id LIMIT %s FOR UPDATE SKIP LOCKED",
+            (limit,),
+        )
         ids = [row[0] for row in cur.fetchall()]
         c.execute(
             "INSERT INTO raw_leases (run_id, owner_host_id, owner_pid, owner_nonce, "
