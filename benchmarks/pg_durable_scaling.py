@@ -32,7 +32,6 @@ and after.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 import statistics
 import subprocess
@@ -181,44 +180,15 @@ def _window_client(url: str, kind: str, index: int, pipe: Any) -> None:
     at most once a second, so without it a window's commits and WAL syncs
     were partly counted in the windows after it, the other side's included."""
     step, connection = _setup(url, kind, index)
-    pipe.send("ready")
-    while (deadline := pipe.recv()) is not None:
-        done = failures = 0
-        while time.monotonic() < deadline:
-            try:
-                step()
-            except pt.RunStoreError:
-                failures += 1
-            if time.monotonic() <= deadline:
-                done += 1
-        connection.execute("SELECT pg_stat_force_next_flush()")
-        pipe.send((done, failures))
-
-
-class _Clients(pt._Clients):
-    """Eight client processes of each kind (``_window_client``), started once."""
-
-    def __init__(self, url: str, most: int) -> None:
-        context = multiprocessing.get_context("spawn")
-        self.pipes: dict[str, list[Any]] = {"store": [], "raw": []}
-        self.processes: list[Any] = []
-        for kind, pipes in self.pipes.items():
-            for index in range(most):
-                ours, theirs = context.Pipe()
-                process = context.Process(target=_window_client, args=(url, kind, index, theirs))
-                process.start()
-                self.processes.append(process)
-                pipes.append(ours)
-        for pipes in self.pipes.values():
-            for pipe in pipes:
-                if not pipe.poll(120) or pipe.recv() != "ready":
-                    raise RuntimeError("a client process did not start")
+    pt.serve_windows(
+        step, pipe, after=lambda: connection.execute("SELECT pg_stat_force_next_flush()")
+    )
 
 
 def scaling(url: str, seconds: float, windows: int) -> dict[int, tuple[float, float, float]]:
     """Per client count: store tx/s, raw tx/s, the store's WAL syncs per commit."""
     window = seconds / windows
-    clients = _Clients(url, max(COUNTS))
+    clients = pt.Clients(_window_client, (url,), max(COUNTS))
     done = {(kind, n): 0 for kind in ("store", "raw") for n in COUNTS}
     syncs = {(kind, n): [0, 0, 0] for kind in ("store", "raw") for n in COUNTS}
     try:

@@ -418,11 +418,13 @@ def _run_clients(
     return count / seconds, latencies, sum(r[2] for r in results)
 
 
-def _window_client(url: str, kind: str, path: str, index: int, pipe: Any) -> None:
-    """A client process that stays up for every window: each message is a
-    deadline on the shared monotonic clock (None: stop); it calls until then
-    and answers how many calls finished by the deadline, and how many raised."""
-    step = _client_setup(url, kind, path, index)
+def serve_windows(
+    step: Callable[[], None], pipe: Any, after: Callable[[], object] | None = None
+) -> None:
+    """A client process's life after its setup: it says ``ready``, then each
+    message is a deadline on the shared monotonic clock (None: stop); it
+    calls ``step`` until then, calls ``after`` (if given), and answers how
+    many calls finished by the deadline, and how many raised."""
     pipe.send("ready")
     while (deadline := pipe.recv()) is not None:
         done = failures = 0
@@ -433,23 +435,29 @@ def _window_client(url: str, kind: str, path: str, index: int, pipe: Any) -> Non
                 failures += 1
             if time.monotonic() <= deadline:
                 done += 1
+        if after is not None:
+            after()
         pipe.send((done, failures))
 
 
-class _Clients:
-    """Eight client processes of each kind, started once; a window runs the
-    first n of one kind for a fixed time while every other client waits."""
+def _window_client(url: str, path: str, kind: str, index: int, pipe: Any) -> None:
+    """A client process that stays up for every window (``serve_windows``)."""
+    serve_windows(_client_setup(url, kind, path, index), pipe)
 
-    def __init__(self, url: str, path: str, most: int) -> None:
+
+class Clients:
+    """``most`` client processes of each kind, started once; a window runs the
+    first n of one kind for a fixed time while every other client waits.
+    Each process runs ``target(*args, kind, index, pipe)``."""
+
+    def __init__(self, target: Callable[..., None], args: tuple[Any, ...], most: int) -> None:
         context = multiprocessing.get_context("spawn")
         self.pipes: dict[str, list[Any]] = {"store": [], "raw": []}
         self.processes: list[Any] = []
         for kind, pipes in self.pipes.items():
             for index in range(most):
                 ours, theirs = context.Pipe()
-                process = context.Process(
-                    target=_window_client, args=(url, kind, path, index, theirs)
-                )
+                process = context.Process(target=target, args=(*args, kind, index, theirs))
                 process.start()
                 self.processes.append(process)
                 pipes.append(ours)
@@ -495,7 +503,7 @@ def scaling(url: str, path: str, seconds: float, windows: int) -> dict[str, floa
     )
     header = ("clients", 8), ("store tx/s", 12), ("raw tx/s", 12), ("store n/1", 11)
     print("".join(f"{name:>{width}}" for name, width in (*header, ("raw n/1", 9), ("ratio", 8))))
-    clients = _Clients(url, path, max(COUNTS))
+    clients = Clients(_window_client, (url, path), max(COUNTS))
     done = {(kind, n): 0 for kind in ("store", "raw") for n in COUNTS}
     per_round: list[dict[tuple[str, int], int]] = []
     failed = dict.fromkeys(COUNTS, 0)
