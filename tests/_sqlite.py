@@ -9,6 +9,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import runstore
 from runstore import ManualClock, OwnerId, RunSnapshot
 from runstore.consensus import LocalConsensus, SqlConsensus
@@ -29,6 +31,24 @@ def open_store(
     """``where`` is ``"memory"`` or ``"file"``."""
     path = ":memory:" if where == "memory" else str(tmp_path / "runs.db")
     return runstore.open(path, clock=clock, consensus=consensus)
+
+
+def memory_and_file_store() -> Any:
+    """A ``store`` fixture for one module (``store = memory_and_file_store()``):
+    its tests run on a SQLite store in memory and on one in a file, each
+    closed after the test, instead of on every store of ``tests/conftest.py``."""
+
+    @pytest.fixture(name="store", params=["memory", "file"])
+    def store(
+        request: pytest.FixtureRequest, clock: ManualClock, tmp_path: Path
+    ) -> Iterator[SqliteRunStore]:
+        opened = open_store(request.param, clock, tmp_path)
+        try:
+            yield opened
+        finally:
+            opened.close()
+
+    return store
 
 
 def raw(store: SqliteRunStore) -> sqlite3.Connection:

@@ -9,26 +9,14 @@ table is ``persistence_failed``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
-from runstore import Activated, ManualClock, RunStoreError
+from runstore import Activated, RunStoreError
 from runstore.sqlite import SqliteRunStore
 
-from .._sqlite import OWNER, PENDING, SECRET, open_store, raw, unchecked
+from .._sqlite import OWNER, PENDING, SECRET, memory_and_file_store, raw, unchecked
 
-
-@pytest.fixture(params=["memory", "file"])
-def store(
-    request: pytest.FixtureRequest, clock: ManualClock, tmp_path: Path
-) -> Iterator[SqliteRunStore]:
-    opened = open_store(request.param, clock, tmp_path)
-    try:
-        yield opened
-    finally:
-        opened.close()
+store = memory_and_file_store()
 
 
 PENDING_CORRUPTIONS = {

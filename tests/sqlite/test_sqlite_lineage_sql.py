@@ -8,33 +8,20 @@ write-invariant and rollback cases that need a trigger planted in the file.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from runstore import (
     AlreadyRequested,
     CancelRequested,
-    ManualClock,
     NotFound,
     RunStoreError,
     Terminal,
 )
 from runstore.sqlite import SqliteRunStore
 
-from .._sqlite import open_store, raw, statements, unchecked
+from .._sqlite import memory_and_file_store, raw, statements, unchecked
 
-
-@pytest.fixture(params=["memory", "file"])
-def store(
-    request: pytest.FixtureRequest, clock: ManualClock, tmp_path: Path
-) -> Iterator[SqliteRunStore]:
-    opened = open_store(request.param, clock, tmp_path)
-    try:
-        yield opened
-    finally:
-        opened.close()
+store = memory_and_file_store()
 
 
 def _settled_history(store: SqliteRunStore, rounds: int) -> None:

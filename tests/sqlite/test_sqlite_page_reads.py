@@ -9,15 +9,12 @@ corruptions of the run's own columns refuse it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
-from runstore import ManualClock, RunStoreError
+from runstore import RunStoreError
 from runstore.sqlite import SqliteRunStore
 
-from .._sqlite import SECRET, open_store, raw, unchecked
+from .._sqlite import SECRET, memory_and_file_store, raw, unchecked
 from .test_sqlite_decode import PENDING_CORRUPTIONS
 
 #: Corruptions that touch only the state table: a listing without state
@@ -33,15 +30,7 @@ STATE_ONLY = {
 }
 
 
-@pytest.fixture(params=["memory", "file"])
-def store(
-    request: pytest.FixtureRequest, clock: ManualClock, tmp_path: Path
-) -> Iterator[SqliteRunStore]:
-    opened = open_store(request.param, clock, tmp_path)
-    try:
-        yield opened
-    finally:
-        opened.close()
+store = memory_and_file_store()
 
 
 def corrupt_middle(store: SqliteRunStore, corruption: str) -> None:

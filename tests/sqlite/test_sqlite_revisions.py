@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,20 +17,12 @@ import pytest
 from runstore import Activated, CancelRequested, ManualClock, RunChange, RunStoreError
 from runstore.sqlite import SqliteRunStore
 
-from .._sqlite import OWNER, PENDING, logical_dump, open_store, raw
+from .._sqlite import OWNER, PENDING, logical_dump, memory_and_file_store, open_store, raw
 
 MAX = 2**53 - 1
 
 
-@pytest.fixture(params=["memory", "file"])
-def store(
-    request: pytest.FixtureRequest, clock: ManualClock, tmp_path: Path
-) -> Iterator[SqliteRunStore]:
-    opened = open_store(request.param, clock, tmp_path)
-    try:
-        yield opened
-    finally:
-        opened.close()
+store = memory_and_file_store()
 
 
 def test_the_source_is_32_lowercase_hex_and_survives_reopening(
