@@ -71,65 +71,17 @@ def _sqlite_rows(
         rid = f"{prefix}-{number:07d}"
         created = START_MS + number
         if number < running:
-            yield (
-                rid,
-                "running",
-                created,
-                created,
-                None,
-                *_who(OWNER),
-                created,
-                None,
-                None,
-                None,
-                None,
-            )
+            yield (rid, "running", created, created, None, *_who(OWNER), created, *_NOBODY)
         elif number < running + pending:
-            yield (
-                rid,
-                "pending",
-                created,
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-            )
+            yield (rid, "pending", created, None, None, *_NOBODY, *_NOBODY)
         elif number < running + pending + claimed:
-            yield (
-                rid,
-                "pending",
-                created,
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-                *_who(THIEF),
-                created,
-            )
+            yield (rid, "pending", created, None, None, *_NOBODY, *_who(THIEF), created)
         else:
-            yield (
-                rid,
-                "completed",
-                created,
-                created,
-                created + 1,
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-            )
+            yield (rid, "completed", created, created, created + 1, *_NOBODY, *_NOBODY)
+
+
+#: No owner (or no claim): its host, pid, nonce and instant all NULL.
+_NOBODY = (None, None, None, None)
 
 
 def _who(owner: OwnerId) -> tuple[str, int, str]:

@@ -268,28 +268,8 @@ def test_a_page_of_good_rows_takes_the_column_checks(stateless: bool, data: st.D
 
 def test_values_from_a_page_are_frozen() -> None:
     """A row built by the page decoder refuses assignment, as every value does."""
-    row = (
-        "run",
-        "pending",
-        5,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-    )
-    (value,) = decode_runs("list_runs", [row], stateless=True)
-    assert value == decode_run("list_runs", row, stateless=True)
+    (value,) = decode_runs("list_runs", [GOOD], stateless=True)
+    assert value == decode_run("list_runs", GOOD, stateless=True)
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         value.status = "running"  # type: ignore[misc]
 
@@ -309,30 +289,10 @@ def test_values_from_a_page_are_frozen() -> None:
 def test_a_corrupt_row_in_a_page_is_refused_as_alone(column: int, value: Any, stage: str) -> None:
     """One corrupt row among good ones: the page is refused with the error the
     row alone gets (decode_failed, the same stage and cause)."""
-    good = [
-        "run-a",
-        "pending",
-        5,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-    ]
-    bad = list(good)
+    bad = list(GOOD)
     bad[0] = "run-b"
     bad[column] = value
-    rows = [tuple(good), tuple(bad), tuple(good)]
+    rows = [GOOD, tuple(bad), GOOD]
     with pytest.raises(RunStoreError) as alone:
         decode_run("list_runs", tuple(bad), stateless=True)
     with pytest.raises(RunStoreError) as paged:
