@@ -60,6 +60,40 @@ def open_store(clock: Any, consensus: Any = None, url: str | None = None, **opti
     )
 
 
+def migrations_before(migration: int) -> int:
+    """How many migrations come before ``migration``: all that a release
+    before it knew."""
+    from runstore.postgres import _migrations
+
+    return [m.id for m in _migrations.MIGRATIONS].index(migration)
+
+
+def build_schema(url: str, schema: str, count: int | None) -> None:
+    """Create ``schema`` and apply the first ``count`` migrations to it (all
+    for None), as the store applies them (``$1`` parameters: a raw cursor)."""
+    import psycopg
+
+    from runstore.postgres import _migrations
+
+    with psycopg.connect(url, autocommit=True, cursor_factory=psycopg.RawCursor) as c:
+        c.execute(f"CREATE SCHEMA {schema}")
+        c.execute(f"SET search_path TO {schema}")
+        _migrations.apply(c.execute, schema, count)
+
+
+def open_older(
+    url: str, count: int, monkeypatch: pytest.MonkeyPatch, clock: Any, **options: Any
+) -> Any:
+    """A store as a release that knew only the first ``count`` migrations
+    opens ``url`` (``options`` passed to ``open``): it migrates that far."""
+    import runstore.postgres
+    from runstore.postgres import _migrations
+
+    with monkeypatch.context() as patch:
+        patch.setattr(_migrations, "MIGRATIONS", _migrations.MIGRATIONS[:count])
+        return runstore.postgres.open(url, clock=clock, **options)
+
+
 def factory(consensus_factory: Callable[[], Any], **options: Any) -> Callable[[Any, Any], Any]:
     """A ``STORE_FACTORIES`` entry: a store on a fresh database (``options``
     passed to ``open``)."""

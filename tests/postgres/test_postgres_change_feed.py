@@ -430,15 +430,13 @@ WHERE deleted = 1 AND revision <= $1::bigint ORDER BY revision LIMIT $2::bigint
 
 
 #: How many migrations the release before 2010 knew (later ones came after it too).
-_BEFORE_2010 = [m.id for m in _migrations.MIGRATIONS].index(2010)
+_BEFORE_2010 = _postgres.migrations_before(2010)
 
 
 def _older_store(url: str, monkeypatch: pytest.MonkeyPatch) -> Any:
     """A store as the release before 2010 opens it: it migrates to 2009 only
     and reads the feed with 2009's statements."""
-    with monkeypatch.context() as patch:
-        patch.setattr(_migrations, "MIGRATIONS", _migrations.MIGRATIONS[:_BEFORE_2010])
-        store = postgres.open(url, clock=ManualClock(0))
+    store = _postgres.open_older(url, _BEFORE_2010, monkeypatch, ManualClock(0))
     store._queries = _OlderQueries()
     return store
 

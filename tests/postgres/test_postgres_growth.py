@@ -34,7 +34,6 @@ from runstore import Activated, ConstraintError, ManualClock, OwnerId, RunSnapsh
 from .. import _postgres
 
 postgres = pytest.importorskip("runstore.postgres")
-from runstore.postgres import _migrations  # noqa: E402
 
 OWNER = OwnerId("host-a", 101, "nonce-a")
 PENDING = RunSnapshot("pending", None, None)
@@ -172,14 +171,10 @@ def url() -> str:
 def test_a_schema_at_2014_moves_to_2015_with_its_rows(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    count = [m.id for m in _migrations.MIGRATIONS].index(2015)
-    with psycopg.connect(url, autocommit=True, cursor_factory=psycopg.RawCursor) as c:
-        c.execute("CREATE SCHEMA moved")
-        c.execute("SET search_path TO moved")
-        _migrations.apply(c.execute, "moved", count)
-    with monkeypatch.context() as patch:  # a store of the release before 2015
-        patch.setattr(_migrations, "MIGRATIONS", _migrations.MIGRATIONS[:count])
-        older = postgres.open(url, clock=ManualClock(1_000), schema="moved")
+    count = _postgres.migrations_before(2015)
+    _postgres.build_schema(url, "moved", count)
+    # A store of the release before 2015.
+    older = _postgres.open_older(url, count, monkeypatch, ManualClock(1_000), schema="moved")
     try:
         _family(older, 10)
         assert older.claim_and_own("plain-000", PENDING, OWNER, 1_000) == Activated()

@@ -25,7 +25,6 @@ from .. import _postgres
 
 postgres = pytest.importorskip("runstore.postgres")
 psycopg = pytest.importorskip("psycopg")
-from runstore.postgres import _migrations  # noqa: E402
 
 OWNER = OwnerId("host-a", 1, "nonce-a")
 PENDING = RunSnapshot("pending", None, None)
@@ -180,12 +179,10 @@ def test_a_write_logged_by_its_function_and_the_trigger_is_caught(url: str) -> N
 def test_a_schema_at_2013_moves_to_2014_and_counts_each_write_once(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    count = [m.id for m in _migrations.MIGRATIONS].index(2014)
-    with psycopg.connect(url, autocommit=True, cursor_factory=psycopg.RawCursor) as c:
-        c.execute("CREATE SCHEMA moved")
-        c.execute("SET search_path TO moved")
-        _migrations.apply(c.execute, "moved", count)
-        recorded = [row[0] for row in c.execute("SELECT id FROM flows_migrations")]
+    count = _postgres.migrations_before(2014)
+    _postgres.build_schema(url, "moved", count)
+    with psycopg.connect(url, autocommit=True) as c:
+        recorded = [row[0] for row in c.execute("SELECT id FROM moved.flows_migrations")]
         assert 2013 in recorded
         assert 2014 not in recorded
         (pinned,) = c.execute(
@@ -194,10 +191,8 @@ def test_a_schema_at_2013_moves_to_2014_and_counts_each_write_once(
             "WHERE n.nspname = 'moved' AND p.proname = 'flows_op_renew'"
         ).fetchone()
         assert pinned is not None  # 2004's function, before the move
-    # Rows written by the 2013 functions.
-    with monkeypatch.context() as patch:  # a store of the release before 2014
-        patch.setattr(_migrations, "MIGRATIONS", _migrations.MIGRATIONS[:count])
-        older = postgres.open(url, clock=ManualClock(0), schema="moved")
+    # Rows written by the 2013 functions, by a store of the release before 2014.
+    older = _postgres.open_older(url, count, monkeypatch, ManualClock(0), schema="moved")
     try:
         older.create("r", "{}")
         older.create("p", "{}")

@@ -64,13 +64,6 @@ def _recorded(url: str, schema: str) -> list[int]:
         return [row[0] for row in rows]
 
 
-def _build(url: str, schema: str, count: int) -> None:
-    with psycopg.connect(url, autocommit=True, cursor_factory=psycopg.RawCursor) as c:
-        c.execute(f"CREATE SCHEMA {schema}")
-        c.execute(f"SET search_path TO {schema}")
-        _migrations.apply(c.execute, schema, count)
-
-
 def _open_all(racers: _Racers, target: str) -> list[dict[str, Any]]:
     return racers.broadcast(op="open_url", url=target)
 
@@ -86,7 +79,7 @@ def test_processes_opening_a_missing_schema_all_open_it(url: str, racers: _Racer
 @pytest.mark.processes
 @pytest.mark.timeout(120)
 def test_processes_opening_an_earlier_schema_upgrade_it_once(url: str, racers: _Racers) -> None:
-    _build(url, "earlier", 3)
+    _postgres.build_schema(url, "earlier", 3)
     with psycopg.connect(url, autocommit=True) as raw:
         raw.execute(
             "INSERT INTO earlier.flows_runs (run_id, status, created_at_ms, state_json) "
@@ -106,7 +99,7 @@ def test_processes_opening_an_earlier_schema_upgrade_it_once(url: str, racers: _
 def test_migrate_once_then_open_without_migrating(url: str, racers: _Racers) -> None:
     """Processes opened with migrate=False refuse the pending schema (and
     change nothing); after ``runstore migrate`` they all open it."""
-    _build(url, "deploy", 3)
+    _postgres.build_schema(url, "deploy", 3)
     target = with_schema(url, "deploy")
     answers = racers.broadcast(op="open_url", url=target, migrate=False)
     assert [a.get("error") for a in answers] == ["persistence_failed"] * OPENERS
