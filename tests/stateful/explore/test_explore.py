@@ -414,21 +414,77 @@ def test_a_store_not_ours_is_replayed() -> None:
     assert result.rebuilds > 1
 
 
+#: The tiny scope two moves deep: 56 states and 1 110 transitions (the whole tiny scope has
+#: 307 and 6 894), every operation of the tiny scope among them.
+TINY_TWO = attrs.evolve(TINY, depth=2)
+
+
+def _walk_postgres(factory, *, restore: bool) -> Exploration:
+    """``TINY_TWO`` walked on a PostgreSQL store factory (no pass without deduplication),
+    restoring copies of the source states or rebuilding each by replay."""
+    import time
+
+    from runstore.stateful._base._capabilities import FULL_STORE
+    from runstore.stateful._campaigns._explore import _run_scope
+    from runstore.stateful._targets._builtin import Target
+
+    target = Target("postgres", factory, FULL_STORE, None, kind="store")
+    began = time.monotonic()
+    return _run_scope(TINY_TWO, target, None, None, 0, time.monotonic, restore, began)
+
+
+def test_two_moves_of_the_tiny_scope_make_every_move_the_scope_makes() -> None:
+    """``TINY_TWO`` (the PostgreSQL restore tests' walk) calls every operation the whole tiny
+    scope calls, and reaches states a restore puts back from a copy."""
+    whole, two = walk(TINY), walk(TINY_TWO)
+    assert {method for method, _ in two.outcomes} == {method for method, _ in whole.outcomes}
+    assert (len(two.nodes), two.transitions) == (56, 1110)
+    assert any(node.depth == 1 for node in two.nodes)
+
+
 @pytest.mark.campaign
 @pytest.mark.parametrize("fast_path", [True, False], ids=["one-round-trip", "general"])
 def test_restoring_postgres_copies_agrees_with_replaying(fast_path: bool) -> None:
     """On PostgreSQL, both paths, a source state is restored by emptying and refilling the
-    store's tables and setting its sequences back (one transaction, triggers off): the tiny
-    scope's walk agrees with the walk that clones a fresh database and replays (about 40 s
-    and 130 s at load 8)."""
+    store's tables and setting its sequences back (one transaction, triggers off): the walk
+    of the tiny scope two moves deep (every operation of the scope, restores at every source
+    state of depth 1) agrees with the walk that clones a fresh database and replays. A
+    restore that leaves a table out is caught on this walk
+    (``test_a_postgres_restore_that_leaves_a_table_out_is_caught``)."""
     from runstore.consensus import SqlConsensus
     from runstore.stateful._targets._postgres import postgres_store_factory
 
     factory = postgres_store_factory(SqlConsensus, fast_path=fast_path)
-    restored = explore(store_factory=factory, scope="tiny", depth_k=0)
-    replayed = explore(store_factory=factory, scope="tiny", depth_k=0, restore=False)
+    restored = _walk_postgres(factory, restore=True)
+    replayed = _walk_postgres(factory, restore=False)
     assert restored.clean, restored.describe()
     assert replayed.clean, replayed.describe()
     assert (restored.states, restored.transitions) == (replayed.states, replayed.transitions)
+    assert restored.states == 56
     assert restored.rebuilds == 1
+    assert restored.restores > 50
     assert replayed.rebuilds == restored.restores + 1
+
+
+@pytest.mark.campaign
+def test_a_postgres_restore_that_leaves_a_table_out_is_caught(monkeypatch) -> None:
+    """A planted restore bug: every table but the runs is put back from the copy (the runs
+    keep what the last transition left). The restoring walk of ``TINY_TWO`` is not clean:
+    the PostgreSQL restore test above can fail."""
+    from runstore.consensus import SqlConsensus
+    from runstore.stateful._explore import _replay
+    from runstore.stateful._targets._postgres import postgres_store_factory
+
+    real = _replay._postgres_restore
+
+    def leaves_the_runs(store, stash, number, positions):
+        kept = [entry for entry in stash.tables if not entry[0].endswith('."flows_runs"')]
+        assert len(kept) == len(stash.tables) - 1
+        real(store, attrs.evolve(stash, tables=kept), number, positions)
+
+    monkeypatch.setattr(_replay, "_postgres_restore", leaves_the_runs)
+    factory = postgres_store_factory(SqlConsensus, fast_path=True)
+    planted = _walk_postgres(factory, restore=True)
+    # The first restore puts back a copy whose runs disagree with its leases.
+    assert planted.failure is not None, planted.describe()
+    assert planted.restores >= 1
