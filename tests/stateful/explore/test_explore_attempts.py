@@ -279,11 +279,14 @@ def test_the_command_walks_the_attempt_scope(tmp_path: Path) -> None:
 
 
 @pytest.mark.campaign
-@pytest.mark.parametrize("target", ["sqlite-sql", "sqlite-file-local"])
+@pytest.mark.parametrize("target", ["sqlite-file-local"])
 def test_the_shipped_sqlite_stores_exhaust_the_attempt_scope(target: str) -> None:
-    """``AttemptStore`` over the shipped SQLite stores (in memory over ``SqlConsensus``, a
-    file over ``LocalConsensus``) exhausts the four-move attempt scope clean (restoring
-    copies of the source states; about a minute each at load 15)."""
+    """``AttemptStore`` over the shipped SQLite store on a file over ``LocalConsensus``
+    exhausts the four-move attempt scope clean (restoring copies of the source states; about
+    a minute at load 15). The same walk over the in-memory store over ``SqlConsensus``
+    (``sqlite-sql``) is made by ``run_conformance(consensus_factory=SqlConsensus)``
+    (``test_conformance_reach.py``), which raises unless it is exhausted clean; the one over
+    the in-memory store over ``LocalConsensus`` by ``test_conformance.py``."""
     result = explore(target=target, scope="attempts")
     assert result.clean, result.describe()
     assert result.depth == SCOPE.depth
