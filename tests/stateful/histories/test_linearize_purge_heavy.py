@@ -13,12 +13,10 @@ from __future__ import annotations
 import itertools
 
 import attrs
-import pytest
 
 import runstore.model
 from runstore import ManualClock, OwnerId
 from runstore.stateful import HistoryRecorder, RecordingClock, check_history
-from runstore.stateful._histories import _spec
 from runstore.stateful._histories._history import Operation
 
 
@@ -59,20 +57,6 @@ def purge_heavy_history(
             op = attrs.evolve(op, returned_ns=recorded[k + 1].invoked_ns + 10)
         history.append(op)
     return history, initial, final
-
-
-@pytest.fixture
-def applications(monkeypatch):
-    """Counts the model applications of every search (``Spec.apply``)."""
-    count = [0]
-    apply = _spec.Spec.apply
-
-    def counted(self, node, op):
-        count[0] += 1
-        return apply(self, node, op)
-
-    monkeypatch.setattr(_spec.Spec, "apply", counted)
-    return count
 
 
 RUNS = 40

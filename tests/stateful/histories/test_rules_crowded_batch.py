@@ -17,12 +17,10 @@ from __future__ import annotations
 import itertools
 
 import attrs
-import pytest
 
 import runstore.model
 from runstore import ManualClock, OwnerId, RunSnapshot
 from runstore.stateful import HistoryRecorder, RecordingClock, check_history
-from runstore.stateful._histories import _spec
 from runstore.stateful._histories._linearize import BATCH_RULE, check_partition
 from runstore.stateful._histories._rules import batch_objects
 from runstore.stateful._histories._spec import partition_operations
@@ -82,20 +80,6 @@ def crowded(torn: bool) -> list:
     state = next(op for op in ops[setup:] if op.method == "state")
     history.append(attrs.evolve(state, value=snapshot, **span))
     return history
-
-
-@pytest.fixture
-def applications(monkeypatch):
-    """Counts the model applications of every search (``Spec.apply``)."""
-    count = [0]
-    apply = _spec.Spec.apply
-
-    def counted(self, node, op):
-        count[0] += 1
-        return apply(self, node, op)
-
-    monkeypatch.setattr(_spec.Spec, "apply", counted)
-    return count
 
 
 #: The model applications the whole check of ``crowded`` may take.
