@@ -29,7 +29,7 @@ from .._explore._attempts import attempt_scope_named
 from .._explore._replay import Replayer, Sut, log_of, programs
 from .._explore._scope import Scope, scope_named
 from .._explore._strategy import STRATEGY_SCOPES as _STRATEGY_SCOPES
-from .._explore._walk import Walker
+from .._explore._walk import walker_for
 from .._explore._workers import Workers, walk_levels, worker_count
 from .._targets._builtin import (
     Target,
@@ -511,7 +511,8 @@ def _run_scope(
 ) -> Exploration:
     """The run scope's walk (and its application to ``under_test``)."""
     name = "model" if under_test is None else under_test.name
-    walker = Walker(chosen)
+    # The scope's walk over the reference, shared with the process's other walks of it.
+    walker = walker_for(chosen)
     graph = walker.graph
     sut = None
     if under_test is not None and under_test.store_factory is not None:

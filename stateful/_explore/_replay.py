@@ -474,17 +474,37 @@ def judge(
     expected: StoreState,
     clock_ms: int,
     checked: StoreState | None = None,
+    reference_before: StoreState | None = None,
 ) -> tuple[str, str] | None:
     """The machines' checks of one step, in their order: None when all hold, else the failing
     check's class name and message. ``checked`` is a state whose invariants held: when
-    ``after`` is that very object, they are not checked again."""
+    ``after`` is that very object, they are not checked again.
+
+    ``reference_before`` is given only where the walk over the reference has already checked
+    this very step (the same move from the same state, ``Walker.expand``: ``check_state`` on
+    the state it reached, ``check_transition`` on the step) and the caller has shown the
+    store's ``before`` ``exactly`` equal to it, with the whole state and the leases read.
+    Then, when the store's answer is ``exactly`` the reference's and its ``after`` exactly
+    ``expected`` (the reference's state after the step), the state and transition invariants
+    are not checked again: they are functions of the states and the step, which are those
+    the reference passed, so checking them again proves nothing new; and the answer and the
+    state agree. The outcome kind and admission (which the walk does not check on the
+    reference) are still checked, first, as always. Any other step is checked in full."""
     caps = sut.capabilities
     leases = caps.lease_introspection and caps.whole_state
     model_step, store_step = Step(move, model_out), Step(move, store_out)
     ahead = _reading_ahead(move, clock_ms)
     admission = False if ahead is not None and ahead > SKEW_ALLOWANCE_MS else None
+    known = (
+        reference_before is not None
+        and leases
+        and exactly(store_out, model_out)
+        and ((after is before and expected is reference_before) or exactly(after, expected))
+    )
     try:
         _check_outcome_kind(model_step, store_step, admission, at_bound=ahead == SKEW_ALLOWANCE_MS)
+        if known:
+            return None
         if after is not checked:
             check_state(after, leases=leases)
         check_transition(before, after, store_step, leases=leases)
@@ -499,6 +519,41 @@ def judge(
     except AssertionError as error:
         return type(error).__name__, str(error)
     return None
+
+
+#: The value types ``exactly`` compares with ``==`` once their types are the same.
+_PLAIN: frozenset[type] = frozenset({str, int, bool, float, bytes, type(None)})
+#: The field names of each attrs class ``exactly`` met.
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def exactly(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are equal with the same type at every level: tuples, lists,
+    dicts (their keys in the same order), frozensets and attrs instances compared member by
+    member, and only ``str``, ``int``, ``bool``, ``float``, ``bytes`` and None as leaves
+    (any other type is not exactly equal to anything but itself). Stricter than ``==``:
+    ``True == 1`` and ``1 == 1.0`` hold, but the invariants tell such values apart."""
+    if a is b:
+        return True
+    kind = type(a)
+    if kind is not type(b):
+        return False
+    if kind in _PLAIN:
+        return bool(a == b)
+    if kind is tuple or kind is list:
+        return len(a) == len(b) and all(map(exactly, a, b))
+    if kind is dict:
+        return (
+            len(a) == len(b)
+            and all(map(exactly, a, b))
+            and all(exactly(a[key], b[key]) for key in a)
+        )
+    names = _FIELDS.get(kind)
+    if names is None:
+        if not attrs.has(kind):
+            return False
+        names = _FIELDS.setdefault(kind, tuple(field.name for field in attrs.fields(kind)))
+    return all(exactly(getattr(a, name), getattr(b, name)) for name in names)
 
 
 class Replayer:
@@ -577,6 +632,8 @@ def _from_node(
     unread: list[tuple[Call, Any]] = []
     unchanged = sut.expected(node.state)
     checked_itself = False
+    #: ``unchanged`` while the store's ``before`` is exactly it (None: not shown so).
+    reference: StoreState | None = None
     listed = (
         [
             (move, None, None, None)
@@ -610,6 +667,13 @@ def _from_node(
                 sut.snapshot(index)
             copyable = sut.owned() is not None
             before = sut.view(sut.store)
+            # The walker checked every move of this node on the reference (``known``): a step
+            # from a state exactly the reference's need not be checked again (``judge``).
+            reference = (
+                unchanged
+                if known is not None and reuse_views and exactly(before, unchanged)
+                else None
+            )
             dirty = False
             if not checked_itself:
                 checked_itself = True
@@ -652,7 +716,16 @@ def _from_node(
         else:
             expected = sut.expected(after_state)
         verdict = judge(
-            sut, move, model_out, store_out, before, after, expected, node.clock_ms, checked
+            sut,
+            move,
+            model_out,
+            store_out,
+            before,
+            after,
+            expected,
+            node.clock_ms,
+            checked,
+            reference,
         )
         if verdict is not None:
             if deferred:

@@ -284,6 +284,137 @@ class Walker:
         return True
 
 
+@attrs.frozen
+class _Expanded:
+    """What one expansion of a recorded walk did: the nodes it added, the transitions it
+    checked, the answers' kinds it saw first, every move with its answer, state and view
+    (``Walker.last``), the node each move first reached (``Walker.born``), and the
+    reference's failure when it broke an invariant there."""
+
+    nodes: tuple[Node, ...]
+    transitions: int
+    outcomes: tuple[tuple[str, str], ...]
+    last: list[tuple[Move, Any, ModelState, StoreState | None]]
+    born: list[int]
+    failure: ReferenceFailure | None
+
+
+@attrs.define
+class _Recording:
+    """A scope's walk made once in this process (``master``), each expansion recorded in
+    the order made, and the objects the walk's rules were when it began (``rules``)."""
+
+    master: Walker
+    rules: tuple[Any, ...]
+    expanded: dict[int, _Expanded] = attrs.field(factory=dict)
+
+
+#: The scopes whose walk is recorded once per process, and the recordings made.
+SHARED_SCOPES: frozenset[str] = frozenset({"tiny", "small"})
+_RECORDINGS: dict[str, _Recording] = {}
+
+
+def _rules() -> tuple[Any, ...]:
+    """Every object the walk's outcome depends on: the members of the reference model's
+    modules and classes, of the invariants, of the scopes' moves and of this module. A test
+    that plants a bug in any of them (``monkeypatch.setattr``) changes one of them, and its
+    walk is not taken from a recording (which holds them, so none is collected and its id
+    taken by another)."""
+    import sys
+
+    from runstore.model import ModelRunStore
+
+    from .._base import _steps
+    from .._checks import _invariants
+    from . import _scope
+
+    modules = [
+        module
+        for name, module in sorted(sys.modules.items())
+        if module is not None and (name == "runstore.model" or name.startswith("runstore.model."))
+    ]
+    modules += [_invariants, _scope, _steps, sys.modules[__name__]]
+    out: list[Any] = []
+    for module in modules:
+        out.extend(vars(module).values())
+    for cls in ModelRunStore.__mro__:
+        out.extend(vars(cls).values())
+    return tuple(out)
+
+
+class SharedWalker:
+    """A ``Walker`` of one of ``SHARED_SCOPES`` whose expansions are made once per process:
+    the first walk of the scope records each expansion (with every move's answer, state and
+    view), and a later walk of the same scope takes the recorded expansion instead of
+    making it again; an expansion no walk has made yet is made by the recording's walker
+    and recorded. The graph, the counts, the answers' kinds, ``last``, ``born`` and the
+    reference's failure are the ones ``Walker`` gives: the walk is deterministic, and a
+    recording is used only while every rule it was made with (``_rules``) is the same
+    object. Expansions are asked for in the order ``Walker``'s are (increasing indexes)."""
+
+    def __init__(self, scope: Scope) -> None:
+        rules = _rules()
+        recording = _RECORDINGS.get(scope.name)
+        if (
+            recording is None
+            or len(recording.rules) != len(rules)
+            or not all(map(_same, recording.rules, rules))
+        ):
+            recording = _Recording(Walker(scope), rules)
+            _RECORDINGS[scope.name] = recording
+        self.recording = recording
+        root = recording.master.graph.nodes[0]
+        self.graph = Walk(scope)
+        self.graph.nodes.append(root)
+        self.last: list[tuple[Move, Any, ModelState, StoreState | None]] | None = None
+        self.born: list[int] = []
+
+    def expand(self, index: int, *, keep: bool = False) -> bool:
+        """As ``Walker.expand``."""
+        recording, graph = self.recording, self.graph
+        done = recording.expanded.get(index)
+        if done is None:
+            master = recording.master
+            if len(master.graph.nodes) != len(graph.nodes) or master.graph.failure is not None:
+                raise AssertionError("a shared walk expanded out of order")
+            seen = set(master.graph.outcomes)
+            transitions = master.graph.transitions
+            ok = master.expand(index, keep=True)
+            assert master.last is not None
+            done = _Expanded(
+                tuple(master.graph.nodes[len(graph.nodes) :]),
+                master.graph.transitions - transitions,
+                tuple(master.graph.outcomes - seen),
+                master.last,
+                master.born,
+                None if ok else master.graph.failure,
+            )
+            recording.expanded[index] = done
+        graph.nodes.extend(done.nodes)
+        graph.transitions += done.transitions
+        graph.outcomes.update(done.outcomes)
+        self.last = done.last if keep else None
+        self.born = done.born
+        if done.failure is not None:
+            graph.failure = done.failure
+            return False
+        return True
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a is b
+
+
+def walker_for(scope: Scope) -> Walker | SharedWalker:
+    """The canonical walker of ``scope``: shared within the process (``SharedWalker``) for
+    one of ``SHARED_SCOPES`` as ``SCOPES`` defines it, else a fresh ``Walker``."""
+    from ._scope import SCOPES
+
+    if scope.name in SHARED_SCOPES and SCOPES.get(scope.name) is scope:
+        return SharedWalker(scope)
+    return Walker(scope)
+
+
 def walk(
     scope: Scope,
     *,

@@ -39,7 +39,7 @@ from runstore.model import ModelRunStore
 from .._base._capabilities import Capabilities
 from ._replay import Divergence, Progress, Replayer, Sut, _from_node
 from ._scope import Move, Scope, scope_named, start_ms
-from ._walk import Dial, Node, Walk, Walker, apply, start
+from ._walk import Dial, Node, SharedWalker, Walk, Walker, apply, start
 
 #: A level with fewer nodes is replayed in the parent (a worker's start costs more).
 LEVEL_AT_LEAST = 32
@@ -182,7 +182,7 @@ def _receive(process: subprocess.Popen[bytes]) -> Answer:
 
 
 def walk_levels(
-    walker: Walker,
+    walker: Walker | SharedWalker,
     replayer: Replayer,
     workers: Workers | None,
     deadline: float | None,
@@ -246,7 +246,7 @@ class _Expansion:
     """A level's expansion on the reference, a node at a time (``step``); ``end`` is the
     level's end, or the node whose expansion broke an invariant."""
 
-    def __init__(self, walker: Walker, index: int, end: int) -> None:
+    def __init__(self, walker: Walker | SharedWalker, index: int, end: int) -> None:
         self.walker = walker
         self.next = index
         self.end = end
