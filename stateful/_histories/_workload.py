@@ -68,6 +68,13 @@ ROUNDS_PER_LINEAGE = 3
 STRAGGLE_LINEAGES = 3
 #: Claims of the ``candidates`` workload start every this many slots of the shared grid.
 CLAIM_GRID_SLOTS = 4
+#: How old (store time since it settled, ms) a pool run the ``candidates`` workload forks
+#: is, at least and at most: past the purges' 20 s on most hosts' clocks (skews differ by
+#: up to twice ``--skew-ms``), and young enough that few purges have run since.
+FORK_RIPE_MS = (21_000, 60_000)
+#: Purges and forks of the ``candidates`` workload start every this many slots: fewer
+#: instants than the claims', so that the two often start at the same one.
+PURGE_GRID_SLOTS = 64
 #: How long an owner of the ``cancel`` workload waits for a peer's first cancel request
 #: before it settles its run anyway (ns).
 CANCEL_HOLD_NS = 30_000_000
@@ -78,8 +85,8 @@ WORKLOADS: dict[str, str] = {
     "mixed": "every operation at its everyday rate on one run at a time (the walk as it was)",
     "candidates": "claim_next and claim_next_many of every owner at the same instants, on the "
     "same oldest runs, beside a pool of claimable runs refilled as it drains, while suspensions, "
-    "settles and cancel requests change which runs are candidates and purge_settled deletes old "
-    "ones",
+    "settles and cancel requests change which runs are candidates, and purge_settled deletes old "
+    "ones while forks of the runs it may choose are created",
     "batches": "heartbeat_many over the runs an owner holds and runs others hold, against "
     "steals, takeovers, settles, cancellation and snapshot reads of those runs",
     "lineage": "new rounds and children of one lineage created while request_cancel_lineage, "
@@ -124,7 +131,7 @@ OVERLAPS: dict[tuple[str, str], tuple[str, ...]] = {
         ("claim_next_many", "request_cancel", "candidates"),
         ("purge_settled", "purge_settled", "candidates lineage"),
         ("purge_settled", "transition_owned", "candidates lineage"),
-        ("purge_settled", "create", "lineage"),
+        ("purge_settled", "create", "candidates lineage"),
         ("purge_settled", "request_cancel_lineage", "lineage"),
         # Batches of heartbeats against everything that moves the same runs.
         ("heartbeat_many", "heartbeat_many", "batches"),
@@ -437,6 +444,10 @@ class Worker:
         self.pooled: set[int] = set()
         self.pool_held: set[str] = set()
         self.short = True
+        #: Runs this owner settled (perhaps), with the store time it did,
+        #: oldest first, and how many forks it made of such runs.
+        self.settled_at: list[tuple[str, int]] = []
+        self.forks = 0
         self.counter = 0
 
     # -- helpers --
@@ -488,9 +499,17 @@ class Worker:
             # the cancel workload, an owner waiting to settle the run is let go.
             self.board.wake(args[0])
         try:
-            return getattr(self.store, method)(*args, **kwargs)
+            answer = getattr(self.store, method)(*args, **kwargs)
         except Exception as error:
-            return error
+            answer = error
+        settling = method == "transition_owned" and len(args) > 2 and args[2] in TERMINAL_STATUSES
+        if settling and (
+            not isinstance(answer, Exception)
+            or (isinstance(answer, RunStoreError) and answer.code == "persistence_failed")
+        ):
+            # Settled (perhaps): a run the candidates workload may fork.
+            self.settled_at.append((args[0], self.clock.now_ms()))
+        return answer
 
     # -- one step --
 
@@ -552,9 +571,12 @@ class Worker:
         slots of the shared clock), so the claimers of every worker meet there
         on the same oldest runs, beside pool runs nobody touches. An owner
         whose last claim came back short refills more often, so the pool
-        holds a few runs more than a round of claims takes. None of this
-        hangs on the seed: every claim step of every owner lands on one of
-        those instants."""
+        holds a few runs more than a round of claims takes. Purges start on
+        a coarser grid (``PURGE_GRID_SLOTS``), and so do forks of pool runs settled a while ago
+        (``fork_settled``), runs a purge at that instant may have chosen:
+        a run that gains a child between a purge's choice and its deletion
+        must be kept. None of this hangs on the seed: every claim step of
+        every owner lands on one of those instants."""
         rng = self.rng
         roll = rng.random()
         can_next, can_many = self.offers("claim_next"), self.offers("claim_next_many")
@@ -570,15 +592,18 @@ class Worker:
         elif roll < 0.57 + refill:
             self.align(CLAIM_GRID_SLOTS)
             self.change_candidacy()
-        elif roll < 0.59 + refill and self.offers("purge_settled"):
+        elif roll < 0.60 + refill and self.offers("purge_settled"):
             # Rarer than the rest: every purge is a term of the revision count. On
-            # the claim grid: the oldest claimable runs claims take are old
-            # suspended runs, which the purge may delete.
-            self.align(CLAIM_GRID_SLOTS)
+            # a grid of its own (a claim instant too), shared with forks of old
+            # settled runs (below), which make runs the purge chose ineligible.
+            self.align(PURGE_GRID_SLOTS)
             self.call("purge_settled", self.clock.now_ms() - 20_000)
-        elif roll < 0.61 + refill and self.offers("heartbeat_many"):
+        elif roll < 0.65 + refill:
+            if not self.fork_settled():
+                self.walk(width=3, multi=0.0)
+        elif roll < 0.67 + refill and self.offers("heartbeat_many"):
             self.heartbeat_many()
-        elif roll < 0.63 + refill and self.offers("list_runs"):
+        elif roll < 0.69 + refill and self.offers("list_runs"):
             self.list_pages()
         else:
             self.walk(width=3, multi=0.0)
@@ -633,6 +658,29 @@ class Worker:
             self.call("request_cancel", rng.choice(pool + window), self.now())
         else:
             self.walk(width=3, multi=0.0)
+
+    def fork_settled(self) -> bool:
+        """Create, on the purges' grid (``PURGE_GRID_SLOTS``), a fork
+        (``parent_run_id``) of the run this owner settled most recently of
+        those old enough (``FORK_RIPE_MS``) for a purge starting at the same
+        instant to choose. A run named as parent must be kept, so a purge that
+        chose its runs before the fork and deletes them after deletes a run
+        it must keep (or fails on the foreign key). The fork is a pool run
+        (``<prefix>cf...``): claimed, settled and forked in turn like the
+        others. False when this owner settled none old enough."""
+        now = self.clock.now_ms()
+        youngest, oldest = FORK_RIPE_MS
+        self.settled_at = [(rid, at) for rid, at in self.settled_at if now - at <= oldest]
+        ripe = [rid for rid, at in self.settled_at if now - at >= youngest]
+        if not ripe or not self.offers("purge_settled"):
+            return False
+        parent = ripe[-1]
+        self.settled_at = [(rid, at) for rid, at in self.settled_at if rid != parent]
+        self.forks += 1
+        fork = f"{self.prefix}cf{self.forks}-{parent[len(self.prefix) :]}"
+        self.align(PURGE_GRID_SLOTS)
+        self.call("create", fork, self.state_json(), parent_run_id=parent)
+        return True
 
     def took(self, row: Any) -> None:
         """Note a run a claim took: a window run or a pool run this owner now holds."""
