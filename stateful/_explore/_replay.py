@@ -132,6 +132,9 @@ class Sut:
         self.owned_as: tuple[Any, tuple[int, int], str | None] | None = None
         #: The PostgreSQL store whose stash tables exist, and where they are.
         self.stash: tuple[Any, _PostgresStash] | None = None
+        #: The SQLite copy last restored, opened in memory (its node and connection): a
+        #: node's moves restore its copy again and again, decompressed and opened once.
+        self.opened: tuple[int, sqlite3.Connection] | None = None
         self.capabilities = capabilities
         self.scope = scope
         self.folder = Path(tempfile.mkdtemp(prefix="runstore-explore-"))
@@ -142,6 +145,7 @@ class Sut:
 
     def close(self) -> None:
         """Close the current store and remove the folder."""
+        self._close_opened()
         self._drop()
         shutil.rmtree(self.folder, ignore_errors=True)
 
@@ -209,6 +213,8 @@ class Sut:
         kind = self.owned()
         if kind is None:
             return
+        if self.opened is not None and self.opened[0] == index:
+            self._close_opened()
         data: Any
         if kind == "sqlite":
             data = _sqlite_copy(self.store)
@@ -228,7 +234,10 @@ class Sut:
             return False
         data, ms, leases = taken
         if kind == "sqlite":
-            _sqlite_restore(self.store, data)
+            if self.opened is None or self.opened[0] != index:
+                self._close_opened()
+                self.opened = (index, _sqlite_open(data))
+            self.opened[1].backup(self.store._tm.connection)
         else:
             assert self.stash is not None
             assert self.stash[0] is self.store
@@ -247,8 +256,15 @@ class Sut:
         self.clock = ManualClock(ms)
         self.store._clock = self.clock
 
+    def _close_opened(self) -> None:
+        if self.opened is not None:
+            opened, self.opened = self.opened[1], None
+            opened.close()
+
     def forget(self, index: int) -> None:
         """Drop node ``index``'s copy (its transitions were all applied)."""
+        if self.opened is not None and self.opened[0] == index:
+            self._close_opened()
         if self.snapshots.pop(index, None) is not None and self.stash is not None:
             self.stash[1].dropped.append(index)
 
@@ -314,11 +330,23 @@ def _sqlite_copy(store: Any) -> bytes:
     return zlib.compress(bytes(image), 1)
 
 
-def _sqlite_restore(store: Any, data: bytes) -> None:
-    """Back a copy made by ``_sqlite_copy`` up into the store's own connection."""
-    copy = sqlite3.connect(":memory:")
+def _sqlite_open(data: bytes) -> sqlite3.Connection:
+    """A copy made by ``_sqlite_copy`` opened in memory, to back up into the store's own
+    connection (``Sut.restore``): the backup writes every page of the copy over the store's,
+    and the copy itself is never written."""
+    copy = sqlite3.connect(":memory:", check_same_thread=False)
     try:
         copy.deserialize(zlib.decompress(data))
+    except BaseException:
+        copy.close()
+        raise
+    return copy
+
+
+def _sqlite_restore(store: Any, data: bytes) -> None:
+    """Back a copy made by ``_sqlite_copy`` up into the store's own connection."""
+    copy = _sqlite_open(data)
+    try:
         copy.backup(store._tm.connection)
     finally:
         copy.close()
