@@ -55,6 +55,10 @@ COUNTS = ("count_heartbeat_writes_twice",)
 #: acknowledgements in the mixed, cancel and zombies phases by default).
 WINDOW_RACES = (
     # -- Passed at 9e899fd: 3 of 3 seeds on each backend.
+    # The purge race: found late on SQLite (44 s on one seed; on another only by the
+    # final state's read at 60 s) until purges started on a grid of their own with
+    # forks of old settled runs (b87d058): seeds 71000-71002 at 5.7 s, 10.0 s (the
+    # 10 s run's final state) and 5.7 s (load 6 to 7), each by two purges overlapping.
     ("race_purge_chosen_before", ("sqlite", "postgresql"), "purge_settled candidates"),
     ("race_claim_next_picks_outside", ("sqlite", "postgresql"), "claim_next candidates"),
     ("race_heartbeat_many_one_by_one", ("sqlite", "postgresql"), "heartbeat_many vs readers"),
@@ -68,7 +72,10 @@ WINDOW_RACES = (
     ("race_claim_next_many_picks_outside", ("sqlite",), "claim_next_many candidates"),
     # The PostgreSQL batch race: the batch chosen without FOR UPDATE SKIP LOCKED, each
     # run locked and read again as it is taken, the ones lost left out. The torture
-    # of 9e899fd never calls claim_next_many, so it passes by construction.
+    # of 9e899fd has no claim_next_many to call, so it passes by construction (run
+    # anyway: seeds 1-3, 60 s each with server restarts, status 0, no such call
+    # recorded; loads 7 to 21). Today: seeds 71000-71002 found at 0.9 s, 1.1 s (in
+    # the 60 s run) and 3.4 s (loads 4 to 16).
     ("race_pg_claim_batch_unlocked", ("postgresql",), "claim_next_many candidates"),
     # Zombie owner and two transactions on SQLite (the check outside the
     # driver's BEGIN). 9e899fd passed 3 of 3 seeds at loads 12.6 to 19.3

@@ -2,11 +2,15 @@
 
 The bug: the store asks ``purge_candidates`` (a read of its own) which runs
 are settled and finished before the cutoff, then deletes exactly those in a
-write transaction, without choosing again inside it ("they are settled, and
-settled runs stay settled"). A suspended run is settled but not final: an
-owner can claim and resume it between the read and the delete, and the
-purge then deletes a running run (and one whose new round was just
-created). One process at a time never sees it. Both backends.
+write transaction, without choosing again inside it ("they are final, and
+final runs stay final"). A run's status stays, but whether it may be
+deleted does not: between the read and the delete another purge may delete
+a run's last children (the parent, now eligible, is left, where the model's
+purge at that instant takes it), or a fork may name a chosen run as its
+parent, or a new live round join its lineage (the chosen run must then be
+kept: a run with a child fails the delete on the foreign key, a run of a
+live lineage is deleted). One process at a time never sees it. Both
+backends.
 """
 
 from __future__ import annotations
