@@ -31,7 +31,14 @@ members hold no data (its transaction manager keeps the connection and the
 strategy), so the restored store answers as the replayed one would; a test
 compares the two walks. Any other store or strategy (anyone's factory) is
 rebuilt by replay. On our stores a move that changed none of the store's data
-(``Sut.probe``) leaves the state read before it, which is not read again.
+(``Sut.probe``) leaves the state read before it, which is not read again; nor
+is the state a node's copy put back again shows (it was read when the copy
+was first put back or made).
+
+A step whose store state before, answer and state after are exactly the
+reference's (``exactly``: equal, and of the same types at every level) is not
+checked again for the state and transition invariants: the walk over the
+reference checked those very values (``judge``).
 
 On a store just restored or rebuilt the node's reads are applied before its
 writes, and every move that changes the state is read back at once
@@ -662,6 +669,8 @@ def _from_node(
     checked_itself = False
     #: ``unchanged`` while the store's ``before`` is exactly it (None: not shown so).
     reference: StoreState | None = None
+    #: On our store, its state as read after the node's copy was first put back (or made).
+    restored: StoreState | None = None
     listed = (
         [
             (move, None, None, None)
@@ -687,21 +696,30 @@ def _from_node(
             continue
         if dirty:
             token = None
-            if sut.restore(index):
+            put_back = sut.restore(index)
+            if put_back:
                 progress.restores += 1
             else:
                 sut.build(path)
                 progress.rebuilds += 1
                 sut.snapshot(index)
             copyable = sut.owned() is not None
-            before = sut.view(sut.store)
-            # The walker checked every move of this node on the reference (``known``): a step
-            # from a state exactly the reference's need not be checked again (``judge``).
-            reference = (
-                unchanged
-                if known is not None and reuse_views and exactly(before, unchanged)
-                else None
-            )
+            if put_back and copyable and restored is not None:
+                # The node's copy put back again: our store's state is a function of its data
+                # and its strategy's leases, which the restore put back as they were when the
+                # copy was read (``restored``), so it is not read again.
+                before = restored
+            else:
+                before = sut.view(sut.store)
+                restored = before if copyable else None
+                # The walker checked every move of this node on the reference (``known``): a
+                # step from a state exactly the reference's need not be checked again
+                # (``judge``).
+                reference = (
+                    unchanged
+                    if known is not None and reuse_views and exactly(before, unchanged)
+                    else None
+                )
             dirty = False
             if not checked_itself:
                 checked_itself = True
