@@ -78,6 +78,8 @@ PURGE_GRID_SLOTS = 64
 #: How long an owner of the ``cancel`` workload waits for a peer's first cancel request
 #: before it settles its run anyway (ns).
 CANCEL_HOLD_NS = 30_000_000
+#: The longest settle a cancel request of the ``cancel`` workload waits behind (ns).
+SETTLE_CAP_NS = 10_000_000
 _SETTLED = ("suspended", "completed", "failed", "cancelled")
 
 #: Each workload by name, with what it aims at.
@@ -288,15 +290,16 @@ class ZombieBoard:
             wake.unlink(missing_ok=True)
             self._file(run_id, "up").unlink(missing_ok=True)
 
-    def wake(self, run_id: str) -> None:
+    def wake(self, run_id: str) -> bool:
         """Let an owner holding ``run_id`` go, if one is, and wait for the
-        instant it names (or a short while, when it does not answer)."""
+        instant it names (or a short while, when it does not answer). True
+        when both act at the owner's instant."""
         try:
             stale_ns, until_ns = map(int, self._file(run_id, "held").read_text().split())
         except (FileNotFoundError, ValueError):
-            return
+            return False
         if not stale_ns <= time.monotonic_ns() < until_ns:
-            return
+            return False
         self._file(run_id, "wake").touch()
         up = self._file(run_id, "up")
         give_up = time.monotonic_ns() + self.ANSWER_NS
@@ -310,7 +313,8 @@ class ZombieBoard:
             # peer comes up to a little after it: the held owner's first
             # writes land before, during or after the takeover's.
             _sleep_until(instant + random.randrange(0, self.JITTER_NS))
-            return
+            return True
+        return False
 
     def taking(self, run_id: str) -> bool:
         """Whether a held owner of ``run_id`` has been told of a takeover and
@@ -448,6 +452,8 @@ class Worker:
         #: oldest first, and how many forks it made of such runs.
         self.settled_at: list[tuple[str, int]] = []
         self.forks = 0
+        #: How long this owner's last ``transition_owned`` took (ns, at most ``SETTLE_CAP_NS``).
+        self.settle_ns = 0
         self.counter = 0
 
     # -- helpers --
@@ -497,11 +503,21 @@ class Worker:
         ):
             # A zombie hunter's cancel request joins the takeover's instant too; in
             # the cancel workload, an owner waiting to settle the run is let go.
-            self.board.wake(args[0])
+            woke = self.board.wake(args[0])
+            late = woke and method == "request_cancel" and self.mode == "cancel"
+            if late and self.rng.random() < 0.5:
+                # The request's read and its write must straddle the settle's commit.
+                # Where a settle takes several round trips (PostgreSQL), a request
+                # started with it writes before the commit: half the time, start up
+                # to one settle (this owner's last) later.
+                time.sleep(self.rng.uniform(0, self.settle_ns) / 1e9)
+        started = time.monotonic_ns()
         try:
             answer = getattr(self.store, method)(*args, **kwargs)
         except Exception as error:
             answer = error
+        if method == "transition_owned":
+            self.settle_ns = min(time.monotonic_ns() - started, SETTLE_CAP_NS)
         settling = method == "transition_owned" and len(args) > 2 and args[2] in TERMINAL_STATUSES
         if settling and (
             not isinstance(answer, Exception)
