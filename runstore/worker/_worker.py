@@ -1,0 +1,711 @@
+"""``Worker``: finds runs, holds them under one fleet supervisor, runs the
+handler on each, and writes each run's end under the fence."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import socket
+import threading
+import traceback
+import uuid
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from .._boundary import admit_clock, admit_owner, admit_state
+from .._clock import Clock, SystemClock
+from .._constants import HEARTBEAT_INTERVAL_MS
+from .._errors import InvalidRunError, RunStoreError
+from .._outcomes import Activated, GuardFailed, Recovered, Transitioned
+from .._values import LivenessEvidence, OwnerId, RunRow, TransitionGuard
+from ..consensus._admit import missing_methods
+from ..ownership import (
+    LeaseLost,
+    LivenessContext,
+    lease_liveness,
+    same_host_pid_probe,
+    supervise_many,
+)
+from ._job import EventKind, Job, PollingWakeup, Wakeup, WorkerEvent, backoff_s
+
+logger = logging.getLogger("runstore.worker")
+
+#: The attempt record's step name for a worker's executions of a run.
+ATTEMPT_STEP = "runstore.worker"
+
+_STORE_METHODS = (
+    "get",
+    "claim_next",
+    "claim_and_own",
+    "recover_claim",
+    "transition_owned",
+    "acknowledge_cancel",
+    "list_runs",
+    "ownership_facts",
+    "heartbeat_many",
+    "reconfirm",
+)
+_POLL_FLOOR_S = 0.05
+_COMPLETE_GUARD = TransitionGuard(cancel_requested="absent")
+
+
+class _NotJsonText(Exception):
+    """The handler returned something that is not JSON text."""
+
+
+class _HandlerTimeout(Exception):
+    """The handler ran longer than the worker's ``handler_timeout_ms``."""
+
+
+def _type_name(error: BaseException) -> str:
+    kind = type(error)
+    module = kind.__module__
+    return kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
+
+
+def _site(error: BaseException) -> dict[str, Any] | None:
+    """Where ``error`` was raised: the innermost frame of its traceback."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return None
+    last = frames[-1]
+    return {"file": last.filename, "line": last.lineno, "function": last.name}
+
+
+class _Held:
+    """A run the worker holds: its job, its thread, and how it ended."""
+
+    __slots__ = ("done", "ended_by_worker", "job", "lost_reported", "started_ms", "thread")
+
+    def __init__(self, job: Job, started_ms: int) -> None:
+        self.job = job
+        self.started_ms = started_ms
+        self.thread: threading.Thread | None = None
+        self.done = False
+        # Set when the worker itself ended the run (grace or timeout): the handler
+        # thread must write nothing more.
+        self.ended_by_worker = False
+        self.lost_reported = False
+
+
+class Worker:
+    """The reference worker loop: take runs, keep their leases, run the handler,
+    settle under the fence. See the package docstring for the rules.
+
+    ``Worker(store, handler, *, owner=None, host_id=None, concurrency=1,
+    clock=None, max_takeovers=3, handler_timeout_ms=None, poll_interval_s=1.0,
+    scan_interval_ms=HEARTBEAT_INTERVAL_MS, wakeup=None, on_event=None,
+    attempts=True)``:
+
+    - ``store``: any run store (SQLite, PostgreSQL, the model);
+    - ``handler``: called as ``handler(job)`` with a ``Job``, in a thread of its own;
+    - ``owner``: the worker's ``OwnerId``; by default this host's name (or
+      ``host_id``), this process's pid and a fresh nonce;
+    - ``host_id``: the host name to use when ``owner`` is not given;
+    - ``concurrency``: how many runs it holds (and handlers it runs) at most;
+    - ``clock``: the ``Clock`` for leases, scans, grace and timeouts
+      (``SystemClock()`` by default);
+    - ``max_takeovers``: a run taken over more often than this (its
+      ``stolen`` ownership facts) is settled ``failed`` instead of run again;
+    - ``handler_timeout_ms``: ``None`` (no limit) or how long a handler may run
+      before the worker fails its run;
+    - ``poll_interval_s``: the longest idle wait, in real seconds, between two
+      looks for claimable runs (the waits back off from 50 ms with jitter);
+    - ``scan_interval_ms``: how often, on ``clock``, stale runs and abandoned
+      claims are looked for (once per heartbeat interval by default);
+    - ``wakeup``: a ``Wakeup``; by default the store's ``open_listener()`` when it
+      has one (PostgreSQL), else polling;
+    - ``on_event``: called with every ``WorkerEvent`` (from the worker's threads;
+      it must not block); events are also logged on ``runstore.worker``;
+    - ``attempts``: write a failure's attempt record (``runstore.attempts``)
+      where the store keeps attempts.
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        handler: Callable[[Job], object],
+        *,
+        owner: OwnerId | None = None,
+        host_id: str | None = None,
+        concurrency: int = 1,
+        clock: Clock | None = None,
+        max_takeovers: int = 3,
+        handler_timeout_ms: int | None = None,
+        poll_interval_s: float = 1.0,
+        scan_interval_ms: int = HEARTBEAT_INTERVAL_MS,
+        wakeup: Wakeup | None = None,
+        on_event: Callable[[WorkerEvent], object] | None = None,
+        attempts: bool = True,
+    ) -> None:
+        missing = missing_methods(store, _STORE_METHODS)
+        if missing:
+            detail = f"must be a run store (missing or not callable: {', '.join(missing)})"
+            raise InvalidRunError("Worker", {"field": "store", "detail": detail})
+        if not callable(handler):
+            raise InvalidRunError("Worker", {"field": "handler", "detail": "must be callable"})
+        for name, value, low in (
+            ("concurrency", concurrency, 1),
+            ("max_takeovers", max_takeovers, 0),
+            ("scan_interval_ms", scan_interval_ms, 1),
+        ):
+            if type(value) is not int or value < low:
+                raise InvalidRunError(
+                    "Worker", {"field": name, "detail": f"must be an int of at least {low}"}
+                )
+        if handler_timeout_ms is not None and (
+            type(handler_timeout_ms) is not int or handler_timeout_ms < 1
+        ):
+            raise InvalidRunError(
+                "Worker", {"field": "handler_timeout_ms", "detail": "must be None or an int >= 1"}
+            )
+        if type(poll_interval_s) not in (int, float) or not 0 < poll_interval_s <= 3600:
+            raise InvalidRunError(
+                "Worker", {"field": "poll_interval_s", "detail": "must be a number in (0, 3600]"}
+            )
+        if owner is None:
+            host = host_id if host_id is not None else (socket.gethostname() or "localhost")
+            owner = OwnerId(host, os.getpid(), uuid.uuid4().hex)
+        elif host_id is not None:
+            raise InvalidRunError(
+                "Worker", {"field": "host_id", "detail": "give owner or host_id, not both"}
+            )
+        self._owner = admit_owner("Worker", "owner", owner)
+        self._store = store
+        self._handler = handler
+        self._concurrency = concurrency
+        self._clock: Clock = admit_clock("Worker", clock) if clock is not None else SystemClock()
+        self._max_takeovers = max_takeovers
+        self._handler_timeout_ms = handler_timeout_ms
+        self._poll_interval_s = float(poll_interval_s)
+        self._scan_interval_ms = scan_interval_ms
+        self._wakeup_given = wakeup
+        self._on_event = on_event
+        self._attempts: Any = None
+        if attempts:
+            self._attempts = _attempt_store(store)
+        self._lock = threading.Condition()
+        self._held: dict[str, _Held] = {}
+        self._kick = threading.Event()
+        self._stopping = False
+        self._grace_deadline_ms: int | None = None
+        self._running = False
+        self._rng = random.Random()
+        self._fleet: Any = None
+        self._can_batch = callable(getattr(store, "claim_next_many", None))
+
+    # -- what callers see ------------------------------------------------------------
+
+    @property
+    def owner(self) -> OwnerId:
+        """The worker's ``OwnerId``: the owner of record of every run it holds."""
+        return self._owner
+
+    def held(self) -> list[str]:
+        """The ids of the runs the worker holds now, sorted."""
+        with self._lock:
+            return sorted(rid for rid, held in self._held.items() if not held.job.lost)
+
+    def stop(self, grace_s: float = 30.0) -> None:
+        """Stop taking work; returns at once (safe from a signal handler and from any
+        thread). ``run()`` then waits up to ``grace_s`` seconds on the worker's clock
+        for the handlers of held runs to return, suspends (fenced) every run still
+        held, and returns. A second call can only shorten the grace."""
+        if type(grace_s) not in (int, float) or grace_s < 0:
+            raise InvalidRunError("Worker.stop", {"field": "grace_s", "detail": "must be >= 0"})
+        deadline = self._clock.now_ms() + int(grace_s * 1000)
+        with self._lock:
+            self._stopping = True
+            if self._grace_deadline_ms is None or deadline < self._grace_deadline_ms:
+                self._grace_deadline_ms = deadline
+            self._lock.notify_all()
+        self._kick.set()
+
+    def install_signal_handlers(self, grace_s: float = 30.0) -> None:
+        """From the main thread: SIGTERM and SIGINT call ``stop(grace_s)``; a second
+        signal calls ``stop(0)`` (suspend what is held at once)."""
+
+        def handle(signum: int, frame: FrameType | None) -> None:
+            self.stop(0 if self._stopping else grace_s)
+
+        signal.signal(signal.SIGTERM, handle)
+        signal.signal(signal.SIGINT, handle)
+
+    def run(self) -> None:
+        """Take and run work until ``stop``; then finish or suspend what is held and
+        return. Store failures while looking for work are logged and retried
+        after a backoff; they never end the loop."""
+        with self._lock:
+            if self._running:
+                raise RuntimeError("a worker runs once at a time")
+            self._running = True
+        wakeup = self._open_wakeup()
+        listener = threading.Thread(
+            target=self._listen, args=(wakeup,), name="runstore-worker-wakeup", daemon=True
+        )
+        ticker = threading.Thread(target=self._tick, name="runstore-worker-scan", daemon=True)
+        self._next_scan_ms = self._clock.now_ms()
+        try:
+            with supervise_many(
+                self._store, self._owner, clock=self._clock, on_lost=self._on_lost
+            ) as fleet:
+                self._fleet = fleet
+                listener.start()
+                ticker.start()
+                self._loop()
+                self._drain()
+        finally:
+            with self._lock:
+                self._running = False
+                self._lock.notify_all()
+            self._kick.set()
+            try:
+                wakeup.close()
+            except Exception as error:  # pragma: no cover - a listener that fails to close
+                logger.warning("closing the wakeup failed (%s)", _type_name(error))
+
+    # -- finding work ------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        idle_s = 0.0
+        while True:
+            with self._lock:
+                if self._stopping:
+                    return
+            self._check_timeouts()
+            try:
+                found = self._find_work()
+            except RunStoreError as error:
+                logger.warning(
+                    "looking for work failed (%s); retrying", error.code, extra={"code": error.code}
+                )
+                found = False
+            if found:
+                idle_s = 0.0
+                continue
+            idle_s = backoff_s(idle_s, _POLL_FLOOR_S, self._poll_interval_s, self._rng)
+            self._kick.wait(idle_s)
+            self._kick.clear()
+
+    def _free(self) -> int:
+        with self._lock:
+            busy = sum(1 for held in self._held.values() if not held.done and not held.job.lost)
+            return self._concurrency - busy
+
+    def _find_work(self) -> bool:
+        now = self._clock.now_ms()
+        scan_due = now >= self._next_scan_ms
+        if scan_due:
+            self._next_scan_ms = now + self._scan_interval_ms
+        free = self._free()
+        if free <= 0:
+            return False
+        taken = 0
+        if scan_due:
+            taken += self._scan_takeovers(free)
+            free -= taken
+        if free > 0:
+            taken += self._take_claimable(free)
+        return taken > 0
+
+    def _take_claimable(self, free: int) -> int:
+        now = self._clock.now_ms()
+        if self._can_batch and free > 1:
+            rows: list[RunRow] = list(self._store.claim_next_many(self._owner, now, free))
+        else:
+            row = self._store.claim_next(self._owner, now)
+            rows = [] if row is None else [row]
+        for row in rows:
+            self._start(row, now, takeover=None, previous=None)
+        return len(rows)
+
+    def _scan_takeovers(self, free: int) -> int:
+        taken = 0
+        now = self._clock.now_ms()
+        limit = min(1000, max(10, free))
+        # Abandoned claims first: clearing one makes its run claimable (or, for a
+        # steal that was never activated, leaves the stale owner to the scan below).
+        page = self._store.list_runs(claim_stale_at=now, limit=limit)
+        for row in page.runs:
+            self._recover_claim(row, now)
+        page = self._store.list_runs(stale_at=now, limit=limit)
+        for row in page.runs:
+            if taken >= free:
+                break
+            if self._take_over(row, now):
+                taken += 1
+        return taken
+
+    def _evidence(self, owner: OwnerId, heartbeat_at_ms: int | None, now: int) -> Any:
+        """Evidence that ``owner`` is gone, or None. Same host: the pid probe (a dead
+        pid), else the lease (a frozen or reused pid must not strand its runs);
+        another host: the lease past staleness. The store checks staleness itself."""
+        context = LivenessContext(self._owner, heartbeat_at_ms, now)
+        if owner.host_id == self._owner.host_id:
+            if not same_host_pid_probe(owner, context):
+                return LivenessEvidence(owner, now, "same-host-pid-dead")
+            if not lease_liveness()(owner, context):
+                return LivenessEvidence(owner, now, "lease-expired")
+            return None
+        if lease_liveness()(owner, context):
+            return None
+        return LivenessEvidence(owner, now, "cross-host-unreachable-stale")
+
+    def _recover_claim(self, row: RunRow, now: int) -> None:
+        claimant, token = row.claim, row.claimed_at_ms
+        if claimant is None or token is None or claimant == self._owner:
+            return
+        evidence = self._evidence(claimant, token, now)
+        if evidence is None:
+            return
+        outcome = self._store.recover_claim(row.run_id, claimant, token, self._owner, now, evidence)
+        if isinstance(outcome, Recovered):
+            logger.info(
+                "recovered an abandoned claim on %s (evidence %s)",
+                row.run_id,
+                evidence.kind,
+                extra={"run_id": row.run_id, "evidence": evidence.kind},
+            )
+
+    def _take_over(self, row: RunRow, now: int) -> bool:
+        previous = row.owner
+        if previous is None:
+            return False
+        evidence = None
+        if previous != self._owner:
+            evidence = self._evidence(previous, row.heartbeat_at_ms, now)
+            if evidence is None:
+                return False
+        outcome = self._store.claim_and_own(row.run_id, row, self._owner, now, evidence)
+        if not isinstance(outcome, Activated):
+            return False
+        taken = self._store.get(row.run_id)
+        kind = evidence.kind if evidence is not None else None
+        self._start(taken, now, takeover=kind or "own_stale", previous=previous)
+        return True
+
+    # -- holding work ------------------------------------------------------------------
+
+    def _start(
+        self, row: RunRow, now: int, *, takeover: str | None, previous: OwnerId | None
+    ) -> None:
+        state = (
+            row.state_json if row.state_json is not None else self._store.get(row.run_id).state_json
+        )
+        job = Job(self, row.run_id, self._owner, state, takeover, now)
+        held = _Held(job, now)
+        with self._lock:
+            self._held[row.run_id] = held
+        if takeover is None:
+            self._emit("taken", row.run_id)
+        else:
+            self._emit(
+                "taken_over",
+                row.run_id,
+                evidence=takeover if takeover != "own_stale" else None,
+                previous_owner=previous,
+            )
+            if self._takeovers(row.run_id) > self._max_takeovers:
+                self._fail(held, reason="too_many_takeovers", error=None)
+                self._finish(held)
+                return
+        self._fleet.add(row.run_id)
+        thread = threading.Thread(
+            target=self._execute, args=(held,), name=f"runstore-worker-{row.run_id}", daemon=True
+        )
+        held.thread = thread
+        thread.start()
+
+    def _takeovers(self, run_id: str) -> int:
+        facts = self._store.ownership_facts(run_id)
+        return sum(1 for fact in facts if fact.transition == "stolen")
+
+    def _execute(self, held: _Held) -> None:
+        job = held.job
+        try:
+            try:
+                with self._fleet.hold(job.run_id):
+                    result = self._handler(job)
+            except LeaseLost:
+                self._lose(held, "lease_lost")
+                return
+            except Exception as error:
+                if not held.ended_by_worker and not job.lost:
+                    self._fail(held, reason="handler_raised", error=error)
+                else:
+                    self._lose(held, "lease_lost")
+                return
+            if held.ended_by_worker:
+                return
+            if job.lost:
+                self._lose(held, "lease_lost")
+                return
+            self._complete(held, result)
+        except RunStoreError as error:
+            # The settling write itself failed (storage, outcome unknown): the run
+            # stays running under this owner until its lease lapses and a peer
+            # (or this worker) takes it over.
+            logger.warning(
+                "settling %s failed (%s)",
+                job.run_id,
+                error.code,
+                extra={"run_id": job.run_id, "code": error.code},
+            )
+        finally:
+            self._finish(held)
+
+    def _finish(self, held: _Held) -> None:
+        self._fleet.discard(held.job.run_id)
+        with self._lock:
+            held.done = True
+            if self._held.get(held.job.run_id) is held:
+                del self._held[held.job.run_id]
+            self._lock.notify_all()
+        self._kick.set()
+
+    def _complete(self, held: _Held, result: object) -> None:
+        job = held.job
+        try:
+            text = admit_state("Worker", result)
+        except InvalidRunError:
+            self._fail(held, reason="not_json", error=None, returned=result)
+            return
+        outcome = self._store.transition_owned(
+            job.run_id, self._owner, "completed", text, _COMPLETE_GUARD
+        )
+        if isinstance(outcome, Transitioned):
+            self._emit("settled", job.run_id, status="completed")
+            return
+        if isinstance(outcome, GuardFailed):
+            self._store.acknowledge_cancel(job.run_id, self._owner, self._clock.now_ms())
+            outcome = self._store.transition_owned(job.run_id, self._owner, "cancelled", text)
+            if isinstance(outcome, Transitioned):
+                self._emit("settled", job.run_id, status="cancelled", reason="cancel_requested")
+                return
+        self._lose(held, "fence_lost")
+
+    def _fail(
+        self,
+        held: _Held,
+        *,
+        reason: str,
+        error: BaseException | None,
+        returned: object = None,
+    ) -> None:
+        """Settle ``failed`` keeping the last checkpoint, after the attempt record."""
+        job = held.job
+        if error is not None:
+            error_type = _type_name(error)
+            record: dict[str, Any] = {"type": error_type, "site": _site(error)}
+        elif reason == "not_json":
+            error_type = "runstore.worker.NotJsonText"
+            record = {"type": error_type, "returned": type(returned).__qualname__}
+        else:
+            error_type = f"runstore.worker.{reason}"
+            record = {"type": error_type}
+        record["reason"] = reason
+        self._record_attempt(job, record)
+        outcome = self._store.transition_owned(job.run_id, self._owner, "failed")
+        if isinstance(outcome, Transitioned):
+            self._emit("settled", job.run_id, status="failed", reason=reason, error_type=error_type)
+        else:
+            self._lose(held, "fence_lost")
+
+    def _lose(self, held: _Held, reason: str) -> None:
+        """The run is someone else's now: say so once (unless the worker itself
+        ended it), write nothing."""
+        held.job._lost.set()
+        with self._lock:
+            if held.lost_reported or held.ended_by_worker:
+                return
+            held.lost_reported = True
+        self._emit("lost", held.job.run_id, reason=reason)
+        self._kick.set()
+
+    def _record_attempt(self, job: Job, error: dict[str, Any]) -> None:
+        if self._attempts is None:
+            return
+        from ..attempts import Attempt
+
+        try:
+            facts = self._store.ownership_facts(job.run_id)
+            number = sum(1 for fact in facts if fact.transition == "activated")
+            attempt = Attempt(
+                job.run_id,
+                ATTEMPT_STEP,
+                number,
+                "failed",
+                job.taken_at_ms,
+                finished_at_ms=self._clock.now_ms(),
+                error=error,
+                meta={
+                    "owner": {
+                        "host_id": self._owner.host_id,
+                        "pid": self._owner.pid,
+                        "nonce": self._owner.nonce,
+                    },
+                    "takeover": job.takeover,
+                },
+            )
+            self._attempts.put(attempt, self._owner)
+        except Exception as failure:
+            # The attempt record is evidence, not the ending: the run still settles.
+            logger.warning(
+                "writing the attempt record of %s failed (%s)",
+                job.run_id,
+                _type_name(failure),
+                extra={"run_id": job.run_id},
+            )
+
+    def _on_lost(self, error: LeaseLost) -> None:
+        run_id = error.run_id
+        with self._lock:
+            held = self._held.get(run_id) if run_id is not None else None
+        if held is not None:
+            self._lose(held, "lease_lost")
+        self._kick.set()
+
+    def _check_timeouts(self) -> None:
+        limit = self._handler_timeout_ms
+        if limit is None:
+            return
+        now = self._clock.now_ms()
+        with self._lock:
+            late = [
+                held
+                for held in self._held.values()
+                if not held.done
+                and not held.ended_by_worker
+                and not held.job.lost
+                and now - held.started_ms > limit
+            ]
+            for held in late:
+                held.ended_by_worker = True
+        for held in late:
+            self._fleet.discard(held.job.run_id)
+            try:
+                self._fail(held, reason="handler_timeout", error=None)
+            except RunStoreError as error:
+                logger.warning("failing %s failed (%s)", held.job.run_id, error.code)
+            held.job._lost.set()
+            with self._lock:
+                self._held.pop(held.job.run_id, None)
+
+    # -- stopping ----------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        """Wait out the grace for held runs, then suspend the rest."""
+        while True:
+            with self._lock:
+                open_runs = [h for h in self._held.values() if not h.done and not h.job.lost]
+                deadline = self._grace_deadline_ms
+                if not open_runs:
+                    return
+                if deadline is not None and self._clock.now_ms() >= deadline:
+                    for held in open_runs:
+                        held.ended_by_worker = True
+                    break
+                self._lock.wait(0.05)
+            self._check_timeouts()
+        for held in open_runs:
+            job = held.job
+            self._fleet.discard(job.run_id)
+            job._lost.set()
+            try:
+                outcome = self._store.transition_owned(job.run_id, self._owner, "suspended")
+            except RunStoreError as error:
+                logger.warning("suspending %s failed (%s)", job.run_id, error.code)
+                continue
+            if isinstance(outcome, Transitioned):
+                self._emit("suspended", job.run_id, reason="grace_expired")
+            else:
+                self._emit("lost", job.run_id, reason="fence_lost")
+            with self._lock:
+                self._held.pop(job.run_id, None)
+
+    # -- waking up ---------------------------------------------------------------------
+
+    def _open_wakeup(self) -> Wakeup:
+        if self._wakeup_given is not None:
+            return self._wakeup_given
+        opener = getattr(self._store, "open_listener", None)
+        if callable(opener):
+            try:
+                listener: Wakeup = opener()
+                return listener
+            except RunStoreError as error:
+                logger.warning("listening for work failed (%s); polling instead", error.code)
+        return PollingWakeup()
+
+    def _listen(self, wakeup: Wakeup) -> None:
+        polling = isinstance(wakeup, PollingWakeup)
+        while True:
+            with self._lock:
+                if not self._running or self._stopping:
+                    return
+            if polling:
+                # Nothing to listen to: the loop's own backoff polls.
+                with self._lock:
+                    self._lock.wait(1.0)
+                continue
+            try:
+                if wakeup.wait(self._poll_interval_s):
+                    self._kick.set()
+            except Exception as error:
+                logger.warning("waiting for work failed (%s)", _type_name(error))
+                with self._lock:
+                    self._lock.wait(self._poll_interval_s)
+
+    def _tick(self) -> None:
+        """Wake the loop when a takeover scan is due, on the worker's clock."""
+        while True:
+            with self._lock:
+                if not self._running or self._stopping:
+                    return
+            due = self._next_scan_ms
+            self._clock.sleep_until(due)
+            self._kick.set()
+            with self._lock:
+                if self._next_scan_ms == due and self._running and not self._stopping:
+                    self._lock.wait(0.05)
+
+    # -- events ------------------------------------------------------------------------
+
+    def _emit(
+        self,
+        kind: EventKind,
+        run_id: str,
+        **details: Any,
+    ) -> None:
+        event = WorkerEvent(kind, run_id, self._owner, self._clock.now_ms(), **details)
+        parts = [f"{name}={value}" for name, value in details.items() if value is not None]
+        logger.info(
+            "%s %s%s",
+            kind,
+            run_id,
+            (" " + " ".join(parts)) if parts else "",
+            extra={"run_id": run_id, "event": kind},
+        )
+        if self._on_event is not None:
+            try:
+                self._on_event(event)
+            except Exception as error:
+                logger.warning("on_event failed (%s)", _type_name(error))
+
+    def __repr__(self) -> str:
+        return f"Worker(owner={self._owner!r}, concurrency={self._concurrency})"
+
+
+def _attempt_store(store: Any) -> Any:
+    """An attempt store over ``store`` when it keeps attempts, else None."""
+    try:
+        from ..attempts import AttemptStore, AttemptStoreError
+    except ImportError:  # pragma: no cover
+        return None
+    try:
+        return AttemptStore(store)
+    except AttemptStoreError:
+        return None

@@ -1,0 +1,288 @@
+"""How a worker ends a run, for every kind of handler (issue 27's endings), on a
+SQLite file store with a ``ManualClock``: nothing here sleeps on lease time."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import runstore
+from runstore import HEARTBEAT_INTERVAL_MS, HEARTBEAT_STALE_AFTER_MS, ManualClock, OwnerId
+from runstore.attempts import AttemptStore
+from runstore.ownership import LeaseLost
+from runstore.worker import ATTEMPT_STEP, Job, Worker
+
+from ._harness import Running
+
+SECRET = "sk-live-5ecret-in-the-error"
+ME = OwnerId("host-w", 4242, "worker-nonce")
+
+
+@pytest.fixture
+def store(tmp_path: Path, clock: ManualClock) -> Iterator[runstore.RunStore]:
+    opened = runstore.open(tmp_path / "runs.db", clock=clock)
+    try:
+        yield opened
+        opened.check_invariants()
+    finally:
+        opened.close()
+
+
+def test_returned_json_completes_the_run(store: runstore.RunStore, clock: ManualClock) -> None:
+    store.create("r1", '{"n": 1}')
+
+    def handler(job: Job) -> str:
+        assert job.state_json == '{"n": 1}'
+        assert job.takeover is None
+        return '{"n": 2}'
+
+    running = Running(store, handler, clock, owner=ME)
+    assert running.wait_for("taken", "r1").owner == ME
+    settled = running.wait_for("settled", "r1")
+    running.stop()
+    assert settled.status == "completed"
+    row = store.get("r1")
+    assert (row.status, row.state_json, row.owner) == ("completed", '{"n": 2}', None)
+
+
+def test_a_raising_handler_fails_the_run_and_keeps_its_checkpoint(
+    store: runstore.RunStore, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    store.create("r1", '{"step": 0}')
+
+    def handler(job: Job) -> str:
+        job.checkpoint('{"step": 1}')
+        raise RuntimeError(f"token {SECRET} rejected")
+
+    caplog.set_level(logging.DEBUG)
+    running = Running(store, handler, clock, owner=ME)
+    settled = running.wait_for("settled", "r1")
+    running.stop()
+    assert (settled.status, settled.reason, settled.error_type) == (
+        "failed",
+        "handler_raised",
+        "RuntimeError",
+    )
+    row = store.get("r1")
+    assert (row.status, row.state_json) == ("failed", '{"step": 1}')
+    (attempt,) = AttemptStore(store).state()  # type: ignore[arg-type]
+    assert (attempt.run_id, attempt.step_key_digest, attempt.state) == (
+        "r1",
+        ATTEMPT_STEP,
+        "failed",
+    )
+    error = attempt.error
+    assert isinstance(error, dict)
+    assert error["type"] == "RuntimeError"
+    assert error["reason"] == "handler_raised"
+    site = error["site"]
+    assert isinstance(site, dict)
+    assert site["function"] == "handler"
+    assert site["file"].endswith("test_worker_endings.py")
+    # The message (it may hold credentials) is nowhere: not in the record, the
+    # event, or the log.
+    assert SECRET not in json.dumps(attempt.error) + json.dumps(attempt.meta)
+    assert SECRET not in repr(settled)
+    assert SECRET not in caplog.text
+
+
+@pytest.mark.parametrize("returned", [{"a": 1}, b"{}", "not json {", None, 7])
+def test_a_handler_returning_anything_but_json_text_fails_the_run(
+    store: runstore.RunStore, clock: ManualClock, returned: object
+) -> None:
+    store.create("r1", '{"kept": true}')
+    running = Running(store, lambda job: returned, clock, owner=ME)
+    settled = running.wait_for("settled", "r1")
+    running.stop()
+    assert (settled.status, settled.reason) == ("failed", "not_json")
+    assert settled.error_type == "runstore.worker.NotJsonText"
+    assert store.get("r1").state_json == '{"kept": true}'
+    (attempt,) = AttemptStore(store).state()  # type: ignore[arg-type]
+    assert isinstance(attempt.error, dict)
+    assert attempt.error["returned"] == type(returned).__qualname__
+
+
+def test_a_thousand_checkpoints_then_completion(
+    store: runstore.RunStore, clock: ManualClock
+) -> None:
+    store.create("r1", '{"i": 0}')
+    seen: list[str] = []
+
+    def handler(job: Job) -> str:
+        for i in range(1, 1001):
+            job.checkpoint(json.dumps({"i": i}))
+        seen.append(store.get(job.run_id).state_json or "")
+        return '{"done": 1000}'
+
+    running = Running(store, handler, clock, owner=ME)
+    settled = running.wait_for("settled", "r1")
+    running.stop()
+    assert settled.status == "completed"
+    assert seen == ['{"i": 1000}']
+    assert store.get("r1").state_json == '{"done": 1000}'
+
+
+def test_a_cancel_requested_while_the_handler_returns_settles_cancelled(
+    store: runstore.RunStore, clock: ManualClock
+) -> None:
+    store.create("r1", "{}")
+
+    def handler(job: Job) -> str:
+        assert not job.cancel_requested
+        store.request_cancel(job.run_id, clock.now_ms())  # someone asks, just before the end
+        assert job.cancel_requested
+        return '{"partial": true}'
+
+    running = Running(store, handler, clock, owner=ME)
+    settled = running.wait_for("settled", "r1")
+    running.stop()
+    assert (settled.status, settled.reason) == ("cancelled", "cancel_requested")
+    row = store.get("r1")
+    assert (row.status, row.state_json) == ("cancelled", '{"partial": true}')
+
+
+def test_a_handler_that_never_returns_keeps_its_lease_then_is_suspended_at_stop(
+    store: runstore.RunStore, clock: ManualClock
+) -> None:
+    store.create("r1", '{"v": 0}')
+    release = threading.Event()
+    refused: list[BaseException] = []
+
+    def handler(job: Job) -> str:
+        release.wait()
+        try:
+            job.checkpoint('{"v": "late"}')
+        except LeaseLost as error:
+            refused.append(error)
+        return '{"v": "late completion"}'
+
+    running = Running(store, handler, clock, owner=ME)
+    running.wait_for("taken", "r1")
+    fleet = running.worker._fleet
+    # Five lease periods pass: the fleet renews the lease every interval.
+    for _ in range(5 * HEARTBEAT_STALE_AFTER_MS // HEARTBEAT_INTERVAL_MS):
+        clock.advance(HEARTBEAT_INTERVAL_MS)
+        assert fleet.wait_idle()
+    row = store.get("r1")
+    assert row.status == "running"
+    assert row.owner == running.worker.owner
+    assert row.heartbeat_at_ms == clock.now_ms()
+
+    running.worker.stop(10.0)
+    clock.advance(10_001)  # the grace runs out on the worker's clock
+    suspended = running.wait_for("suspended", "r1")
+    running.thread.join(20)
+    assert not running.thread.is_alive()
+    assert suspended.reason == "grace_expired"
+    assert store.get("r1").status == "suspended"
+    release.set()  # the handler wakes: its writes are refused
+    for _ in range(200):
+        if refused:
+            break
+        threading.Event().wait(0.01)
+    assert refused
+    assert refused[0].reason == "fence_lost"
+    row = store.get("r1")
+    assert (row.status, row.state_json) == ("suspended", '{"v": 0}')
+
+
+def test_a_run_taken_by_a_peer_is_lost_and_nothing_is_written(
+    store: runstore.RunStore, clock: ManualClock
+) -> None:
+    store.create("r1", '{"v": 0}')
+    started = threading.Event()
+    release = threading.Event()
+
+    def handler(job: Job) -> str:
+        started.set()
+        release.wait()
+        return '{"v": "from the displaced owner"}'
+
+    running = Running(store, handler, clock, owner=ME)
+    assert started.wait(20)
+    # The fleet cannot renew (time jumps past staleness between pulses) and a
+    # peer on another host takes the run over with evidence.
+    peer = OwnerId("host-p", 7, "peer")
+    now = clock.advance(HEARTBEAT_STALE_AFTER_MS + 1)
+    row = store.get("r1")
+    evidence = runstore.LivenessEvidence(ME, now, "cross-host-unreachable-stale")
+    assert store.claim_and_own("r1", row, peer, now, evidence) == runstore.Activated()
+    clock.advance(HEARTBEAT_INTERVAL_MS)
+    lost = running.wait_for("lost", "r1")
+    release.set()
+    running.stop()
+    assert lost.reason == "lease_lost"
+    row = store.get("r1")
+    assert (row.status, row.owner, row.state_json) == ("running", peer, '{"v": 0}')
+
+
+def test_a_run_taken_over_too_often_is_failed_without_running_the_handler(
+    store: runstore.RunStore, clock: ManualClock
+) -> None:
+    store.create("r1", '{"v": 0}')
+    # Three owners on other hosts each took it and died: three takeovers so far.
+    owners = [OwnerId(f"host-{i}", 10 + i, f"n{i}") for i in range(4)]
+    now = clock.now_ms()
+    assert store.claim_and_own("r1", store.get("r1"), owners[0], now) == runstore.Activated()
+    for previous, taker in itertools.pairwise(owners):
+        now = clock.advance(HEARTBEAT_STALE_AFTER_MS + 1)
+        evidence = runstore.LivenessEvidence(previous, now, "cross-host-unreachable-stale")
+        assert store.claim_and_own("r1", store.get("r1"), taker, now, evidence) == (
+            runstore.Activated()
+        )
+    clock.advance(HEARTBEAT_STALE_AFTER_MS + 1)
+    ran: list[str] = []
+    running = Running(
+        store, lambda job: ran.append(job.run_id) or "{}", clock, owner=ME, max_takeovers=3
+    )
+    taken = running.wait_for("taken_over", "r1")
+    settled = running.wait_for("settled", "r1")
+    running.stop()
+    assert taken.evidence == "cross-host-unreachable-stale"
+    assert taken.previous_owner == owners[3]
+    assert (settled.status, settled.reason) == ("failed", "too_many_takeovers")
+    assert ran == []
+    assert store.get("r1").state_json == '{"v": 0}'
+
+
+def test_a_stale_run_of_a_frozen_owner_on_this_host_is_taken_on_the_lease(
+    store: runstore.RunStore, clock: ManualClock
+) -> None:
+    import os
+
+    # A frozen process on this host: its pid is alive (our own), its lease stale.
+    frozen = OwnerId("host-w", os.getpid(), "frozen")
+    store.create("r1", '{"v": 1}')
+    assert store.claim_and_own("r1", store.get("r1"), frozen, 0) == runstore.Activated()
+    clock.advance(HEARTBEAT_STALE_AFTER_MS + 1)
+    running = Running(store, lambda job: '{"v": 2}', clock, owner=ME)
+    taken = running.wait_for("taken_over", "r1")
+    running.wait_for("settled", "r1")
+    running.stop()
+    assert taken.evidence == "lease-expired"
+    assert taken.previous_owner == frozen
+    assert store.get("r1").status == "completed"
+
+
+def test_worker_admission() -> None:
+    store = runstore.open(":memory:")
+    try:
+        for options in (
+            {"concurrency": 0},
+            {"max_takeovers": -1},
+            {"handler_timeout_ms": 0},
+            {"poll_interval_s": 0},
+            {"owner": ME, "host_id": "x"},
+        ):
+            with pytest.raises(runstore.InvalidRunError):
+                Worker(store, lambda job: "{}", **options)  # type: ignore[arg-type]
+        with pytest.raises(runstore.InvalidRunError):
+            Worker(object(), lambda job: "{}")
+    finally:
+        store.close()
