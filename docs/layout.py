@@ -82,6 +82,7 @@ LIBRARY = (
     "attempts",
     "ownership",
     "model",
+    "worker",
     "face",
 )
 
@@ -161,6 +162,14 @@ ROOMS: tuple[Room, ...] = (
         "with no I/O and no wall clock.",
         ("core", "consensus", "attempts"),
         packages=("runstore.model",),
+    ),
+    Room(
+        "worker",
+        "library",
+        "The reference worker: finding claimable and stale runs, taking them over with "
+        "evidence, one fleet supervisor for what it holds, and each run's end under the fence.",
+        ("ownership", "attempts", "consensus", "core"),
+        packages=("runstore.worker",),
     ),
     Room(
         "face",

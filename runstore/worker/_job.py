@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import random
 import threading
-from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias, runtime_checkable
+from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
 from .._outcomes import FenceLost, NotFound, Transitioned
 from .._values import EvidenceKind, OwnerId, RunStatus
 from ..ownership import LeaseLost
-
-if TYPE_CHECKING:
-    from ._worker import Worker
 
 EventKind: TypeAlias = Literal["taken", "taken_over", "settled", "lost", "suspended"]
 """What happened to a run in a worker: ``taken`` (a claimable run was claimed),
@@ -116,18 +113,18 @@ class Job:
     The repr never shows the state.
     """
 
-    __slots__ = ("_lost", "_worker", "owner", "run_id", "state_json", "taken_at_ms", "takeover")
+    __slots__ = ("_lost", "_store", "owner", "run_id", "state_json", "taken_at_ms", "takeover")
 
     def __init__(
         self,
-        worker: Worker,
+        store: Any,
         run_id: str,
         owner: OwnerId,
         state_json: str,
         takeover: str | None,
         taken_at_ms: int,
     ) -> None:
-        self._worker = worker
+        self._store = store
         self._lost = threading.Event()
         self.run_id = run_id
         """The run's id."""
@@ -147,9 +144,7 @@ class Job:
         that is not JSON text raises ``InvalidRunError`` and writes nothing."""
         if self._lost.is_set():
             raise LeaseLost(run_id=self.run_id, reason="fence_lost", outcome=FenceLost())
-        outcome = self._worker._store.transition_owned(
-            self.run_id, self.owner, "running", state_json
-        )
+        outcome = self._store.transition_owned(self.run_id, self.owner, "running", state_json)
         if isinstance(outcome, Transitioned):
             self.state_json = state_json
             return
@@ -163,7 +158,7 @@ class Job:
         on every access). The worker does not interrupt a handler for it: a handler
         that can stop early checks this, and its return then settles the run
         ``cancelled``."""
-        row = self._worker._store.get(self.run_id)
+        row = self._store.get(self.run_id)
         return row.cancel_requested_at_ms is not None
 
     @property

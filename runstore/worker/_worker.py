@@ -395,7 +395,7 @@ class Worker:
         state = (
             row.state_json if row.state_json is not None else self._store.get(row.run_id).state_json
         )
-        job = Job(self, row.run_id, self._owner, state, takeover, now)
+        job = Job(self._store, row.run_id, self._owner, state, takeover, now)
         held = _Held(job, now)
         with self._lock:
             self._held[row.run_id] = held
