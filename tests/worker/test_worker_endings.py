@@ -286,3 +286,43 @@ def test_worker_admission() -> None:
             Worker(object(), lambda job: "{}")
     finally:
         store.close()
+
+
+def test_a_handler_that_kills_its_process_every_time_ends_failed(tmp_path: Path) -> None:
+    """Real processes and a real SIGKILL: each incarnation takes the run over
+    from the dead one (its pid reaped: same-host-pid-dead) once the lease is
+    stale, until the run has been taken over more than ``max_takeovers`` times."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "runs.db"
+    with runstore.open(path, clock=ManualClock(0)) as setup:
+        setup.create("doomed", '{"v": 0}')
+    script = Path(__file__).with_name("_self_killing.py")
+    outputs: list[tuple[int, str]] = []
+    now = 0
+    for _ in range(8):
+        done = subprocess.run(
+            [sys.executable, str(script), str(path), str(now), "3"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        outputs.append((done.returncode, done.stdout))
+        if done.returncode == 0:
+            break
+        assert done.returncode == -9, done.stderr[-2000:]
+        now += HEARTBEAT_STALE_AFTER_MS + 1
+    codes = [code for code, _ in outputs]
+    # One claim and three takeovers ran the handler and died; the fourth
+    # takeover settled the run failed without running it.
+    assert codes == [-9, -9, -9, -9, 0], outputs
+    assert outputs[1][1].split() == ["taken_over", "doomed", "None", "None", "same-host-pid-dead"]
+    assert "settled doomed failed too_many_takeovers" in outputs[-1][1]
+    with runstore.open(path, clock=ManualClock(now)) as after:
+        row = after.get("doomed")
+        assert (row.status, row.state_json) == ("failed", '{"about_to": "die"}')
+        facts = after.ownership_facts("doomed")
+        assert sum(1 for fact in facts if fact.transition == "stolen") == 4
+        after.check_invariants()
