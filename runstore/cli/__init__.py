@@ -25,6 +25,12 @@ Subcommands:
 - ``runstore torture --db TARGET ...``: worker processes race on one database
   with kills and stops; the recorded history is checked for linearizability
   (exits 1 on a violation; see "Check concurrent histories" in the docs).
+- ``runstore worker MODULE:HANDLER --db TARGET [--concurrency N] [--host-id ID]
+  [--grace-seconds S] [--json] [--clock-file PATH]``: one worker process
+  taking runs and settling them with the handler's answers until SIGTERM or
+  SIGINT (then held runs get the grace period, and the rest are suspended);
+  one log line per event; exits 0 after a clean stop (see "Run a fleet of
+  workers" in the docs).
 - ``runstore runs|show|check|stats|purge|backup|migrate DB ...``: the operator
   commands, on a SQLite path or a PostgreSQL URL (see "Operate a store from
   the command line" in the docs).
@@ -49,7 +55,7 @@ import sys
 from pathlib import Path
 
 from runstore._version import __version__, install_hint
-from runstore.cli import _ops
+from runstore.cli import _ops, _worker
 from runstore.cli._ops._format import printable_lines
 
 __all__ = ["main"]
@@ -205,6 +211,7 @@ def _parser() -> argparse.ArgumentParser:
         help="race worker processes on one database and check the history's linearizability",
         add_help=False,
     )
+    _worker.add_parser(commands)
     _ops.add_parsers(commands)
     return parser
 
@@ -276,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
         return _replay(args.file)
     if args.command in _ops.COMMANDS:
         return _ops.run(args)
+    if args.command == "worker":
+        return _worker.run(args)
     try:
         from runstore.stateful._campaigns import _fuzz
     except ImportError as error:
