@@ -13,8 +13,9 @@ core modules of ``runstore``; never ``runstore.sqlite`` ("How the code is laid
 out" in the docs names each room).
 """
 
+from ._notify import PostgresListener as PostgresListener
 from ._open import MINIMUM_POSTGRES as MINIMUM_POSTGRES
 from ._open import open as open
 from ._store import PostgresRunStore as PostgresRunStore
 
-__all__ = ["MINIMUM_POSTGRES", "PostgresRunStore", "open"]
+__all__ = ["MINIMUM_POSTGRES", "PostgresListener", "PostgresRunStore", "open"]

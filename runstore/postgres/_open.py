@@ -68,6 +68,7 @@ from ._clock_check import ClockCheck
 from ._errors import connect_reason, failure_reason, reason_text, sqlstate
 from ._fused import Fused, fusable
 from ._grants import grants_text, missing_grants
+from ._notify import channel_for
 from ._store import PostgresRunStore
 from ._tx import Connection, TransactionManager
 
@@ -186,6 +187,7 @@ def open(
     migrate: bool = True,
     check_clock: bool | None = None,
     fast_path: bool | None = None,
+    notify: bool = True,
 ) -> PostgresRunStore:
     """Open (migrating as needed) the run store in ``url``'s database.
 
@@ -206,7 +208,16 @@ def open(
     every write operation as one statement, one round trip, a server-side
     function that makes the same decision; the default takes it when the
     strategy is ``SqlConsensus`` (and the store is writable); ``False`` keeps
-    the general path, one statement per step. Returns the open
+    the general path, one statement per step. ``notify`` (default True)
+    makes the store send a ``NOTIFY`` on its schema's channel
+    (``PostgresRunStore.notify_channel``) once a write that may wake a
+    worker has committed: ``create``, a ``transition_owned`` to
+    ``suspended``, an ``abandon_claim`` or ``recover_claim`` that cleared a
+    claim, a ``request_cancel`` or ``request_cancel_lineage`` that recorded
+    a request; one statement of its own after the commit, never inside the
+    write's transaction, with an empty payload; a failure to send it never
+    fails the write; ``False`` sends none (listeners still hear other
+    stores). Returns the open
     ``PostgresRunStore``; an inadmissible argument raises ``InvalidRunError``,
     a server or schema it must not use ``UnsupportedDatabaseError``, a
     failure to connect or prepare ``PersistenceFailedError`` naming its
@@ -214,7 +225,7 @@ def open(
     """
     if not is_url(url):
         raise _refuse("url", "must be a postgresql:// URL")
-    for name, value in (("read_only", read_only), ("migrate", migrate)):
+    for name, value in (("read_only", read_only), ("migrate", migrate), ("notify", notify)):
         if type(value) is not bool:
             raise _refuse(name, "must be True or False")
     for name, option in (("check_clock", check_clock), ("fast_path", fast_path)):
@@ -276,6 +287,8 @@ def open(
         # Later connections (after a loss) set the search path themselves.
         tm = TransactionManager(connection, connect, consensus, RetryPolicy(), read_only=read_only)
         tm.schema = resolved
+        if notify and not read_only:
+            tm.notify_channel = channel_for(resolved)
         if check_clock and not read_only:
             tm.clock_check = ClockCheck(clock)
             _measure_at_open(tm.clock_check, connection)

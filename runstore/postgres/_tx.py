@@ -33,6 +33,10 @@ The connection is in autocommit mode and this manager issues ``BEGIN`` and
 - A transaction that a swallowed error aborted is never "committed":
   PostgreSQL would silently roll it back, so it raises instead.
 - A write begun inside another write on the same thread is a savepoint.
+- ``wake()``, called by the store after a write that may wake a worker has
+  committed, sends the store's ``NOTIFY`` as a statement of its own once no
+  transaction is open (``_notify``); writes of several threads that commit
+  before it share one.
 - Failures are classified by ``_errors.classify`` (SQLSTATE only, never the
   server's message) and raised outside the ``except`` block, so no exception
   chain leads back to the driver's error.
@@ -71,7 +75,7 @@ from .._sql._tx import RollbackAndReturn
 from .._sql._tx import run_callbacks as _run_callbacks
 from ..consensus._sql import register_lease_statements
 from ..consensus._types import ConsensusError
-from . import _lease_queries
+from . import _lease_queries, _notify
 from ._clock_check import LEASE_METHODS, ClockCheck
 from ._errors import (
     ReconnectFailed,
@@ -380,6 +384,17 @@ class TransactionManager:
         self._overdue = False
         #: The store's schema, for naming the grants its role lacks.
         self.schema: str | None = None
+        #: The channel ``wake`` notifies on; None when the store does not notify.
+        self.notify_channel: str | None = None
+        #: A write that may wake a worker committed since the last notification.
+        self._wake_pending = False
+        #: Notifications sent, and those that failed (lost; polling covers them).
+        self.notifications_sent = 0
+        self.notifications_failed = 0
+
+    def connect_new(self) -> Connection:
+        """A new connection set up as the store's are (a listener's)."""
+        return self._connect()
 
     def live(self) -> Connection:
         """The connection, reconnected first when the last one was lost (or
@@ -431,10 +446,50 @@ class TransactionManager:
                 else:
                     error = self._unsettled(method)
                     if error is None:
+                        if self._wake_pending:
+                            self._send_wake()  # for a write nested in this one
                         return result
                 if error is not None:
                     # Raised here, outside the handler, so the chain ends at ``error``.
                     raise error
+
+    # -- waking workers -------------------------------------------------------
+
+    def wake(self) -> None:
+        """After a write that committed and may wake a worker: notify the
+        store's channel (``_notify``), in a statement of its own, never in a
+        transaction. Coalesced: the flag is set after the commit and cleared
+        just before a notification is sent, so one notification covers every
+        write of the threads sharing this store that committed before it;
+        inside another write on this thread, that write sends it once it has
+        committed. Never raises: the write had committed, and a lost
+        notification costs a waiting worker one polling interval."""
+        if self.notify_channel is None:
+            return
+        self._wake_pending = True
+        with self.lock:
+            if self._active is None:
+                self._send_wake()
+
+    def _send_wake(self) -> None:
+        channel = self.notify_channel
+        if not self._wake_pending or channel is None or self.closed:
+            return
+        self._wake_pending = False
+        connection = self.connection
+        if _is_lost(connection) or connection is None:
+            self.notifications_failed += 1
+            return
+        if connection.info.transaction_status != _IDLE:
+            self.notifications_failed += 1
+            return
+        try:
+            connection.run_once(_notify.NOTIFY, (channel,), connection.commit_bound())
+        except (psycopg.Error, OSError):
+            # A lost connection is replaced by the next operation.
+            self.notifications_failed += 1
+            return
+        self.notifications_sent += 1
 
     def once(
         self,
