@@ -14,6 +14,10 @@ from runstore.worker import Job, Worker, WorkerEvent
 
 WAIT_S = 20.0
 
+#: Every worker started and not yet stopped, so that a failed test's worker is
+#: stopped at its teardown (``tests/worker/conftest.py``) instead of running on.
+STARTED: list[Running] = []
+
 
 class Running:
     """A ``Worker`` running in a daemon thread; ``events`` collects its events."""
@@ -31,6 +35,7 @@ class Running:
         self.worker = Worker(store, handler, clock=clock, on_event=self.events.put, **options)
         self.thread = threading.Thread(target=self.worker.run, daemon=True)
         self.thread.start()
+        STARTED.append(self)
 
     def wait_for(self, kind: str, run_id: str | None = None) -> WorkerEvent:
         """The next event of ``kind`` (for ``run_id``), waiting for progress."""
@@ -54,6 +59,8 @@ class Running:
     def stop(self, grace_s: float = 0.0) -> None:
         """Stop the worker and wait for ``run()`` to return."""
         self.worker.stop(grace_s)
+        if self in STARTED:
+            STARTED.remove(self)
         self.thread.join(WAIT_S)
         assert not self.thread.is_alive(), "the worker did not stop"
 
