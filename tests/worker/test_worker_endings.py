@@ -362,3 +362,88 @@ def test_a_handler_that_kills_its_process_every_time_ends_failed(tmp_path: Path)
         facts = after.ownership_facts("doomed")
         assert sum(1 for fact in facts if fact.transition == "stolen") == 4
         after.check_invariants()
+
+
+def test_handlers_that_finish_within_the_grace_complete_their_runs(
+    store: runstore.RunStore, clock: ManualClock
+) -> None:
+    for number in range(3):
+        store.create(f"r{number}", "{}")
+    release = threading.Event()
+    entered = threading.Semaphore(0)
+
+    def handler(job: Job) -> str:
+        entered.release()
+        release.wait()
+        return '{"done": true}'
+
+    running = Running(store, handler, clock, owner=ME, concurrency=3)
+    for _ in range(3):
+        assert entered.acquire(timeout=WAIT_S)
+    running.worker.stop(30.0)
+    release.set()  # they return inside the grace
+    running.thread.join(WAIT_S)
+    assert not running.thread.is_alive()
+    assert {store.get(f"r{n}").status for n in range(3)} == {"completed"}
+    kinds = sorted(event.kind for event in running.drain_events())
+    assert kinds == ["settled"] * 3 + ["taken"] * 3
+
+
+def test_a_handler_past_its_timeout_fails_its_run_and_its_writes_are_refused(
+    store: runstore.RunStore, clock: ManualClock
+) -> None:
+    store.create("r1", '{"v": 0}')
+    release = threading.Event()
+    refused: list[LeaseLost] = []
+
+    def handler(job: Job) -> str:
+        release.wait()
+        try:
+            job.checkpoint('{"v": "late"}')
+        except LeaseLost as error:
+            refused.append(error)
+        return '{"v": "late"}'
+
+    running = Running(store, handler, clock, owner=ME, handler_timeout_ms=5_000)
+    running.wait_for("taken", "r1")
+    clock.advance(5_001)
+    settled = running.wait_for("settled", "r1")
+    release.set()
+    running.stop()
+    assert (settled.status, settled.reason) == ("failed", "handler_timeout")
+    row = store.get("r1")
+    assert (row.status, row.state_json) == ("failed", '{"v": 0}')
+
+
+def test_workers_in_threads_complete_every_run_once(
+    store: runstore.RunStore, clock: ManualClock
+) -> None:
+    runs = [f"job-{number:03d}" for number in range(60)]
+    for run_id in runs:
+        store.create(run_id, '{"n": 0}')
+    done: list[str] = []
+    lock = threading.Lock()
+
+    def handler(job: Job) -> str:
+        job.checkpoint('{"n": 1}')
+        with lock:
+            done.append(job.run_id)
+        return '{"n": 2}'
+
+    workers = [
+        Running(store, handler, clock, owner=OwnerId(f"host-{i}", 100 + i, "t"), concurrency=4)
+        for i in range(3)
+    ]
+    settled: list[str] = []
+    for run_id in runs:
+        for _ in range(int(WAIT_S / 0.01)):
+            if store.get(run_id).status == "completed":
+                break
+            threading.Event().wait(0.01)
+        settled.append(store.get(run_id).status)
+    for running in workers:
+        running.stop()
+    assert settled == ["completed"] * len(runs)
+    assert sorted(done) == runs  # each handler ran once: nobody was taken over
+    events = [event for running in workers for event in running.drain_events()]
+    assert sorted(e.run_id for e in events if e.kind == "settled") == runs
