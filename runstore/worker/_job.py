@@ -15,7 +15,8 @@ from ..ownership import LeaseLost
 
 EventKind: TypeAlias = Literal["taken", "taken_over", "settled", "lost", "suspended"]
 """What happened to a run in a worker: ``taken`` (a claimable run was claimed),
-``taken_over`` (a stale run or an abandoned claim was taken with evidence),
+``taken_over`` (a stale run was taken with evidence; a run whose claim was
+abandoned is cleared with ``recover_claim`` and then ``taken``),
 ``settled`` (the worker wrote its end: ``completed``, ``failed`` or
 ``cancelled``), ``lost`` (the run belongs to someone else now; nothing was
 written) and ``suspended`` (the worker ran out of grace and released it)."""
@@ -46,8 +47,8 @@ class WorkerEvent:
     reason: str | None = None
     """Why, where there is more to say: ``handler_raised``, ``not_json``,
     ``handler_timeout``, ``too_many_takeovers``, ``cancel_requested``,
-    ``lease_lost``, ``fence_lost`` (a settling write was refused),
-    ``grace_expired``, ``abandoned_claim``."""
+    ``lease_lost``, ``fence_lost`` (a settling write was refused) and
+    ``grace_expired``."""
     error_type: str | None = None
     """For a failure: the qualified name of the exception's type (never its message)."""
 
@@ -103,11 +104,15 @@ def backoff_s(previous_s: float, floor_s: float, ceiling_s: float, rng: random.R
 class Job:
     """One run a worker holds, as its handler sees it.
 
-    ``run_id``, ``owner``, ``state_json`` (the state when the run was taken,
-    then the last checkpoint) and ``takeover`` (``None`` for a claimable run, the
-    evidence kind or ``"abandoned_claim"`` for a run taken over) are plain
-    attributes. ``checkpoint`` saves progress under the fence; ``cancel_requested``
-    reads whether someone asked to cancel the run; ``lost`` and ``check()`` tell
+    ``Job(store, run_id, owner, state_json, takeover, taken_at_ms)`` is built by
+    the worker: ``store`` is the run store, ``run_id`` the run, ``owner`` the
+    worker's ``OwnerId``, ``state_json`` the state when the run was taken (then
+    the last checkpoint), ``takeover`` ``None`` for a claimable run, the evidence
+    kind for a run taken over from another owner and ``"own_stale"`` for this
+    worker's own stale run taken back, and ``taken_at_ms`` when the worker took
+    it, by its clock; all but ``store`` are plain attributes.
+
+    ``checkpoint`` saves progress under the fence; ``cancel_requested`` reads whether someone asked to cancel the run; ``lost`` and ``check()`` tell
     whether the run still belongs to this worker.
 
     The repr never shows the state.
@@ -133,7 +138,8 @@ class Job:
         self.state_json = state_json
         """The run's state: as taken, then as last checkpointed."""
         self.takeover = takeover
-        """``None`` for a claimable run; for a takeover, the evidence kind."""
+        """``None`` for a claimable run; the evidence kind for a takeover; ``"own_stale"``
+        for this worker's own stale run taken back."""
         self.taken_at_ms = taken_at_ms
         """When the worker took the run, by its clock."""
 

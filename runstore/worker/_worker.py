@@ -33,8 +33,9 @@ from ._job import EventKind, Job, PollingWakeup, Wakeup, WorkerEvent, backoff_s
 
 logger = logging.getLogger("runstore.worker")
 
-#: The attempt record's step name for a worker's executions of a run.
 ATTEMPT_STEP = "runstore.worker"
+"""The ``step_key_digest`` of the attempt record a worker writes when a handler fails:
+one attempt per execution, numbered by the run's activations."""
 
 _STORE_METHODS = (
     "get",
@@ -106,8 +107,8 @@ class Worker:
       ``host_id``), this process's pid and a fresh nonce;
     - ``host_id``: the host name to use when ``owner`` is not given;
     - ``concurrency``: how many runs it holds (and handlers it runs) at most;
-    - ``clock``: the ``Clock`` for leases, scans, grace and timeouts
-      (``SystemClock()`` by default);
+    - ``clock``: the ``Clock`` for leases, scans, grace and timeouts (by
+      default the store's ``clock`` when it has one, else ``SystemClock()``);
     - ``max_takeovers``: a run taken over more often than this (its
       ``stolen`` ownership facts) is settled ``failed`` instead of run again;
     - ``handler_timeout_ms``: ``None`` (no limit) or how long a handler may run
@@ -177,7 +178,10 @@ class Worker:
         self._store = store
         self._handler = handler
         self._concurrency = concurrency
-        self._clock: Clock = admit_clock("Worker", clock) if clock is not None else SystemClock()
+        if clock is None:
+            # The store's own clock, so that leases, scans and stamps agree.
+            clock = getattr(store, "clock", None) or SystemClock()
+        self._clock: Clock = admit_clock("Worker", clock)
         self._max_takeovers = max_takeovers
         self._handler_timeout_ms = handler_timeout_ms
         self._poll_interval_s = float(poll_interval_s)
@@ -196,6 +200,8 @@ class Worker:
         self._rng = random.Random()
         self._fleet: Any = None
         self._can_batch = callable(getattr(store, "claim_next_many", None))
+        self._next_scan_ms = 0
+        self._scan_pending = True
 
     # -- what callers see ------------------------------------------------------------
 
@@ -226,7 +232,9 @@ class Worker:
 
     def install_signal_handlers(self, grace_s: float = 30.0) -> None:
         """From the main thread: SIGTERM and SIGINT call ``stop(grace_s)``; a second
-        signal calls ``stop(0)`` (suspend what is held at once)."""
+        signal calls ``stop(0)`` (suspend what is held at once).
+
+        ``grace_s``: the grace, in seconds, that the first signal gives the held runs."""
 
         def handle(signum: int, frame: FrameType | None) -> None:
             self.stop(0 if self._stopping else grace_s)
@@ -248,6 +256,7 @@ class Worker:
         )
         ticker = threading.Thread(target=self._tick, name="runstore-worker-scan", daemon=True)
         self._next_scan_ms = self._clock.now_ms()
+        self._scan_pending = True
         try:
             with supervise_many(
                 self._store, self._owner, clock=self._clock, on_lost=self._on_lost
@@ -297,14 +306,17 @@ class Worker:
 
     def _find_work(self) -> bool:
         now = self._clock.now_ms()
-        scan_due = now >= self._next_scan_ms
-        if scan_due:
+        if now >= self._next_scan_ms:
+            # Due: the next slot that frees looks at stale runs before it takes a
+            # claimable one, so a backlog cannot starve takeovers.
             self._next_scan_ms = now + self._scan_interval_ms
+            self._scan_pending = True
         free = self._free()
         if free <= 0:
             return False
         taken = 0
-        if scan_due:
+        if self._scan_pending:
+            self._scan_pending = False
             taken += self._scan_takeovers(free)
             free -= taken
         if free > 0:
