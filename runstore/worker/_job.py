@@ -112,7 +112,8 @@ class Job:
     worker's own stale run taken back, and ``taken_at_ms`` when the worker took
     it, by its clock; all but ``store`` are plain attributes.
 
-    ``checkpoint`` saves progress under the fence; ``cancel_requested`` reads whether someone asked to cancel the run; ``lost`` and ``check()`` tell
+    ``checkpoint`` saves progress under the fence; ``cancel_requested`` reads
+    whether someone asked to cancel the run; ``lost`` and ``check()`` tell
     whether the run still belongs to this worker.
 
     The repr never shows the state.
