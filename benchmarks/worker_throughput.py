@@ -33,7 +33,7 @@ load (``/proc/loadavg``) before and after is printed too.
 
 Run: ``python benchmarks/worker_throughput.py [--jobs N] [--rounds R] [--concurrency 1,4]
 [--batch B] [--only NAME,...] [--postgres URL]``. procrastinate and pgqueuer come with the
-``bench`` extra (``pip install -e '.[bench]'``); a subject whose package is missing is
+``bench`` extra (``python -m pip install -e '.[bench]'``); a subject whose package is missing is
 skipped with a message.
 """
 
@@ -186,7 +186,7 @@ def _prepare_procrastinate(
     try:
         import procrastinate
     except ImportError:
-        raise Skip("procrastinate is not installed (pip install -e '.[bench]')") from None
+        raise Skip("procrastinate is not installed (python -m pip install -e '.[bench]')") from None
 
     async def enqueue() -> None:
         app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
@@ -254,7 +254,7 @@ def _pgqueuer(batch_size: int, limit: int | None) -> Callable[[str, int, int, in
             import pgqueuer
             from pgqueuer.types import QueueExecutionMode
         except ImportError:
-            raise Skip("pgqueuer is not installed (pip install -e '.[bench]')") from None
+            raise Skip("pgqueuer is not installed (python -m pip install -e '.[bench]')") from None
 
         async def enqueue() -> None:
             async with _pgqueuer_driver(url) as driver:
