@@ -331,7 +331,14 @@ class Worker:
             row = self._store.claim_next(self._owner, now)
             rows = [] if row is None else [row]
         for row in rows:
-            self._start(row, now, takeover=None, previous=None)
+            try:
+                self._start(row, now, takeover=None, previous=None)
+            except RunStoreError as error:
+                # The run is ours but not started: its lease goes stale and this
+                # worker's own scan takes it back (``own_stale``).
+                logger.warning(
+                    "starting %s failed (%s)", row.run_id, error.code, extra={"run_id": row.run_id}
+                )
         return len(rows)
 
     def _scan_takeovers(self, free: int) -> int:
@@ -387,7 +394,16 @@ class Worker:
         if previous is None:
             return False
         evidence = None
-        if previous != self._owner:
+        if previous == self._owner:
+            # Our own run went stale: whatever still holds it here lost its lease
+            # and must write nothing more (the fence cannot tell our grants apart).
+            with self._lock:
+                stale = self._held.get(row.run_id)
+                if stale is not None and not stale.done:
+                    stale.ended_by_worker = True
+            if stale is not None:
+                stale.job._lost.set()
+        else:
             evidence = self._evidence(previous, row.heartbeat_at_ms, now)
             if evidence is None:
                 return False
