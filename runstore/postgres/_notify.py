@@ -9,10 +9,12 @@ schema's channel (``channel_for``), as a statement of its own
 (``TransactionManager.wake``). Never inside the write's transaction: at
 commit, a transaction that notified takes a lock of the whole database and
 holds it through its commit's WAL flush, so notifying writers would commit
-one at a time ("Durable commits that scale" in the PostgreSQL guide). The
-statement itself commits asynchronously (``synchronous_commit`` off for it
-alone), so it holds that lock for no flush, and waits at most
-``NOTIFY_LOCK_TIMEOUT_MS`` for it. The payload is empty: nothing of a run.
+one at a time ("Durable commits that scale" in the PostgreSQL guide). A
+transaction that only notifies writes no WAL before its commit record, so
+its commit waits for no flush (nor for a synchronous standby) and holds the
+lock for microseconds; it waits at most ``NOTIFY_LOCK_TIMEOUT_MS`` for the
+lock (another session's commit may hold it). The payload is empty: nothing
+of a run.
 Losing a notification (a failure to send it is swallowed; the write had
 committed) costs a waiting worker at most one polling interval.
 
@@ -50,12 +52,11 @@ _NAME_BYTES: Final = 63
 NOTIFY_LOCK_TIMEOUT_MS: Final = 500
 
 #: The notification: one statement in its own implicit transaction, which
-#: commits without waiting for a WAL flush and gives up on the notify lock
-#: after ``NOTIFY_LOCK_TIMEOUT_MS`` (both settings local to it). Every name
-#: is qualified: nothing resolves through the search path.
+#: gives up on the notify lock after ``NOTIFY_LOCK_TIMEOUT_MS`` (a setting
+#: local to it, still in force at its commit, where the lock is taken). Every
+#: name is qualified: nothing resolves through the search path.
 NOTIFY: Final = (
-    "SELECT pg_catalog.set_config('synchronous_commit', 'off', true), "
-    f"pg_catalog.set_config('lock_timeout', '{NOTIFY_LOCK_TIMEOUT_MS}ms', true), "
+    f"SELECT pg_catalog.set_config('lock_timeout', '{NOTIFY_LOCK_TIMEOUT_MS}ms', true), "
     "pg_catalog.pg_notify($1::text, '')"
 )
 
@@ -83,8 +84,10 @@ def _admit_timeout(timeout_s: object) -> float:
     if type(timeout_s) not in (int, float):
         raise InvalidRunError("wait", {"field": "timeout_s", "detail": "must be an int or float"})
     value = float(timeout_s)  # type: ignore[arg-type]
-    if math.isnan(value) or value < 0:
-        raise InvalidRunError("wait", {"field": "timeout_s", "detail": "must be 0 or more"})
+    if not math.isfinite(value) or value < 0:
+        raise InvalidRunError(
+            "wait", {"field": "timeout_s", "detail": "must be a finite number, 0 or more"}
+        )
     return value
 
 
@@ -171,11 +174,11 @@ class PostgresListener:
 
     def wait(self, timeout_s: float) -> bool:
         """Block until a notification arrives or ``timeout_s`` seconds (an int
-        or float, 0 or more) pass. Returns True when one arrived since the
+        or float, finite, 0 or more) pass. Returns True when one arrived since the
         last ``wait`` (all waiting are read: many writes, one True) or the
         connection had to be replaced; False on timeout and once closed.
-        A ``timeout_s`` that is not a number of 0 or more raises
-        ``InvalidRunError``; failures of the server never raise."""
+        Any other ``timeout_s`` raises ``InvalidRunError``; failures of the
+        server never raise."""
         timeout = _admit_timeout(timeout_s)
         with self._lock:
             if self._closed:
