@@ -14,7 +14,9 @@ transaction that only notifies writes no WAL before its commit record, so
 its commit waits for no flush (nor for a synchronous standby) and holds the
 lock for microseconds; it waits at most ``NOTIFY_LOCK_TIMEOUT_MS`` for the
 lock (another session's commit may hold it). The payload is empty: nothing
-of a run.
+of a run. One notification covers every write committed before it, and a
+store sends at most one each ``NOTIFY_SPACING_MS``: one due sooner is held
+back and sent at its time (``TransactionManager.wake``).
 Losing a notification (a failure to send it is swallowed; the write had
 committed) costs a waiting worker at most one polling interval.
 
@@ -46,6 +48,12 @@ from ._errors import connect_reason, failure_reason, reason_text, sqlstate
 #: whole fits in PostgreSQL's 63 bytes, else ``#`` and a digest of it.
 CHANNEL_PREFIX: Final = "runstore"
 _NAME_BYTES: Final = 63
+
+#: The least time between two notifications of one store: one due sooner is
+#: held back until then, and covers every write made meanwhile. Under a
+#: stream of writes it bounds what notifications cost (each one wakes every
+#: listener); a waiting worker hears of a run at most this much later.
+NOTIFY_SPACING_MS: Final = 25
 
 #: The longest wait of the notification for the database's notify lock (held
 #: by another session committing a NOTIFY of its own); then it is dropped.

@@ -35,8 +35,9 @@ The connection is in autocommit mode and this manager issues ``BEGIN`` and
 - A write begun inside another write on the same thread is a savepoint.
 - ``wake()``, called by the store after a write that may wake a worker has
   committed, sends the store's ``NOTIFY`` as a statement of its own once no
-  transaction is open (``_notify``); writes of several threads that commit
-  before it share one.
+  transaction is open (``_notify``); writes that commit before it share
+  one, and notifications are at least ``notify_spacing_s`` apart (one due
+  sooner is held back, then sent by the next write or a sender thread).
 - Failures are classified by ``_errors.classify`` (SQLSTATE only, never the
   server's message) and raised outside the ``except`` block, so no exception
   chain leads back to the driver's error.
@@ -391,6 +392,12 @@ class TransactionManager:
         #: Notifications sent, and those that failed (lost; polling covers them).
         self.notifications_sent = 0
         self.notifications_failed = 0
+        #: The least time between two notifications (``_notify``); when the last
+        #: was sent (``time.monotonic()``); the sender of held-back ones.
+        self.notify_spacing_s = _notify.NOTIFY_SPACING_MS / 1000
+        self._last_wake = float("-inf")
+        self._sender: threading.Thread | None = None
+        self._sender_due = threading.Event()
 
     def connect_new(self) -> Connection:
         """A new connection set up as the store's are (a listener's)."""
@@ -447,7 +454,7 @@ class TransactionManager:
                     error = self._unsettled(method)
                     if error is None:
                         if self._wake_pending:
-                            self._send_wake()  # for a write nested in this one
+                            self._wake_when_due()  # a nested write's, or one held back
                         return result
                 if error is not None:
                     # Raised here, outside the handler, so the chain ends at ``error``.
@@ -458,24 +465,62 @@ class TransactionManager:
     def wake(self) -> None:
         """After a write that committed and may wake a worker: notify the
         store's channel (``_notify``), in a statement of its own, never in a
-        transaction. Coalesced: the flag is set after the commit and cleared
-        just before a notification is sent, so one notification covers every
-        write of the threads sharing this store that committed before it;
-        inside another write on this thread, that write sends it once it has
-        committed. Never raises: the write had committed, and a lost
-        notification costs a waiting worker one polling interval."""
+        transaction. Never raises: the write had committed, and a lost
+        notification costs a waiting worker one polling interval.
+
+        Coalesced: the flag is set after the commit and cleared just before
+        a notification is sent, so one notification covers every write that
+        committed before it, of every thread sharing this store. Inside
+        another write on this thread, that write sends it once it has
+        committed. And notifications are at least ``notify_spacing_s``
+        apart: one due sooner is held back, then sent by the store's next
+        write once due, or else by a sender thread at the due time (started
+        on first need), or when the store closes."""
         if self.notify_channel is None:
             return
         self._wake_pending = True
         with self.lock:
             if self._active is None:
-                self._send_wake()
+                self._wake_when_due()
+
+    def _wake_when_due(self) -> None:
+        """Send the pending notification now if it is due, else leave it to the
+        sender thread. Holding the lock, outside any transaction."""
+        if not self._wake_pending or self._active is not None:
+            return
+        if time.monotonic() >= self._last_wake + self.notify_spacing_s:
+            self._send_wake()
+            return
+        sender = self._sender
+        if sender is None or not sender.is_alive():
+            sender = self._sender = threading.Thread(
+                target=self._send_held_back, name="runstore-notify", daemon=True
+            )
+            sender.start()
+        self._sender_due.set()
+
+    def _send_held_back(self) -> None:
+        """The sender thread: sends a held-back notification once it is due
+        (when no write of the store has sent it first)."""
+        due = self._sender_due
+        while not self.closed:
+            due.wait()
+            due.clear()
+            while self._wake_pending and not self.closed:
+                delay = self._last_wake + self.notify_spacing_s - time.monotonic()
+                if delay > 0:
+                    due.wait(delay)  # set again: the spacing may have changed
+                    due.clear()
+                    continue
+                with self.lock:
+                    self._wake_when_due()
 
     def _send_wake(self) -> None:
         channel = self.notify_channel
         if not self._wake_pending or channel is None or self.closed:
             return
         self._wake_pending = False
+        self._last_wake = time.monotonic()
         connection = self.connection
         if _is_lost(connection) or connection is None:
             self.notifications_failed += 1
@@ -575,6 +620,8 @@ class TransactionManager:
                 else:
                     error = self._unsettled(method)
                     if error is None:
+                        if self._wake_pending:
+                            self._wake_when_due()  # one held back
                         return answer
                 if error is not None:
                     if run_id is not None and error.cause.get("stage") == "write-invariant":
@@ -863,7 +910,10 @@ class TransactionManager:
         with self.lock:
             if self.closed:
                 return
+            if self._wake_pending and self._active is None:
+                self._send_wake()  # held back: sent now, not lost
             self.closed = True
+            self._sender_due.set()  # the sender thread ends
             connection, self.connection = self.connection, None
             if connection is not None:
                 connection.close()

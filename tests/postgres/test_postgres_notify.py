@@ -13,7 +13,10 @@ call returns).
   checkpoint, a claim, a repeated request and reads send none; a request
   over a lineage of three rounds sends one.
 - Two schemas of one database have their own channels; ``notify=False``
-  sends nothing.
+  sends nothing. Notifications of one store are spaced: one due sooner is
+  held back, and sent by the next write, a sender thread or the close, one
+  for all the writes held back (the other tests turn the spacing off, so
+  that each step sends its own).
 - The notification is not inside the write's transaction: on a cluster that
   names a synchronous standby that does not exist, a transaction that wrote
   and notified waits at commit for it, holding the database's notify lock;
@@ -61,7 +64,11 @@ postgres = pytest.importorskip("runstore.postgres")
 psycopg = pytest.importorskip("psycopg")
 from psycopg import sql  # noqa: E402
 
-from runstore.postgres._notify import NOTIFY_LOCK_TIMEOUT_MS, channel_for  # noqa: E402
+from runstore.postgres._notify import (  # noqa: E402
+    NOTIFY_LOCK_TIMEOUT_MS,
+    NOTIFY_SPACING_MS,
+    channel_for,
+)
 
 PENDING = RunSnapshot("pending", None, None)
 OWNER = OwnerId("host-a", 101, "owner-a")
@@ -120,9 +127,14 @@ def observer(url: str) -> Iterator[Observer]:
     watching.close()
 
 
-def _open(url: str, clock: ManualClock, **options: Any) -> Any:
+def _open(url: str, clock: ManualClock, *, spaced: bool = False, **options: Any) -> Any:
+    """A store; unless ``spaced``, one whose notifications are not held back
+    for spacing (``test_notifications_are_spaced`` covers that), so each step
+    sends its own."""
     store = postgres.open(url, clock=clock, **options)
     assert store.notify_channel == channel_for(store.schema)
+    if not spaced:
+        store._tm.notify_spacing_s = 0.0
     return store
 
 
@@ -242,6 +254,45 @@ def test_a_write_nested_in_another_notifies_once_the_outer_commits(
 
         assert observer.count(lambda: tm.write("nested", two_creates)) == 1
         assert not tm._wake_pending
+
+
+def test_notifications_are_spaced_and_one_covers_the_writes_held_back(
+    url: str, clock: ManualClock, observer: Observer
+) -> None:
+    """A notification due sooner than the spacing after the last is held back;
+    the next write sends it once due (a heartbeat too), or the sender thread
+    does, or the store's close: one for all the writes held back."""
+    with _open(url, clock, spaced=True) as store:
+        tm = store._tm
+        assert tm.notify_spacing_s == NOTIFY_SPACING_MS / 1000
+        tm.notify_spacing_s = 3600.0
+        assert observer.count(lambda: store.create("s1", "{}")) == 1
+        assert observer.count(lambda: store.create("s2", "{}")) == 0  # held back
+        assert observer.count(lambda: store.create("s3", "{}")) == 0
+        store.claim_and_own("s1", PENDING, OWNER, clock.now_ms())
+        assert tm._wake_pending
+        tm.notify_spacing_s = 0.0
+        # The next write, a heartbeat, sends the held-back one: one for both.
+        assert observer.count(lambda: store.heartbeat("s1", OWNER, clock.now_ms())) == 1
+        assert not tm._wake_pending
+        assert observer.count(lambda: store.heartbeat("s1", OWNER, clock.now_ms())) == 0
+        # With no write after it, the sender thread sends it when due.
+        tm.notify_spacing_s = 3600.0
+        assert observer.count(lambda: store.create("s4", "{}")) == 0
+        assert tm._sender is not None
+        assert tm._sender.is_alive()
+        tm.notify_spacing_s = 0.0
+        tm._sender_due.set()  # the spacing changed: look again
+        _until(lambda: not tm._wake_pending, "the sender never sent it")
+        assert observer.count(lambda: None) == 1
+        # Held back when the store closes: sent then.
+        tm.notify_spacing_s = 3600.0
+        store.create("s5", "{}")
+        assert tm._wake_pending
+    assert observer.count(lambda: None) == 1
+    assert tm._sender is not None
+    tm._sender.join(PATIENCE_S)
+    assert not tm._sender.is_alive()
 
 
 def test_notify_false_sends_nothing_and_a_read_only_store_never_notifies(
