@@ -43,6 +43,7 @@ import argparse
 import asyncio
 import contextlib
 import itertools
+import logging
 import os
 import statistics
 import threading
@@ -187,6 +188,8 @@ def _prepare_procrastinate(
         import procrastinate
     except ImportError:
         raise Skip("procrastinate is not installed (python -m pip install -e '.[bench]')") from None
+    # Its warning that the app is made in __main__ matters to its CLI worker only.
+    logging.getLogger("procrastinate.blueprints").setLevel(logging.ERROR)
 
     async def enqueue() -> None:
         app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
