@@ -239,7 +239,7 @@ async def _pgqueuer_driver(url: str) -> Any:
     import pgqueuer
 
     try:
-        import asyncpg
+        import asyncpg  # type: ignore[import-untyped, import-not-found, unused-ignore]
     except ImportError:
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as connection:
             yield pgqueuer.PsycopgDriver(connection)
@@ -251,7 +251,10 @@ async def _pgqueuer_driver(url: str) -> Any:
         await connection.close()
 
 
-def _pgqueuer(batch_size: int, limit: int | None) -> Callable[[str, int, int, int], Any]:
+Prepare = Callable[[str, int, int, int], Callable[[], None]]
+
+
+def _pgqueuer(batch_size: int, limit: int | None) -> Prepare:
     def prepare(url: str, jobs: int, concurrency: int, _batch: int) -> Callable[[], None]:
         try:
             import pgqueuer
@@ -496,9 +499,10 @@ def main(argv: list[str] | None = None) -> None:
         )
         for concurrency in concurrencies:
             for index, subject in enumerate(subjects):
-                entry = figures.get((index, concurrency))
-                if entry is None:
+                found = figures.get((index, concurrency))
+                if found is None:
                     continue
+                entry = found
                 configuration = subject.configuration.replace("(B)", f"({args.batch})")
                 spread = f"{min(entry.rates):.0f}-{max(entry.rates):.0f}"
                 print(
@@ -513,8 +517,8 @@ def main(argv: list[str] | None = None) -> None:
         for index, subject in enumerate(subjects):
             if index not in skipped:
                 print(f"  {subject.name}, {subject.configuration}: {subject.durability}")
-        for index, why in skipped.items():
-            print(f"skipped {subjects[index].name}: {why}")
+        for index, reason in skipped.items():
+            print(f"skipped {subjects[index].name}: {reason}")
         databases.admin.close()
     print(f"load after: {_load()}")
 
