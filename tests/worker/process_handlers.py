@@ -18,7 +18,7 @@ from runstore.worker import Job
 CLOCK_VARIABLE = "RUNSTORE_TEST_CLOCK_FILE"
 #: How many checkpoints ``checkpoints`` writes, and how far apart on the clock.
 STEPS = 3
-STEP_MS = 500
+STEP_MS = 250
 
 _clock: FileClock | None = None
 
