@@ -40,7 +40,10 @@ def wait_until(done: Callable[[], object], what: str, timeout_s: float = PROGRES
 
 
 class WorkerProcess:
-    """One ``runstore worker --json`` process; its log lines in ``events()``."""
+    """One ``runstore worker --json`` process; its log lines in ``events()``.
+
+    ``plant`` names a bug of ``planted_worker.py`` to run the command with.
+    """
 
     def __init__(
         self,
@@ -51,6 +54,7 @@ class WorkerProcess:
         folder: Path,
         *options: str,
         as_json: bool = True,
+        plant: str | None = None,
     ) -> None:
         self.name = name
         self.log_path = folder / f"{name}.log"
@@ -58,10 +62,15 @@ class WorkerProcess:
         env = dict(os.environ)
         env[CLOCK_VARIABLE] = str(clock_path)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        program = "runstore"
+        if plant is not None:
+            # The command with a bug planted in the worker (planted_worker.py).
+            env["RUNSTORE_TEST_PLANT"] = plant
+            program = "tests.worker.planted_worker"
         command = [
             sys.executable,
             "-m",
-            "runstore",
+            program,
             "worker",
             f"{HANDLERS}:{handler}",
             "--db",
