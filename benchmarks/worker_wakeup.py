@@ -30,7 +30,10 @@ clients' CPU per call (thread CPU time, which a busy machine does not
 inflate the way it does wall time).
 
 Run: ``python benchmarks/worker_wakeup.py [--samples N] [--taker loop|worker]
-[--seconds S] [--windows W] [--skip-latency] [--skip-durable]``. Prints the
+[--seconds S] [--windows W] [--skip-latency] [--skip-durable]
+[--workloads create,heartbeat] [--spacing-ms MS]`` (``--spacing-ms`` sets
+the stores' least time between notifications, an experiment; default the
+shipped ``NOTIFY_SPACING_MS``). Prints the
 load (``/proc/loadavg``) before and after each part.
 """
 
@@ -186,10 +189,14 @@ def print_latency(found: dict[str, list[float]], taker: str) -> None:
 # -- part 2: durable writers ----------------------------------------------------------
 
 
-def _writer(url: str, notify: bool, index: int, workload: str, pipe: Any) -> None:
+def _writer(
+    url: str, notify: bool, index: int, workload: str, spacing_ms: float | None, pipe: Any
+) -> None:
     """A client process: on each deadline, call ``step`` until then; answer the
     calls finished, the calls that raised and the thread CPU seconds used."""
     store = runstore.open(url, clock=ManualClock(1_000), notify=notify)
+    if spacing_ms is not None:  # the experiment of --spacing-ms
+        store._tm.notify_spacing_s = spacing_ms / 1000
     side = "on" if notify else "off"
     name = f"beat-{side}-{index}"
     try:
@@ -236,7 +243,9 @@ def _drain(url: str, stop: Any, pipe: Any) -> None:
     store.close()
 
 
-def durable(url: str, workload: str, seconds: float, windows: int) -> tuple[float, ...]:
+def durable(
+    url: str, workload: str, seconds: float, windows: int, spacing_ms: float | None
+) -> tuple[float, ...]:
     """8 clients, notifications on against off, interleaved windows: calls/s on,
     calls/s off, CPU µs per call on, off."""
     context = multiprocessing.get_context("spawn")
@@ -245,7 +254,9 @@ def durable(url: str, workload: str, seconds: float, windows: int) -> tuple[floa
     for notify in (True, False):
         for index in range(CLIENTS):
             ours, theirs = context.Pipe()
-            process = context.Process(target=_writer, args=(url, notify, index, workload, theirs))
+            process = context.Process(
+                target=_writer, args=(url, notify, index, workload, spacing_ms, theirs)
+            )
             process.start()
             processes.append(process)
             pipes[notify].append(ours)
@@ -300,6 +311,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--taker", choices=("loop", "worker"), default="loop")
     parser.add_argument("--seconds", type=float, default=12.0, help="per workload and side")
     parser.add_argument("--windows", type=int, default=6)
+    parser.add_argument(
+        "--spacing-ms", type=float, default=None, help="the stores' notification spacing"
+    )
+    parser.add_argument("--workloads", default="create,heartbeat", help="part 2's, comma-separated")
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--skip-durable", action="store_true")
     args = parser.parse_args(argv)
@@ -323,8 +338,10 @@ def main(argv: list[str] | None = None) -> None:
             print(
                 f"{'workload':>10}{'on/s':>9}{'off/s':>9}{'on/off':>8}{'CPU µs on':>11}{'off':>7}"
             )
-            for workload in ("create", "heartbeat"):
-                on, off, cpu_on, cpu_off = durable(url, workload, args.seconds, args.windows)
+            for workload in args.workloads.split(","):
+                on, off, cpu_on, cpu_off = durable(
+                    url, workload, args.seconds, args.windows, args.spacing_ms
+                )
                 print(
                     f"{workload:>10}{on:>9.0f}{off:>9.0f}{on / off:>8.3f}"
                     f"{cpu_on:>11.0f}{cpu_off:>7.0f}"

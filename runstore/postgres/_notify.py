@@ -53,7 +53,7 @@ _NAME_BYTES: Final = 63
 #: held back until then, and covers every write made meanwhile. Under a
 #: stream of writes it bounds what notifications cost (each one wakes every
 #: listener); a waiting worker hears of a run at most this much later.
-NOTIFY_SPACING_MS: Final = 25
+NOTIFY_SPACING_MS: Final = 50
 
 #: The longest wait of the notification for the database's notify lock (held
 #: by another session committing a NOTIFY of its own); then it is dropped.

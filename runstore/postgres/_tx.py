@@ -398,6 +398,7 @@ class TransactionManager:
         self._last_wake = float("-inf")
         self._sender: threading.Thread | None = None
         self._sender_due = threading.Event()
+        self._sender_armed = False
 
     def connect_new(self) -> Connection:
         """A new connection set up as the store's are (a listener's)."""
@@ -484,13 +485,18 @@ class TransactionManager:
                 self._wake_when_due()
 
     def _wake_when_due(self) -> None:
-        """Send the pending notification now if it is due, else leave it to the
-        sender thread. Holding the lock, outside any transaction."""
+        """Send the pending notification now if it is due; else have the
+        sender thread send it when due (signalled once per notification held
+        back: a stream of writes does not wake it at each). Holding the lock,
+        outside any transaction."""
         if not self._wake_pending or self._active is not None:
             return
         if time.monotonic() >= self._last_wake + self.notify_spacing_s:
             self._send_wake()
             return
+        if self._sender_armed:
+            return  # the sender already waits for its time
+        self._sender_armed = True
         sender = self._sender
         if sender is None or not sender.is_alive():
             sender = self._sender = threading.Thread(
@@ -520,6 +526,7 @@ class TransactionManager:
         if not self._wake_pending or channel is None or self.closed:
             return
         self._wake_pending = False
+        self._sender_armed = False
         self._last_wake = time.monotonic()
         connection = self.connection
         if _is_lost(connection) or connection is None:
