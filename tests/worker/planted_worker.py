@@ -5,9 +5,10 @@ Run as ``python -m tests.worker.planted_worker worker MODULE:HANDLER ...`` with
 ``RUNSTORE_TEST_PLANT`` naming the bug:
 
 - ``zombie_settles``: a worker that ignores the fence. A refused checkpoint
-  is not reported, a lost lease is not noticed, and a refused completion is
-  logged as ``settled completed`` all the same: a frozen worker that wakes up
-  claims to have finished runs its peers finished.
+  is not reported, a lost lease is not noticed, and a refused completion, or
+  a run found lost, is logged as ``settled completed`` all the same: a
+  frozen worker that wakes up claims to have finished runs its peers
+  finished (the store refuses every one of its writes).
 - ``slow_scans``: a worker that looks for stale runs once a minute instead
   of once per heartbeat interval: takeovers come late.
 """
@@ -35,7 +36,11 @@ def zombie_settles() -> None:
         self._store.transition_owned(job.run_id, self._owner, "completed", result)
         self._emit("settled", job.run_id, status="completed")
 
+    def lose(self: Any, held: Any, reason: str) -> None:
+        complete(self, held, held.job.state_json)
+
     _job.Job.checkpoint = checkpoint  # type: ignore[method-assign]
+    _worker.Worker._lose = lose  # type: ignore[method-assign]
     _worker.Worker._on_lost = lambda self, error: None  # type: ignore[method-assign]
     _worker.Worker._complete = complete  # type: ignore[method-assign]
 
