@@ -70,7 +70,12 @@ def test_file_clock_wakes_a_sleeping_thread_and_never_moves_back(tmp_path: Path)
     driver = FileClock.create(tmp_path / "clock", 0)
     reader = FileClock(tmp_path / "clock")
     woke: list[int] = []
-    sleeper = threading.Thread(target=lambda: (reader.sleep_until(100), woke.append(1)))
+
+    def sleep() -> None:
+        reader.sleep_until(100)
+        woke.append(1)
+
+    sleeper = threading.Thread(target=sleep)
     sleeper.start()
     driver.advance(99)
     assert not woke

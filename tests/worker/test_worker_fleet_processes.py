@@ -209,10 +209,10 @@ class Fleet:
             "SELECT pid, xact_start FROM pg_stat_activity WHERE datname = current_database()"
             " AND state = 'idle in transaction' AND pid <> pg_backend_pid()"
         )
-        with psycopg.connect(self.target, autocommit=True) as connection:
-            first = set(connection.execute(query).fetchall())
+        with psycopg.connect(self.target, autocommit=True) as server:
+            first = set(server.execute(query).fetchall())
             time.sleep(0.3)
-            return bool(first & set(connection.execute(query).fetchall()))
+            return bool(first & set(server.execute(query).fetchall()))
 
     def where(self) -> str:
         """The runs not completed and the logs' tails, for a failure message."""
