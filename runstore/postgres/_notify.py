@@ -9,7 +9,8 @@ schema's channel (``channel_for``), as a statement of its own
 (``TransactionManager.wake``). Never inside the write's transaction: at
 commit, a transaction that notified takes a lock of the whole database and
 holds it through its commit's WAL flush, so notifying writers would commit
-one at a time ("Durable commits that scale" in the PostgreSQL guide). A
+one at a time (the PostgreSQL guide, "The change feed", says why that
+matters, and "Waking workers" what is sent). A
 transaction that only notifies writes no WAL before its commit record, so
 its commit waits for no flush (nor for a synchronous standby) and holds the
 lock for microseconds; it waits at most ``NOTIFY_LOCK_TIMEOUT_MS`` for the
