@@ -8,6 +8,7 @@ lease timing: that moves only when the test moves the clock file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -69,6 +70,8 @@ class WorkerProcess:
             program = "tests.worker.planted_worker"
         command = [
             sys.executable,
+            "-X",
+            "faulthandler",  # SIGABRT dumps every thread's stack (see dump_stacks)
             "-m",
             program,
             "worker",
@@ -111,6 +114,16 @@ class WorkerProcess:
     def diagnosis(self) -> str:
         """The tail of the log and of standard error, for a failure message."""
         return f"log: {self.text()[-2000:]!r}; stderr: {self.err_path.read_text()[-2000:]!r}"
+
+    def dump_stacks(self) -> str:
+        """Abort the process (it prints every thread's stack on standard error)
+        and return what it printed: where a stuck worker was stuck."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            self.process.send_signal(signal.SIGABRT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(30)
+        return self.err_path.read_text()[-6000:]
 
     def end(self) -> None:
         """Kill the process if it still runs (cleanup after a failure)."""

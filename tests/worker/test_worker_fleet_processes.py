@@ -23,8 +23,12 @@ What must hold (issue 27):
   staleness plus two heartbeat intervals plus one step of the clock after
   the signal; the delays are printed.
 
-The 200-run fleets are campaign tests (each takes well over ten seconds); a
-fleet of 24 runs on SQLite runs in the default test command.
+Every fleet here is a campaign test (CI's campaign step): each takes a few
+seconds when the machine is quiet, but under the README command's parallel
+load a fleet of nine threads in four processes is the kind of test that
+makes a run slow or flaky. The default run keeps the command's own tests
+(``tests/cli/test_worker_cli.py``: one worker, a few runs, SIGTERM and SIGINT
+stops, the grace running out).
 """
 
 from __future__ import annotations
@@ -67,7 +71,7 @@ EARLIEST_MS = HEARTBEAT_STALE_AFTER_MS - FRESH_MS
 #: for a scan interval, to take it over before it moves the clock on all the
 #: same (a takeover due on the clock then has real time to
 #: happen, as it would on a real clock; a late one is the worker's).
-TAKEOVER_S = 0.5
+TAKEOVER_S = 3.0
 #: Real seconds a fleet may take before the test gives up.
 FLEET_S = 120.0
 KILLED, FROZEN, SURVIVOR = "host-a", "host-b", "host-c"
@@ -113,8 +117,10 @@ class Fleet:
         """The running rows now, with their state."""
         return list(self.store.list_runs(status="running", limit=1000, with_state=True).runs)
 
-    def completed(self) -> int:
-        return len(self.store.list_runs(status="completed", limit=1000).runs)
+    def settled(self) -> int:
+        """How many runs are completed, failed or cancelled."""
+        done = ("completed", "failed", "cancelled")
+        return len(self.store.list_runs(status=done, limit=1000).runs)
 
     def step(self) -> None:
         """Wait until every live worker's held runs have a heartbeat at most
@@ -133,8 +139,11 @@ class Fleet:
         try:
             wait_until(lambda: not behind(), "the live workers' heartbeats")
         except AssertionError:
+            late = behind()
+            where = self.where()
+            stacks = {host: self.workers[host].dump_stacks() for _, host, _ in late}
             raise AssertionError(
-                f"heartbeats behind at {now}: {behind()}; {self.where()}"
+                f"heartbeats behind at {now}: {late}; {where}; stacks: {stacks}"
             ) from None
         # An orphan stale for a whole scan interval: a scan has come due since
         # it went stale, so give the survivors real time to act on it before
@@ -194,7 +203,7 @@ class Fleet:
         """Whether a frozen process holds a write transaction open (which would
         block every writer on SQLite and the rows it locked on PostgreSQL)."""
         if self.backend == "sqlite-file":
-            connection = sqlite3.connect(self.target, timeout=2.0, isolation_level=None)
+            connection = sqlite3.connect(self.target, timeout=0.5, isolation_level=None)
             try:
                 connection.execute("BEGIN IMMEDIATE")
                 connection.execute("ROLLBACK")
@@ -230,6 +239,11 @@ def _stopped(pid: int) -> bool:
     except OSError:
         return True
     return stat.rpartition(")")[2].split()[0] == "T"
+
+
+def _failures(fleet: Fleet) -> list[dict[str, Any]]:
+    """The settled lines of runs that did not complete, for a failure message."""
+    return [e for e in _events(fleet, "settled") if e["status"] != "completed"]
 
 
 def _events(fleet: Fleet, kind: str) -> list[dict[str, Any]]:
@@ -294,7 +308,7 @@ def run_fleet(fleet: Fleet, runs: int) -> dict[str, Any]:
     fleet.orphans.update(frozen_runs)
 
     # The survivor finishes everything, the orphaned runs included.
-    fleet.step_until(lambda: fleet.completed() == runs, "every run completed")
+    fleet.step_until(lambda: fleet.settled() == runs, "every run settled")
     finished_at = fleet.clock.now_ms()
 
     # The frozen worker wakes up: each of its late writes is refused.
@@ -328,7 +342,8 @@ def check_fleet(fleet: Fleet, figures: dict[str, Any]) -> list[str]:
     store.check_invariants()
     rows = {row.run_id: row for row in store.list_runs(limit=1000, with_state=True).runs}
     assert len(rows) == runs
-    assert {row.status for row in rows.values()} == {"completed"}
+    not_completed = {r.run_id: r.status for r in rows.values() if r.status != "completed"}
+    assert not not_completed, f"runs not completed: {not_completed}; {_failures(fleet)}"
     for row in rows.values():
         state = json.loads(row.state_json)
         assert state["done"] is True
@@ -403,6 +418,7 @@ def _print_report(
 
 @posix_only
 @pytest.mark.processes
+@pytest.mark.campaign
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("fleet", ["sqlite-file"], indirect=True)
 def test_a_small_fleet_survives_a_kill_and_a_stop(
@@ -434,6 +450,7 @@ def test_a_fleet_of_three_over_200_runs_survives_a_kill_and_a_stop(
 
 @posix_only
 @pytest.mark.processes
+@pytest.mark.campaign
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("fleet", ["sqlite-file"], indirect=True)
 @pytest.mark.parametrize(
