@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import random
 import signal
 import socket
@@ -79,13 +80,15 @@ def _site(error: BaseException) -> dict[str, Any] | None:
 class _Held:
     """A run the worker holds: its job, its thread, and how it ended."""
 
-    __slots__ = ("done", "ended_by_worker", "job", "lost_reported", "started_ms", "thread")
+    __slots__ = ("abandoned", "done", "ended_by_worker", "job", "lost_reported", "started_ms")
 
     def __init__(self, job: Job, started_ms: int) -> None:
         self.job = job
         self.started_ms = started_ms
-        self.thread: threading.Thread | None = None
         self.done = False
+        # Set when the worker gave up on the handler's thread (its run was lost or
+        # ended by the worker while the handler ran): a new thread took the slot.
+        self.abandoned = False
         # Set when the worker itself ended the run (grace or timeout): the handler
         # thread must write nothing more.
         self.ended_by_worker = False
@@ -202,6 +205,12 @@ class Worker:
         self._can_batch = callable(getattr(store, "claim_next_many", None))
         self._next_scan_ms = 0
         self._scan_pending = True
+        # One permit per handler slot. Whoever takes a run holds a permit for it
+        # until the run's end is written; a slot thread that ends a run keeps its
+        # permit and claims its next run itself (no hand-off through the loop).
+        self._slots = threading.Semaphore(concurrency)
+        self._inbox: queue.SimpleQueue[_Held | None] = queue.SimpleQueue()
+        self._slot_threads = 0
 
     # -- what callers see ------------------------------------------------------------
 
@@ -264,9 +273,15 @@ class Worker:
                 self._fleet = fleet
                 listener.start()
                 ticker.start()
+                for _ in range(self._concurrency):
+                    self._start_slot_thread()
                 self._loop()
                 self._drain()
         finally:
+            with self._lock:
+                idle_threads = self._slot_threads
+            for _ in range(idle_threads):
+                self._inbox.put(None)
             with self._lock:
                 self._running = False
                 self._lock.notify_all()
@@ -299,10 +314,12 @@ class Worker:
             self._kick.wait(idle_s)
             self._kick.clear()
 
-    def _free(self) -> int:
-        with self._lock:
-            busy = sum(1 for held in self._held.values() if not held.done and not held.job.lost)
-            return self._concurrency - busy
+    def _acquire_slots(self) -> int:
+        """Take every free slot's permit (without waiting); how many were free."""
+        free = 0
+        while free < self._concurrency and self._slots.acquire(blocking=False):
+            free += 1
+        return free
 
     def _find_work(self) -> bool:
         now = self._clock.now_ms()
@@ -311,16 +328,20 @@ class Worker:
             # claimable one, so a backlog cannot starve takeovers.
             self._next_scan_ms = now + self._scan_interval_ms
             self._scan_pending = True
-        free = self._free()
+        free = self._acquire_slots()
         if free <= 0:
             return False
         taken = 0
-        if self._scan_pending:
-            self._scan_pending = False
-            taken += self._scan_takeovers(free)
-            free -= taken
-        if free > 0:
-            taken += self._take_claimable(free)
+        try:
+            if self._scan_pending:
+                self._scan_pending = False
+                taken += self._scan_takeovers(free)
+            if free - taken > 0:
+                taken += self._take_claimable(free - taken)
+        finally:
+            # Runs handed to slot threads keep their permits; the rest go back.
+            for _ in range(free - taken):
+                self._slots.release()
         return taken > 0
 
     def _take_claimable(self, free: int) -> int:
@@ -330,16 +351,24 @@ class Worker:
         else:
             row = self._store.claim_next(self._owner, now)
             rows = [] if row is None else [row]
+        started = 0
         for row in rows:
-            try:
-                self._start(row, now, takeover=None, previous=None)
-            except RunStoreError as error:
-                # The run is ours but not started: its lease goes stale and this
-                # worker's own scan takes it back (``own_stale``).
-                logger.warning(
-                    "starting %s failed (%s)", row.run_id, error.code, extra={"run_id": row.run_id}
-                )
-        return len(rows)
+            held = self._prepare_safely(row, now)
+            if held is not None:
+                self._inbox.put(held)
+                started += 1
+        return started
+
+    def _prepare_safely(self, row: RunRow, now: int) -> _Held | None:
+        try:
+            return self._prepare(row, now, takeover=None, previous=None)
+        except RunStoreError as error:
+            # The run is ours but not started: its lease goes stale and this
+            # worker's own scan takes it back (``own_stale``).
+            logger.warning(
+                "starting %s failed (%s)", row.run_id, error.code, extra={"run_id": row.run_id}
+            )
+            return None
 
     def _scan_takeovers(self, free: int) -> int:
         taken = 0
@@ -395,11 +424,16 @@ class Worker:
             return False
         evidence = None
         if previous == self._owner:
-            # Our own run went stale: whatever still holds it here lost its lease
-            # and must write nothing more (the fence cannot tell our grants apart).
+            # Our own run went stale. While a handler here still holds it and has not
+            # lost it, the supervisor decides (it renews or ends the lease): taking it
+            # back would start a second execution beside the first. Otherwise (a start
+            # that failed, a handler cut off) whatever held it must write nothing more
+            # (the fence cannot tell this owner's grants apart).
             with self._lock:
                 stale = self._held.get(row.run_id)
                 if stale is not None and not stale.done:
+                    if not stale.job.lost:
+                        return False
                     stale.ended_by_worker = True
             if stale is not None:
                 stale.job._lost.set()
@@ -412,14 +446,19 @@ class Worker:
             return False
         taken = self._store.get(row.run_id)
         kind = evidence.kind if evidence is not None else None
-        self._start(taken, now, takeover=kind or "own_stale", previous=previous)
+        held = self._prepare(taken, now, takeover=kind or "own_stale", previous=previous)
+        if held is None:
+            return False  # ended at once (taken over too often): its slot is free
+        self._inbox.put(held)
         return True
 
     # -- holding work ------------------------------------------------------------------
 
-    def _start(
+    def _prepare(
         self, row: RunRow, now: int, *, takeover: str | None, previous: OwnerId | None
-    ) -> None:
+    ) -> _Held | None:
+        """Register a run just taken (its event, its supervision); None when it was
+        ended at once instead (taken over too often)."""
         state = (
             row.state_json if row.state_json is not None else self._store.get(row.run_id).state_json
         )
@@ -437,15 +476,76 @@ class Worker:
                 previous_owner=previous,
             )
             if self._takeovers(row.run_id) > self._max_takeovers:
-                self._fail(held, reason="too_many_takeovers", error=None)
-                self._finish(held)
-                return
+                try:
+                    self._fail(held, reason="too_many_takeovers", error=None)
+                finally:
+                    self._finish(held)
+                return None
         self._fleet.add(row.run_id)
+        return held
+
+    # -- the slot threads --------------------------------------------------------------
+
+    def _start_slot_thread(self) -> None:
+        with self._lock:
+            self._slot_threads += 1
+            number = self._slot_threads
         thread = threading.Thread(
-            target=self._execute, args=(held,), name=f"runstore-worker-{row.run_id}", daemon=True
+            target=self._slot_main, name=f"runstore-worker-slot-{number}", daemon=True
         )
-        held.thread = thread
         thread.start()
+
+    def _slot_main(self) -> None:
+        """A handler slot: run what it is handed; after each run, claim the next one
+        itself while there is work and nothing else is due."""
+        try:
+            while True:
+                held = self._inbox.get()
+                if held is None:
+                    return
+                while held is not None:
+                    self._execute(held)
+                    if held.abandoned:
+                        return  # the worker gave this slot to a new thread meanwhile
+                    held = self._claim_for_slot()
+        finally:
+            with self._lock:
+                self._slot_threads -= 1
+
+    def _claim_for_slot(self) -> _Held | None:
+        """The slot's next run (it keeps its permit), or None (the permit goes back
+        and the loop is woken: a scan is due, the worker stops, or nothing waits)."""
+        with self._lock:
+            go_on = self._running and not self._stopping and not self._scan_pending
+        if go_on and self._clock.now_ms() < self._next_scan_ms:
+            now = self._clock.now_ms()
+            try:
+                row = self._store.claim_next(self._owner, now)
+            except RunStoreError as error:
+                logger.warning(
+                    "looking for work failed (%s); retrying", error.code, extra={"code": error.code}
+                )
+                row = None
+            if row is not None:
+                held = self._prepare_safely(row, now)
+                if held is not None:
+                    return held
+        self._slots.release()
+        self._kick.set()
+        return None
+
+    def _abandon(self, held: _Held) -> None:
+        """Give up on ``held``'s handler thread, still running a run that is no
+        longer this worker's: its permit goes back and a new thread takes the slot."""
+        with self._lock:
+            if held.done or held.abandoned:
+                return
+            held.abandoned = True
+            replace = self._running
+        self._slots.release()
+        if replace:
+            self._start_slot_thread()
+        self._kick.set()
 
     def _takeovers(self, run_id: str) -> int:
         facts = self._store.ownership_facts(run_id)
@@ -492,7 +592,6 @@ class Worker:
             if self._held.get(held.job.run_id) is held:
                 del self._held[held.job.run_id]
             self._lock.notify_all()
-        self._kick.set()
 
     def _complete(self, held: _Held, result: object) -> None:
         job = held.job
@@ -594,6 +693,7 @@ class Worker:
             held = self._held.get(run_id) if run_id is not None else None
         if held is not None:
             self._lose(held, "lease_lost")
+            self._abandon(held)
         self._kick.set()
 
     def _check_timeouts(self) -> None:
@@ -613,6 +713,7 @@ class Worker:
             for held in late:
                 held.ended_by_worker = True
         for held in late:
+            self._abandon(held)
             self._fleet.discard(held.job.run_id)
             try:
                 self._fail(held, reason="handler_timeout", error=None)

@@ -7,6 +7,7 @@ import itertools
 import json
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -447,3 +448,70 @@ def test_workers_in_threads_complete_every_run_once(
     assert sorted(done) == runs  # each handler ran once: nobody was taken over
     events = [event for running in workers for event in running.drain_events()]
     assert sorted(e.run_id for e in events if e.kind == "settled") == runs
+
+
+class _Watched(_HeartbeatGate):
+    """The gate, also noting the worker's stale scans and its takeovers."""
+
+    def __init__(self, store: Any) -> None:
+        super().__init__(store)
+        self.scanned_at: list[int] = []
+        self.scan_seen = threading.Event()
+        self.takeovers: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        method = super().__getattr__(name)
+        if name == "list_runs":
+
+            def listing(*args: Any, **kwargs: Any) -> Any:
+                page = method(*args, **kwargs)
+                if kwargs.get("stale_at") is not None:
+                    self.scanned_at.append(kwargs["stale_at"])
+                    self.scan_seen.set()
+                return page
+
+            return listing
+        if name == "claim_and_own":
+
+            def taking(run_id: str, *args: Any, **kwargs: Any) -> Any:
+                self.takeovers.append(run_id)
+                return method(run_id, *args, **kwargs)
+
+            return taking
+        return method
+
+
+def test_a_held_run_gone_stale_is_not_taken_back_while_its_handler_runs(
+    store: runstore.RunStore, clock: ManualClock
+) -> None:
+    """Renewals stuck (a partition): the run is stale in the store while its handler
+    still runs here. The worker's own scan must leave it to the supervisor, not
+    start a second execution of it beside the first."""
+    store.create("r1", "{}")
+    started = threading.Event()
+    release = threading.Event()
+
+    def handler(job: Job) -> str:
+        started.set()
+        release.wait()
+        return "{}"
+
+    watched = _Watched(store)
+    # A free slot, so that the worker does scan for stale runs.
+    running = Running(watched, handler, clock, owner=ME, concurrency=2)
+    assert started.wait(WAIT_S)
+    watched.closed.set()
+    now = clock.advance(HEARTBEAT_STALE_AFTER_MS + 1)
+    watched.scan_seen.clear()
+    deadline = time.monotonic() + WAIT_S
+    while now not in watched.scanned_at and time.monotonic() < deadline:
+        watched.scan_seen.wait(0.05)
+        watched.scan_seen.clear()
+    assert now in watched.scanned_at  # the scan ran at the stale instant
+    assert watched.takeovers == []
+    watched.opened.set()
+    release.set()
+    settled = running.wait_for("settled", "r1")
+    running.stop()
+    assert settled.status == "completed"
+    assert watched.takeovers == []
