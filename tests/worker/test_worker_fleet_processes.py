@@ -59,10 +59,10 @@ posix_only = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 T0 = 1_700_000_000_000
 #: How far the test moves the shared clock at a time.
 STEP_MS = 250
-#: How old a live worker's heartbeat may be before the test waits for it to
-#: catch up (a run claimed while the clock moved on starts with an older
-#: heartbeat than the clock: the fleet supervisor renews it one interval
-#: after it began to hold it).
+#: How old a live worker's heartbeat may be before the test slows the clock
+#: down for it (a run claimed while the clock moved on starts with an older
+#: heartbeat than the clock, and the fleet supervisor pulses one interval
+#: after its last pulse ended).
 FRESH_MS = 5 * HEARTBEAT_INTERVAL_MS
 #: The longest a takeover may come after the signal, and the shortest.
 LATEST_MS = HEARTBEAT_STALE_AFTER_MS + 2 * HEARTBEAT_INTERVAL_MS + STEP_MS
@@ -123,28 +123,31 @@ class Fleet:
         return len(self.store.list_runs(status=done, limit=1000).runs)
 
     def step(self) -> None:
-        """Wait until every live worker's held runs have a heartbeat at most
-        ``FRESH_MS`` old, then move the clock on by ``STEP_MS``."""
+        """Wait (a second at most) until every live worker's held runs have a
+        heartbeat at most ``FRESH_MS`` old, then move the clock on by
+        ``STEP_MS``; fail when one is half-way to stale."""
         now = self.clock.now_ms()
 
-        def behind() -> list[tuple[str, str, int | None]]:
+        def behind(limit_ms: int) -> list[tuple[str, str, int | None]]:
             return [
                 (row.run_id, row.owner.host_id, row.heartbeat_at_ms)
                 for row in self.running()
                 if row.owner is not None
                 and row.owner.host_id not in self.dead
-                and (row.heartbeat_at_ms is None or row.heartbeat_at_ms < now - FRESH_MS)
+                and (row.heartbeat_at_ms is None or row.heartbeat_at_ms < now - limit_ms)
             ]
 
-        try:
-            wait_until(lambda: not behind(), "the live workers' heartbeats")
-        except AssertionError:
-            late = behind()
+        # A heartbeat older than FRESH_MS slows the clock down (a real second
+        # per step) without stopping it: the fleet supervisor parks until one
+        # interval after its last pulse ended, a time the clock must reach.
+        with contextlib.suppress(AssertionError):
+            wait_until(lambda: not behind(FRESH_MS), "the live workers' heartbeats", 1.0)
+        late = behind(HEARTBEAT_STALE_AFTER_MS // 2)
+        if late:
+            # Half-way to stale with the clock slowed down: a worker is stuck.
             where = self.where()
             stacks = {host: self.workers[host].dump_stacks() for _, host, _ in late}
-            raise AssertionError(
-                f"heartbeats behind at {now}: {late}; {where}; stacks: {stacks}"
-            ) from None
+            raise AssertionError(f"heartbeats behind at {now}: {late}; {where}; stacks: {stacks}")
         # An orphan stale for a whole scan interval: a scan has come due since
         # it went stale, so give the survivors real time to act on it before
         # time moves on (a late takeover is then the worker's, not the
