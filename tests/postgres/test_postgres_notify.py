@@ -37,10 +37,12 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import runstore
 from runstore import (
     Abandoned,
     Activated,
@@ -56,6 +58,7 @@ from runstore import (
 )
 from runstore._sql._store import SqlRunStore
 from runstore.stateful._targets._postgres import URL_VARIABLE
+from runstore.worker import Wakeup
 
 from .. import _postgres
 from ._pg_faults import Node, need_binaries
@@ -496,6 +499,7 @@ def test_a_listener_wakes_on_create_release_and_cancel_request(
     url: str, clock: ManualClock
 ) -> None:
     with _open(url, clock) as store, store.open_listener() as listener:
+        assert isinstance(listener, Wakeup)  # what a Worker waits on
         assert listener.channel == store.notify_channel
         assert not listener.wait(0)
         store.create("w1", "{}")
@@ -564,6 +568,12 @@ def test_close_wakes_a_waiting_listener_and_later_waits_answer_false(
         with pytest.raises(PersistenceFailedError) as closed:
             store.open_listener()
         assert closed.value.cause["stage"] == "closed"
+
+
+def test_a_sqlite_store_has_no_listener(tmp_path: Path) -> None:
+    """On SQLite the worker polls: the store offers nothing to listen to."""
+    with runstore.open(tmp_path / "runs.db") as store:
+        assert not hasattr(store, "open_listener")
 
 
 @pytest.mark.parametrize("timeout", [-1, float("nan"), float("inf"), "1", True, None])
