@@ -18,6 +18,7 @@ import runstore
 from runstore.cli import main
 from runstore.cli._clocks import FileClock
 
+from .. import _postgres
 from ..worker._processes import WorkerProcess, wait_until
 
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
@@ -324,3 +325,35 @@ def test_a_held_run_finishing_within_the_grace_is_settled(
     ]
     assert not worker.events("suspended")
     assert _finished(db, clock)[taken["run_id"]] == "completed"
+
+
+@posix_only
+@pytest.mark.processes
+@pytest.mark.timeout(120)
+def test_a_postgres_worker_never_prints_the_password(tmp_path: Path) -> None:
+    """On PostgreSQL (the tests' server trusts local connections, so a password
+    in the URL is accepted and ignored): the started line names the database
+    without the password, and no line anywhere holds it."""
+    url = _postgres.database_url()
+    secret = "s3cret-pw-4711"
+    scheme, _, rest = url.partition("://")
+    user, _, after = rest.partition("@")
+    with_password = f"{scheme}://{user}:{secret}@{after}"
+    clock = FileClock.create(tmp_path / "clock", T0)
+    with runstore.open(url, clock=clock) as store:
+        store.create("pg-run", json.dumps({"token": secret}))
+    worker = WorkerProcess(
+        "w", with_password, "at_once", tmp_path / "clock", tmp_path, "--host-id", "h"
+    )
+    try:
+        started = worker.started()
+        wait_until(lambda: worker.events("settled"), "the run settled")
+        worker.signal(signal.SIGTERM)
+        assert worker.wait_exit() == 0, worker.diagnosis()
+    finally:
+        worker.end()
+        clock.close()
+    assert started["db"].startswith(f"{scheme}://{user}@")
+    assert secret not in worker.log_path.read_text()
+    assert secret not in worker.err_path.read_text()
+    assert [e["status"] for e in worker.events("settled")] == ["completed"]
