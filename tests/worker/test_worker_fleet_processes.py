@@ -4,10 +4,13 @@ SIGSTOPped in the middle of a run: every run completes exactly once.
 Real processes, real signals, a real database (a SQLite file; PostgreSQL on
 the tests' throwaway server). The processes share a ``FileClock`` that only
 this test moves, in steps of ``STEP_MS``; between steps the test waits, in
-real time, for the live workers to keep their leases fresh (a heartbeat
-within ``FRESH_MS``) and, once a run of a killed or frozen worker has been
-stale for a scan interval, briefly for a survivor to take it over; never for
-lease timing itself.
+real time, for progress: up to a second while a live worker's heartbeat is
+more than ``FRESH_MS`` old, and, once a run of a killed or frozen worker has
+been stale for a scan interval, a few seconds for a survivor to take it
+over; never for lease timing itself. The stopped worker is stopped between
+two of its transactions (a process frozen inside one would hold SQLite's
+write lock, or its rows' locks on PostgreSQL): when it holds one, it is
+continued and stopped again a step later.
 
 What must hold (issue 27):
 
