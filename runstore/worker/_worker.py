@@ -125,7 +125,13 @@ class Worker:
     - ``on_event``: called with every ``WorkerEvent`` (from the worker's threads;
       it must not block); events are also logged on ``runstore.worker``;
     - ``attempts``: write a failure's attempt record (``runstore.attempts``)
-      where the store keeps attempts.
+      where the store keeps attempts;
+    - ``slot_store``: ``None`` (every slot shares ``store``), or a function that
+      opens another store of the same database on the same clock: each handler
+      slot then opens one for its own checkpoints, claims and endings, and
+      closes it when the slot ends. One store serializes its callers on its
+      connection, so on PostgreSQL this is what lets several slots commit at
+      once.
     """
 
     def __init__(
@@ -144,6 +150,7 @@ class Worker:
         wakeup: Wakeup | None = None,
         on_event: Callable[[WorkerEvent], object] | None = None,
         attempts: bool = True,
+        slot_store: Callable[[], Any] | None = None,
     ) -> None:
         missing = missing_methods(store, _STORE_METHODS)
         if missing:
@@ -211,6 +218,13 @@ class Worker:
         self._slots = threading.Semaphore(concurrency)
         self._inbox: queue.SimpleQueue[_Held | None] = queue.SimpleQueue()
         self._slot_threads = 0
+        if slot_store is not None and not callable(slot_store):
+            raise InvalidRunError(
+                "Worker", {"field": "slot_store", "detail": "must be None or callable"}
+            )
+        self._slot_store = slot_store
+        # A slot thread's own store and attempt store (``slot_store``).
+        self._local = threading.local()
 
     # -- what callers see ------------------------------------------------------------
 
@@ -486,6 +500,23 @@ class Worker:
 
     # -- the slot threads --------------------------------------------------------------
 
+    def _s(self) -> Any:
+        """The store of the calling thread: its slot's own, else the worker's."""
+        return getattr(self._local, "store", self._store)
+
+    def _open_slot_store(self) -> Any:
+        if self._slot_store is None:
+            return None
+        try:
+            store = self._slot_store()
+        except Exception as error:
+            logger.warning("opening a slot's store failed (%s); sharing", _type_name(error))
+            return None
+        self._local.store = store
+        if self._attempts is not None:
+            self._local.attempts = _attempt_store(store)
+        return store
+
     def _start_slot_thread(self) -> None:
         with self._lock:
             self._slot_threads += 1
@@ -498,6 +529,7 @@ class Worker:
     def _slot_main(self) -> None:
         """A handler slot: run what it is handed; after each run, claim the next one
         itself while there is work and nothing else is due."""
+        own = self._open_slot_store()
         try:
             while True:
                 held = self._inbox.get()
@@ -511,6 +543,11 @@ class Worker:
         finally:
             with self._lock:
                 self._slot_threads -= 1
+            if own is not None:
+                try:
+                    own.close()
+                except Exception as error:  # pragma: no cover - a store that fails to close
+                    logger.warning("closing a slot's store failed (%s)", _type_name(error))
 
     def _claim_for_slot(self) -> _Held | None:
         """The slot's next run (it keeps its permit), or None (the permit goes back
@@ -520,7 +557,7 @@ class Worker:
         if go_on and self._clock.now_ms() < self._next_scan_ms:
             now = self._clock.now_ms()
             try:
-                row = self._store.claim_next(self._owner, now)
+                row = self._s().claim_next(self._owner, now)
             except RunStoreError as error:
                 logger.warning(
                     "looking for work failed (%s); retrying", error.code, extra={"code": error.code}
@@ -553,6 +590,7 @@ class Worker:
 
     def _execute(self, held: _Held) -> None:
         job = held.job
+        job._store = self._s()  # the handler's checkpoints go through its slot's store
         try:
             try:
                 with self._fleet.hold(job.run_id):
@@ -600,15 +638,15 @@ class Worker:
         except InvalidRunError:
             self._fail(held, reason="not_json", error=None, returned=result)
             return
-        outcome = self._store.transition_owned(
-            job.run_id, self._owner, "completed", text, _COMPLETE_GUARD
-        )
+        store = self._s()
+        guard = _COMPLETE_GUARD
+        outcome = store.transition_owned(job.run_id, self._owner, "completed", text, guard)
         if isinstance(outcome, Transitioned):
             self._emit("settled", job.run_id, status="completed")
             return
         if isinstance(outcome, GuardFailed):
-            self._store.acknowledge_cancel(job.run_id, self._owner, self._clock.now_ms())
-            outcome = self._store.transition_owned(job.run_id, self._owner, "cancelled", text)
+            store.acknowledge_cancel(job.run_id, self._owner, self._clock.now_ms())
+            outcome = store.transition_owned(job.run_id, self._owner, "cancelled", text)
             if isinstance(outcome, Transitioned):
                 self._emit("settled", job.run_id, status="cancelled", reason="cancel_requested")
                 return
@@ -635,7 +673,7 @@ class Worker:
             record = {"type": error_type}
         record["reason"] = reason
         self._record_attempt(job, record)
-        outcome = self._store.transition_owned(job.run_id, self._owner, "failed")
+        outcome = self._s().transition_owned(job.run_id, self._owner, "failed")
         if isinstance(outcome, Transitioned):
             self._emit("settled", job.run_id, status="failed", reason=reason, error_type=error_type)
         else:
@@ -658,7 +696,7 @@ class Worker:
         from ..attempts import Attempt
 
         try:
-            facts = self._store.ownership_facts(job.run_id)
+            facts = self._s().ownership_facts(job.run_id)
             number = sum(1 for fact in facts if fact.transition == "activated")
             attempt = Attempt(
                 job.run_id,
@@ -677,7 +715,7 @@ class Worker:
                     "takeover": job.takeover,
                 },
             )
-            self._attempts.put(attempt, self._owner)
+            (getattr(self._local, "attempts", None) or self._attempts).put(attempt, self._owner)
         except Exception as failure:
             # The attempt record is evidence, not the ending: the run still settles.
             logger.warning(

@@ -515,3 +515,52 @@ def test_a_held_run_gone_stale_is_not_taken_back_while_its_handler_runs(
     running.stop()
     assert settled.status == "completed"
     assert watched.takeovers == []
+
+
+def test_slots_with_stores_of_their_own_complete_every_run_once(
+    store: runstore.RunStore, clock: ManualClock
+) -> None:
+    """``slot_store``: each slot checkpoints, claims and settles through a store
+    (a connection) of its own; the runs end exactly as with one shared store."""
+    target = getattr(store, "_url", None) or getattr(store, "_path", None)
+    if target is None:
+        pytest.skip("the model has no second connection to open")
+    opened: list[runstore.RunStore] = []
+
+    def open_slot_store() -> runstore.RunStore:
+        slot = runstore.open(target, clock=clock)
+        opened.append(slot)
+        return slot
+
+    runs = [f"job-{number:02d}" for number in range(30)]
+    for run_id in runs:
+        store.create(run_id, '{"n": 0}')
+    seen_stores: set[int] = set()
+    lock = threading.Lock()
+
+    def handler(job: Job) -> str:
+        job.checkpoint('{"n": 1}')
+        with lock:
+            seen_stores.add(id(job._store))
+        return '{"n": 2}'
+
+    running = Running(store, handler, clock, owner=ME, concurrency=3, slot_store=open_slot_store)
+    for run_id in runs:
+        running.wait_for("settled", run_id)
+    running.stop()
+    assert {store.get(run_id).status for run_id in runs} == {"completed"}
+    assert len(opened) == 3
+    assert seen_stores <= {id(slot) for slot in opened}
+
+    def closed(slot: runstore.RunStore) -> bool:
+        try:
+            slot.get("job-00")
+        except runstore.RunStoreError:
+            return True
+        return False
+
+    # Each slot closes its store as its thread ends, just after run() returns.
+    deadline = time.monotonic() + WAIT_S
+    while not all(closed(slot) for slot in opened) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert all(closed(slot) for slot in opened)
