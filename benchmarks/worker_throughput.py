@@ -145,6 +145,16 @@ def _prepare_loop(url: str, jobs: int, concurrency: int, batch: int) -> Callable
 
 
 def _prepare_worker(url: str, jobs: int, concurrency: int, _batch: int) -> Callable[[], None]:
+    return _worker_drain(url, jobs, concurrency, slot_stores=False)
+
+
+def _prepare_worker_slots(url: str, jobs: int, concurrency: int, _batch: int) -> Callable[[], None]:
+    return _worker_drain(url, jobs, concurrency, slot_stores=True)
+
+
+def _worker_drain(
+    url: str, jobs: int, concurrency: int, *, slot_stores: bool
+) -> Callable[[], None]:
     try:
         from runstore.worker import Worker
     except ImportError as why:
@@ -168,7 +178,10 @@ def _prepare_worker(url: str, jobs: int, concurrency: int, _batch: int) -> Calla
                 if len(settled) == jobs:
                     worker.stop(grace_s=30.0)
 
-        worker = Worker(store, handler, concurrency=concurrency, on_event=on_event)
+        slot_store = (lambda: _open(url)) if slot_stores else None
+        worker = Worker(
+            store, handler, concurrency=concurrency, on_event=on_event, slot_store=slot_store
+        )
         try:
             worker.run()
         finally:
@@ -311,6 +324,12 @@ SUBJECTS = (
         "defaults, concurrency=N",
         PER_JOB + " (transition_owned)",
         _prepare_worker,
+    ),
+    Subject(
+        "runstore Worker",
+        "slot_store: a store per slot",
+        PER_JOB + " (transition_owned)",
+        _prepare_worker_slots,
     ),
     Subject(
         "runstore loop",
