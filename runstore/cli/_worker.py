@@ -249,6 +249,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     logging.getLogger("runstore").addHandler(warnings)
     try:
         try:
+            # On PostgreSQL each slot gets a connection of its own, so that several
+            # slots commit at once (one store serializes its callers).
+            many = args.concurrency > 1 and args.db.lower().startswith(
+                ("postgresql://", "postgres://")
+            )
             worker = Worker(
                 store,
                 handler,
@@ -257,6 +262,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 concurrency=args.concurrency,
                 clock=clock,
                 on_event=log.event,
+                slot_store=(lambda: open_store(args.db, clock=clock)) if many else None,
             )
         except (RunStoreError, ValueError, TypeError) as error:
             text = error.message if isinstance(error, RunStoreError) else str(error)
