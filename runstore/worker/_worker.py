@@ -396,6 +396,10 @@ class Worker:
         page = self._store.list_runs(stale_at=now, limit=limit)
         for row in page.runs:
             if taken >= free:
+                # More stale runs than free slots: the next slot that frees scans
+                # again before it takes new work, instead of waiting for the next
+                # interval.
+                self._scan_pending = True
                 break
             if self._take_over(row, now):
                 taken += 1
