@@ -442,12 +442,6 @@ def test_a_small_fleet_survives_a_kill_and_a_stop(
 @pytest.mark.processes
 @pytest.mark.campaign
 @pytest.mark.timeout(900)
-@pytest.mark.xfail(
-    strict=False,
-    reason="a survivor full of claimable work takes one stale run per freed slot and the"
-    " next only at its next scan: the 3rd and 4th orphans come 0.25-1.25 s past the bound"
-    " (the worker's scan should stay pending while stale runs remain)",
-)
 @pytest.mark.parametrize("fleet", ["sqlite-file", "postgres"], indirect=True)
 def test_a_fleet_of_three_over_200_runs_survives_a_kill_and_a_stop(
     fleet: Fleet, capsys: pytest.CaptureFixture[str]
