@@ -8,7 +8,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -158,12 +158,9 @@ def test_a_cancel_requested_while_the_handler_returns_settles_cancelled(
     assert (row.status, row.state_json) == ("cancelled", '{"partial": true}')
 
 
-def test_a_handler_that_never_returns_keeps_its_lease_then_is_suspended_at_stop(
-    store: runstore.RunStore, clock: ManualClock
-) -> None:
-    store.create("r1", '{"v": 0}')
-    release = threading.Event()
-    refused: list[BaseException] = []
+def _late_writer(release: threading.Event, refused: list[LeaseLost]) -> Callable[[Job], str]:
+    """A handler that waits for ``release``, then tries to checkpoint (a refusal
+    lands in ``refused``) and returns a completion."""
 
     def handler(job: Job) -> str:
         release.wait()
@@ -173,6 +170,22 @@ def test_a_handler_that_never_returns_keeps_its_lease_then_is_suspended_at_stop(
             refused.append(error)
         return '{"v": "late completion"}'
 
+    return handler
+
+
+def _wait_for(condition: Callable[[], object]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_a_handler_that_never_returns_keeps_its_lease_then_is_suspended_at_stop(
+    store: runstore.RunStore, clock: ManualClock
+) -> None:
+    store.create("r1", '{"v": 0}')
+    release = threading.Event()
+    refused: list[LeaseLost] = []
+    handler = _late_writer(release, refused)
     running = Running(store, handler, clock, owner=ME)
     running.wait_for("taken", "r1")
     fleet = running.worker._fleet
@@ -193,10 +206,7 @@ def test_a_handler_that_never_returns_keeps_its_lease_then_is_suspended_at_stop(
     assert suspended.reason == "grace_expired"
     assert store.get("r1").status == "suspended"
     release.set()  # the handler wakes: its writes are refused
-    for _ in range(200):
-        if refused:
-            break
-        threading.Event().wait(0.01)
+    _wait_for(lambda: refused)
     assert refused
     assert refused[0].reason == "fence_lost"
     row = store.get("r1")
@@ -396,22 +406,17 @@ def test_a_handler_past_its_timeout_fails_its_run_and_its_writes_are_refused(
     store.create("r1", '{"v": 0}')
     release = threading.Event()
     refused: list[LeaseLost] = []
-
-    def handler(job: Job) -> str:
-        release.wait()
-        try:
-            job.checkpoint('{"v": "late"}')
-        except LeaseLost as error:
-            refused.append(error)
-        return '{"v": "late"}'
-
+    handler = _late_writer(release, refused)
     running = Running(store, handler, clock, owner=ME, handler_timeout_ms=5_000)
     running.wait_for("taken", "r1")
     clock.advance(5_001)
     settled = running.wait_for("settled", "r1")
     release.set()
+    _wait_for(lambda: refused)
     running.stop()
     assert (settled.status, settled.reason) == ("failed", "handler_timeout")
+    assert refused
+    assert refused[0].reason == "fence_lost"
     row = store.get("r1")
     assert (row.status, row.state_json) == ("failed", '{"v": 0}')
 
