@@ -21,8 +21,12 @@ the part where fencing bugs are born:
   returns something that is not JSON text: the run settles ``failed`` and
   keeps its last checkpoint; the error's type and the place it was raised
   (never its message) go into an attempt record (step ``runstore.worker``)
-  where the store keeps attempts. ``LeaseLost`` or a refused write means the
-  run belongs to someone else: nothing is written and the worker moves on. A
+  where the store keeps attempts. A ``PersistenceFailedError`` (storage
+  failed under the handler, in a checkpoint say) is not the handler's fault:
+  the run is left to its lease, keeping its last durable state, and taken
+  over once stale (retrying at once would spin on a failure that lasts).
+  ``LeaseLost`` or a refused write means the run belongs to someone else:
+  nothing is written and the worker moves on. A
   run taken over more than ``max_takeovers`` times (its ``stolen`` ownership
   facts) is settled ``failed`` without running the handler again.
 - **Stopping.** ``stop(grace_s)`` (or SIGTERM/SIGINT after

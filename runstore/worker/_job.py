@@ -47,8 +47,11 @@ class WorkerEvent:
     reason: str | None = None
     """Why, where there is more to say: ``handler_raised``, ``not_json``,
     ``handler_timeout``, ``too_many_takeovers``, ``cancel_requested``,
-    ``lease_lost``, ``fence_lost`` (a settling write was refused) and
-    ``grace_expired``."""
+    ``lease_lost``, ``fence_lost`` (a settling write was refused),
+    ``grace_expired`` and ``storage_failed`` (with ``lost``: a
+    ``PersistenceFailedError`` reached the worker from the handler, a
+    checkpoint's say; the run is not failed but left to its lease, and taken
+    over once stale)."""
     error_type: str | None = None
     """For a failure: the qualified name of the exception's type (never its message)."""
 

@@ -19,7 +19,7 @@ from typing import Any
 from .._boundary import admit_clock, admit_owner, admit_state
 from .._clock import Clock, SystemClock
 from .._constants import HEARTBEAT_INTERVAL_MS
-from .._errors import InvalidRunError, RunStoreError
+from .._errors import InvalidRunError, PersistenceFailedError, RunStoreError
 from .._outcomes import Activated, GuardFailed, Recovered, Transitioned
 from .._values import LivenessEvidence, OwnerId, RunRow, TransitionGuard
 from ..consensus._admit import missing_methods
@@ -601,6 +601,16 @@ class Worker:
                     result = self._handler(job)
             except LeaseLost:
                 self._lose(held, "lease_lost")
+                return
+            except PersistenceFailedError:
+                # Storage failed under the handler (a checkpoint that could not be
+                # written): not the handler's fault, and not a reason to fail the run
+                # for good. Nothing more is written: the run is left to its lease,
+                # keeping its last durable state, and taken over once stale (by a
+                # peer, or by this worker as its own stale run). Retrying at once
+                # would spin on a failure that lasts.
+                self._fleet.discard(job.run_id)
+                self._lose(held, "storage_failed" if not held.ended_by_worker else "lease_lost")
                 return
             except Exception as error:
                 if not held.ended_by_worker and not job.lost:

@@ -569,3 +569,55 @@ def test_slots_with_stores_of_their_own_complete_every_run_once(
     while not all(closed(slot) for slot in opened) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert all(closed(slot) for slot in opened)
+
+
+class _FlakyCheckpoints:
+    """The store, whose next ``transition_owned`` to ``running`` fails as storage
+    does (``PersistenceFailedError``, rolled back) while ``fail_next`` is set."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.fail_next = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._store, name)
+        if name != "transition_owned":
+            return method
+
+        def transition_owned(run_id: str, owner: OwnerId, to: str, *args: Any) -> Any:
+            if to == "running" and self.fail_next.is_set():
+                self.fail_next.clear()
+                raise runstore.PersistenceFailedError("transition_owned", "disk I/O error")
+            return method(run_id, owner, to, *args)
+
+        return transition_owned
+
+
+def test_a_storage_failure_under_the_handler_leaves_the_run_to_its_lease(
+    store: runstore.RunStore, clock: ManualClock
+) -> None:
+    store.create("r1", '{"v": 0}')
+    flaky = _FlakyCheckpoints(store)
+    tries: list[str] = []
+
+    def handler(job: Job) -> str:
+        tries.append(job.state_json)
+        job.checkpoint('{"v": 1}')
+        if len(tries) == 1:
+            flaky.fail_next.set()
+        job.checkpoint('{"v": 2}')  # the first time, storage fails: not caught here
+        return '{"v": 3}'
+
+    running = Running(flaky, handler, clock, owner=ME, concurrency=2)
+    lost = running.wait_for("lost", "r1")
+    assert lost.reason == "storage_failed"
+    row = store.get("r1")  # not failed: still running, from its last durable state
+    assert (row.status, row.owner, row.state_json) == ("running", ME, '{"v": 1}')
+    clock.advance(HEARTBEAT_STALE_AFTER_MS + 1)  # no renewals: stale, taken back
+    taken = running.wait_for("taken_over", "r1")
+    settled = running.wait_for("settled", "r1")
+    running.stop()
+    assert taken.previous_owner == ME
+    assert settled.status == "completed"
+    assert tries == ['{"v": 0}', '{"v": 1}']
+    assert store.get("r1").state_json == '{"v": 3}'
