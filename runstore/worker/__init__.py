@@ -40,6 +40,11 @@ the part where fencing bugs are born:
 Time (leases, scans, grace, timeouts) is read only through the injected
 ``Clock``; the idle waits between polls are real time.
 
+The parts an asyncio worker needs are not tied to threads: ``Job``'s
+contract, ``WorkerEvent``, ``Wakeup`` (a listener can be awaited in a thread),
+the evidence policy and the endings are plain calls on a store; the finding
+loop and the handler slots are what would become tasks.
+
 May import: ``runstore.ownership``, ``runstore.attempts``, ``runstore.consensus``
 and the core modules of ``runstore``; never a backend (a store's listener is
 found on the store).
