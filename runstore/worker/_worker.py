@@ -779,6 +779,13 @@ class Worker:
 
     def _drain(self) -> None:
         """Wait out the grace for held runs, then suspend the rest."""
+        deadline = self._grace_deadline_ms
+        if deadline is not None:
+            # Woken on the clock (a ManualClock or a shared clock moves when its
+            # owner moves it), not only by the polls below.
+            threading.Thread(
+                target=self._wake_at, args=(deadline,), name="runstore-worker-grace", daemon=True
+            ).start()
         while True:
             with self._lock:
                 open_runs = [h for h in self._held.values() if not h.done and not h.job.lost]
@@ -806,6 +813,11 @@ class Worker:
                 self._emit("lost", job.run_id, reason="fence_lost")
             with self._lock:
                 self._held.pop(job.run_id, None)
+
+    def _wake_at(self, deadline_ms: int) -> None:
+        self._clock.sleep_until(deadline_ms)
+        with self._lock:
+            self._lock.notify_all()
 
     # -- waking up ---------------------------------------------------------------------
 

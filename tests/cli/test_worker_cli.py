@@ -286,7 +286,10 @@ def test_a_held_run_is_suspended_when_the_grace_runs_out(
     (suspended,) = worker.events("suspended")
     assert suspended["run_id"] == taken["run_id"]
     assert suspended["reason"] == "grace_expired"
-    assert signalled_ms + 5_000 <= suspended["at_ms"] <= signalled_ms + 5_000 + 250
+    # Not before the grace ran out; after it, as soon as the worker saw the clock
+    # (the test moves it a step every 20 ms of real time, whatever the load: a
+    # few steps late is the machine, not the worker).
+    assert signalled_ms + 5_000 <= suspended["at_ms"] <= signalled_ms + 5_000 + 8 * 250
     assert [e["run_id"] for e in worker.events("taken")] == [taken["run_id"]]
     assert not worker.events("settled")
     assert worker.events()[-1]["event"] == "stopped"
