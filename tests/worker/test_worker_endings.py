@@ -214,8 +214,10 @@ def test_a_handler_that_never_returns_keeps_its_lease_then_is_suspended_at_stop(
 
 
 class _HeartbeatGate:
-    """The store, with its lease renewals held at a gate while ``closed`` is set:
-    a worker whose heartbeats cannot get through, as over a partition."""
+    """The store, with its lease renewals (and its takeovers) held at a gate while
+    ``closed`` is set: a worker whose writes cannot get through, as over a
+    partition. Takeovers are held too: once its supervisor gives the lease up,
+    the worker could otherwise take its own stale run back before the peer."""
 
     def __init__(self, store: Any) -> None:
         self._store = store
@@ -224,7 +226,7 @@ class _HeartbeatGate:
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._store, name)
-        if name not in ("heartbeat_many", "reconfirm", "heartbeat"):
+        if name not in ("heartbeat_many", "reconfirm", "heartbeat", "claim_and_own"):
             return method
 
         def gated(*args: Any, **kwargs: Any) -> Any:
