@@ -319,7 +319,9 @@ class Sut:
 #: The members of our stores: the clock and the strategy (put back or kept), the transaction
 #: manager (the connection, the retry policy, fault seams: no data), flags and names.
 _SQLITE_FIELDS = frozenset({"_clock", "_closed", "_consensus", "_fused", "_path", "_tm"})
-_POSTGRES_FIELDS = _SQLITE_FIELDS - {"_path"} | {"_url", "_schema"}
+#: ``_pg_tm`` is the PostgreSQL transaction manager again, typed for its notifications
+#: (whose spacing state holds no run data).
+_POSTGRES_FIELDS = _SQLITE_FIELDS - {"_path"} | {"_url", "_schema", "_pg_tm"}
 
 
 def _sqlite_copy(store: Any) -> bytes:
