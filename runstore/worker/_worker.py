@@ -54,14 +54,6 @@ _POLL_FLOOR_S = 0.05
 _COMPLETE_GUARD = TransitionGuard(cancel_requested="absent")
 
 
-class _NotJsonText(Exception):
-    """The handler returned something that is not JSON text."""
-
-
-class _HandlerTimeout(Exception):
-    """The handler ran longer than the worker's ``handler_timeout_ms``."""
-
-
 def _type_name(error: BaseException) -> str:
     kind = type(error)
     module = kind.__module__
@@ -80,11 +72,10 @@ def _site(error: BaseException) -> dict[str, Any] | None:
 class _Held:
     """A run the worker holds: its job, its thread, and how it ended."""
 
-    __slots__ = ("abandoned", "done", "ended_by_worker", "job", "lost_reported", "started_ms")
+    __slots__ = ("abandoned", "done", "ended_by_worker", "job", "lost_reported")
 
-    def __init__(self, job: Job, started_ms: int) -> None:
+    def __init__(self, job: Job) -> None:
         self.job = job
-        self.started_ms = started_ms
         self.done = False
         # Set when the worker gave up on the handler's thread (its run was lost or
         # ended by the worker while the handler ran): a new thread took the slot.
@@ -481,7 +472,7 @@ class Worker:
             row.state_json if row.state_json is not None else self._store.get(row.run_id).state_json
         )
         job = Job(self._store, row.run_id, self._owner, state, takeover, now)
-        held = _Held(job, now)
+        held = _Held(job)
         with self._lock:
             self._held[row.run_id] = held
         if takeover is None:
@@ -760,7 +751,7 @@ class Worker:
                 if not held.done
                 and not held.ended_by_worker
                 and not held.job.lost
-                and now - held.started_ms > limit
+                and now - held.job.taken_at_ms > limit
             ]
             for held in late:
                 held.ended_by_worker = True
