@@ -173,6 +173,19 @@ def _late_writer(release: threading.Event, refused: list[LeaseLost]) -> Callable
     return handler
 
 
+def _held_until(
+    started: threading.Event, release: threading.Event, result: str
+) -> Callable[[Job], str]:
+    """A handler that says it ``started``, waits for ``release``, returns ``result``."""
+
+    def handler(job: Job) -> str:
+        started.set()
+        release.wait()
+        return result
+
+    return handler
+
+
 def _wait_for(condition: Callable[[], object]) -> None:
     deadline = time.monotonic() + WAIT_S
     while not condition() and time.monotonic() < deadline:
@@ -241,14 +254,8 @@ def test_a_run_taken_by_a_peer_is_lost_and_nothing_is_written(
     store: runstore.RunStore, clock: ManualClock
 ) -> None:
     store.create("r1", '{"v": 0}')
-    started = threading.Event()
-    release = threading.Event()
-
-    def handler(job: Job) -> str:
-        started.set()
-        release.wait()
-        return '{"v": "from the displaced owner"}'
-
+    started, release = threading.Event(), threading.Event()
+    handler = _held_until(started, release, '{"v": "from the displaced owner"}')
     gate = _HeartbeatGate(store)
     running = Running(gate, handler, clock, owner=ME)
     assert started.wait(WAIT_S)
@@ -495,14 +502,8 @@ def test_a_held_run_gone_stale_is_not_taken_back_while_its_handler_runs(
     still runs here. The worker's own scan must leave it to the supervisor, not
     start a second execution of it beside the first."""
     store.create("r1", "{}")
-    started = threading.Event()
-    release = threading.Event()
-
-    def handler(job: Job) -> str:
-        started.set()
-        release.wait()
-        return "{}"
-
+    started, release = threading.Event(), threading.Event()
+    handler = _held_until(started, release, "{}")
     watched = _Watched(store)
     # A free slot, so that the worker does scan for stale runs.
     running = Running(watched, handler, clock, owner=ME, concurrency=2)
