@@ -636,6 +636,22 @@ def search_partition(
     return _search(prepared, start, spec or Spec(), max_steps=max_steps)
 
 
+def _unseen_drops(whole: Sequence[Operation], kept: Sequence[Operation]) -> bool:
+    """Whether no write of ``whole`` left out of ``kept`` can have been observed by
+    an operation of ``kept``: each was invoked after every kept operation of known
+    outcome returned. (A kept operation of unknown outcome is checked by nothing,
+    and any linearization of ``whole`` still orders the kept definite ones before
+    every such write.)"""
+    ids = {op.id for op in kept}
+    last = max(
+        (op.returned_ns for op in kept if op.definite and op.returned_ns is not None),
+        default=None,
+    )
+    if last is None:
+        return True
+    return all(op.invoked_ns > last for op in whole if op.id not in ids and _may_write(op))
+
+
 def shrink(
     ops: Sequence[Operation],
     start: Node,
@@ -659,11 +675,17 @@ def shrink(
     legal order ends where the model gives the culprit that same answer: the
     same disagreement, with less around it. The shortest such prefix (by
     invocation) is taken first, then chunks and single operations are
-    dropped. With no culprit that works, any violating sub-history is
-    accepted. Past ``max_checks`` searches or ``max_seconds`` the smallest
-    sub-history found so far is returned (still a violation, maybe not
-    minimal). ``judge``, when given, decides each sub-history instead of a
-    search from ``start`` (None: undecided).
+    dropped. With no culprit that works, a sub-history is kept only when it
+    is a violation and the writes it drops could not have been seen by what it
+    keeps: each dropped write was invoked after every kept operation of known
+    outcome had returned (reads, which change nothing, may be dropped
+    anywhere). Such a sub-history is linearizable whenever the whole is, so it
+    cannot be a violation the recording did not hold: dropping the ``create``
+    that a kept read observed, say, is never taken. Past ``max_checks``
+    searches or ``max_seconds`` the smallest sub-history found so far is
+    returned (still a violation, maybe not minimal). ``judge``, when given,
+    decides each sub-history instead of a search from ``start`` (None:
+    undecided).
     """
     spec = Spec()
     budget = [max_checks]
@@ -680,8 +702,12 @@ def shrink(
     def reduce(
         current: list[Operation], culprit: Operation | None, answer: Result | None = None
     ) -> tuple[Operation, ...]:
+        whole = list(current)
+
         def accept(candidate: list[Operation]) -> bool:
             if not candidate or (culprit is not None and culprit not in candidate):
+                return False
+            if culprit is None and not _unseen_drops(whole, candidate):
                 return False
             if verdict(candidate) != "violation":
                 return False

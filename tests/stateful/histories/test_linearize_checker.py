@@ -32,7 +32,13 @@ from runstore import (
 )
 from runstore.model import ModelRunStore
 from runstore.stateful import check_history, load_history, operation, write_violation
-from runstore.stateful._histories._spec import FINAL_STATE, project_store_state
+from runstore.stateful._histories._linearize import shrink
+from runstore.stateful._histories._spec import (
+    FINAL_STATE,
+    initial_state,
+    make_node,
+    project_store_state,
+)
 
 A = OwnerId("host-a", 1, "a")
 B = OwnerId("host-b", 2, "b")
@@ -417,3 +423,23 @@ def test_a_violation_is_shrunk_and_written_readable_and_recheckable(tmp_path):
     assert stat.S_IMODE(os.stat(jsonl).st_mode) == 0o600
     assert "s3cr3t" in jsonl.read_text()
     assert check_history(load_history([jsonl])).status == "violation"
+
+
+def test_a_shrink_without_a_culprit_never_drops_a_write_a_kept_operation_saw():
+    """With no culprit to keep, the shrink may still drop reads anywhere and writes
+    invoked after everything kept returned, but never the ``create`` a kept read
+    observed: a lone read of a run nobody created is a violation the recording did
+    not hold (it once came out as the "minimal" history of a purge race)."""
+    history = [
+        create(invoked=0, returned=10),
+        op("get", "r", invoked=20, returned=30, value=fresh()),
+        op("claim", "r", PENDING, A, 5, invoked=40, returned=50, clock=[5], value=Claimed(5)),
+        op("claim", "r", PENDING, B, 6, invoked=60, returned=70, clock=[6], value=Claimed(6)),
+        op("get", "r", invoked=80, returned=90, value=fresh()),
+    ]  # fmt: skip
+    start = make_node(initial_state(None, ["r"]))
+    minimal = shrink(history, start)
+    assert [o.method for o in minimal] == ["create", "claim", "claim"]
+    kept = {o.id for o in minimal}
+    # Every write left out was invoked after the last kept operation returned.
+    assert all(o.method == "get" for o in history if o.id not in kept)
