@@ -30,9 +30,14 @@ in-memory leases are put back as they were at the copy. The store's other
 members hold no data (its transaction manager keeps the connection and the
 strategy), so the restored store answers as the replayed one would; a test
 compares the two walks. Any other store or strategy (anyone's factory) is
-rebuilt by replay. On our stores a move that changed none of the store's data
-(``Sut.probe``) leaves the state read before it, which is not read again; nor
-is the state a node's copy put back again shows (it was read when the copy
+rebuilt by replay. Moves the reference says change nothing (reads, refused
+writes) are judged as leaving the store in the state read before them, and
+whether they did is seen once per run of them, before the node's next write
+and at its end: on our stores by a change token (``Sut.probe``: SQLite's count
+of changed rows; on PostgreSQL a counter that triggers on every table move),
+else by reading the state; when it moved, the source is put back and the moves
+applied again one at a time, read after each, to name the first. Nor is the
+state a node's copy put back again shows read again (it was read when the copy
 was first put back or made).
 
 A step whose store state before, answer and state after are exactly the
@@ -280,8 +285,9 @@ class Sut:
         store's state is read instead). Only for our own stores, whose ``state()`` is a
         function of their database and their strategy's leases: on SQLite the connection's
         count of changed rows (every INSERT, UPDATE and DELETE counts, triggers' too; one
-        rolled back counts as well, which only costs a read), on PostgreSQL a digest of
-        every table's rows (one statement), and with ``LocalConsensus`` its in-memory leases
+        rolled back counts as well, which only costs a read), on PostgreSQL a counter that
+        triggers the walk puts on every table of the store move (``_postgres_changes``), and
+        with ``LocalConsensus`` its in-memory leases
         as well."""
         kind = self.owned()
         if kind is None:
@@ -292,7 +298,7 @@ class Sut:
         else:
             if self.stash is None or self.stash[0] is not store:
                 self.stash = (store, _postgres_stash(store))
-            token = _postgres_digest(store, self.stash[1])
+            token = _postgres_changes(store, self.stash[1])
         leases = getattr(store.consensus, "_leases", None)
         return token if leases is None else (token, dict(leases))
 
@@ -364,6 +370,9 @@ def _sqlite_restore(store: Any, data: bytes) -> None:
 #: The schema that keeps the copies of a PostgreSQL store's tables, one stash table per
 #: table with the copy's number first (``snap``), beside the store's own schema.
 _STASH = "runstore_explore_stash"
+#: The name of the stash's change counter (a sequence), of the trigger function that
+#: moves it and of the triggers that call it.
+_COUNTER = "runstore_explore_changes"
 
 
 @attrs.define
@@ -372,13 +381,14 @@ class _PostgresStash:
     database, so a copy and a restore are one round trip each (one script of statements).
     ``tables`` lists each table's quoted name, its stash's, the columns an insert sets
     (generated ones left out) and whether the insert overrides an identity column;
-    ``sequences`` each sequence's quoted name; ``dropped`` copies to delete with the next
-    copy (their states' transitions were all applied)."""
+    ``sequences`` each sequence's quoted name; ``counter`` the quoted name of the change
+    counter (``_postgres_changes``); ``dropped`` copies to delete with the next copy (their
+    states' transitions were all applied)."""
 
     tables: list[tuple[str, str, str, bool]]
     sequences: list[str]
+    counter: str
     dropped: list[int] = attrs.field(factory=list)
-    digest: str | None = None
 
 
 def _postgres_stash(store: Any) -> _PostgresStash:
@@ -425,7 +435,27 @@ def _postgres_stash(store: Any) -> _PostgresStash:
                 (schema,),
             ).fetchall()
         ]
-        return _PostgresStash(tables, sequences)
+        # The change counter: every row written to a table of the store (or a table
+        # emptied) moves a sequence of the stash's own, in a trigger, even when the
+        # transaction then rolls back (which only costs a read).
+        counter = f"{stash}.{_quote(_COUNTER)}"
+        literal = counter.replace("'", "''")
+        script = [
+            f"CREATE SEQUENCE {counter}",
+            f"CREATE FUNCTION {stash}.{_quote(_COUNTER)}() RETURNS trigger LANGUAGE plpgsql"
+            f" AS $body$ BEGIN PERFORM pg_catalog.nextval('{literal}'); RETURN NULL; END $body$",
+        ]
+        for name, _, _, _ in tables:
+            script.append(
+                f"CREATE TRIGGER {_quote(_COUNTER)} AFTER INSERT OR UPDATE OR DELETE ON {name}"
+                f" FOR EACH ROW EXECUTE FUNCTION {stash}.{_quote(_COUNTER)}()"
+            )
+            script.append(
+                f"CREATE TRIGGER {_quote(_COUNTER + '_truncate')} AFTER TRUNCATE ON {name}"
+                f" FOR EACH STATEMENT EXECUTE FUNCTION {stash}.{_quote(_COUNTER)}()"
+            )
+        cursor.execute("; ".join(script), prepare=False)
+        return _PostgresStash(tables, sequences, counter)
 
     made: _PostgresStash = store._write("copy", body)
     return made
@@ -481,6 +511,8 @@ def _postgres_restore(store: Any, stash: _PostgresStash, number: int, positions:
         script.append(
             f"SELECT pg_catalog.setval('{name}', {int(value)}, {'true' if called else 'false'})"
         )
+    # The triggers are off, so the restore moves the change counter itself.
+    script.append(f"SELECT pg_catalog.nextval('{stash.counter.replace(chr(39), chr(39) * 2)}')")
 
     def body(tx: Any) -> None:
         tx.connection.cursor().execute("; ".join(script), prepare=False)
@@ -488,16 +520,12 @@ def _postgres_restore(store: Any, stash: _PostgresStash, number: int, positions:
     store._write("restore", body)
 
 
-def _postgres_digest(store: Any, stash: _PostgresStash) -> Any:
-    """A digest of every table of a PostgreSQL store's schema, in one statement: each table's
-    rows as text, sorted, hashed. Equal digests, equal contents."""
-    if stash.digest is None:
-        parts = [
-            f"(SELECT md5(coalesce(string_agg(t::text, '|' ORDER BY t::text), '')) FROM {name} t)"
-            for name, _, _, _ in stash.tables
-        ]
-        stash.digest = "SELECT " + (", ".join(parts) or "1")
-    query = stash.digest
+def _postgres_changes(store: Any, stash: _PostgresStash) -> Any:
+    """The change counter of a PostgreSQL store's stash: it moves whenever a row of a table
+    of the store is written (inserted, updated or deleted, by the store or a trigger of its
+    own, committed or not), a table is emptied, or a copy is put back; equal readings, the
+    same data."""
+    query = f"SELECT last_value, is_called FROM {stash.counter}"
     return store._tm.read("probe", lambda c: c.execute(query, prepare=True).fetchone())
 
 
@@ -660,12 +688,14 @@ def _from_node(
     before: StoreState | None = None
     #: The last state whose invariants held (not checked again while the store shows it).
     checked: StoreState | None = None
+    #: Our own store's change token (``Sut.probe``) when it showed ``before`` (None: not
+    #: taken since the store was last put back or written).
     token: Any = None
     #: Whether the store can be copied (ours): None until a store is built or restored.
     copyable: bool | None = None
-    #: On a store not ours, the moves the reference says change nothing, applied since the
-    #: store's state was last read: judged as leaving it at ``before``, and read once
-    #: before the node's next write and at its end (``_settle``).
+    #: The moves the reference says change nothing, applied since the store's state was
+    #: last read: judged as leaving it at ``before``, and seen to have done so once, before
+    #: the node's next write and at its end (``_settle``).
     unread: list[tuple[Call, Any]] = []
     unchanged = sut.expected(node.state)
     checked_itself = False
@@ -743,20 +773,25 @@ def _from_node(
             continue
         same = after_state is node.state
         if not same and unread:
-            found = _settle(sut, path, unread, before, unchanged, node.clock_ms, progress)
+            found = _settle(
+                sut, path, unread, before, unchanged, node.clock_ms, progress, token, index
+            )
             if found is not None:
                 return found
-        deferred = same and not copyable
-        token = sut.probe() if token is None else token
+        # A move the reference says changes nothing is judged as leaving the store at
+        # ``before``; whether it did is seen once, before the node's next write and at its
+        # end: by the change token on our own store (``Sut.probe``), else by a read.
+        deferred = same
+        if deferred and copyable and token is None:
+            token = sut.probe()
         store_out = sut.move(move)
         if deferred:
             after = before
             unread.append((move, model_out))
         else:
-            # Our own store whose data did not change is in the state read before the move.
-            probed = sut.probe() if token is not None else None
-            after = before if probed is not None and probed == token else sut.view(sut.store)
-            token = probed
+            # A write the reference says changes the state is read at once.
+            after = sut.view(sut.store)
+            token = None
         if same:
             expected = unchanged
         elif reuse_views and known_view is not None:
@@ -779,7 +814,9 @@ def _from_node(
             if deferred:
                 # The state was not read after this move: it (or one before it) may have
                 # moved it, and the first move that did is the shorter failure.
-                found = _settle(sut, path, unread, before, unchanged, node.clock_ms, progress)
+                found = _settle(
+                    sut, path, unread, before, unchanged, node.clock_ms, progress, token, index
+                )
                 if found is not None:
                     return found
             return Divergence((*path, (move, model_out)), verdict[0], verdict[1], expected)
@@ -800,6 +837,7 @@ def _from_node(
                 node.clock_ms,
                 again=(path, move),
                 progress=progress,
+                index=index,
             )
             if late is not None:
                 read, read_out, check, message = late
@@ -807,7 +845,7 @@ def _from_node(
                     (*path, (move, model_out), (read, read_out)), check, message, expected
                 )
     if unread:
-        return _settle(sut, path, unread, before, unchanged, node.clock_ms, progress)
+        return _settle(sut, path, unread, before, unchanged, node.clock_ms, progress, token, index)
     return None
 
 
@@ -819,20 +857,26 @@ def _settle(
     unchanged: StoreState,
     clock_ms: int,
     progress: Progress,
+    token: Any = None,
+    index: int | None = None,
 ) -> Divergence | None:
-    """Read the state of a store not ours after the moves of ``unread`` (each judged as
-    leaving it at ``before``, as the reference says they do): None when it is ``before``.
+    """See whether the store is still at ``before`` after the moves of ``unread`` (each
+    judged as leaving it there, as the reference says they do): on our own store by its
+    change token (``token``, taken before the first of them: equal again, the same data),
+    else, or when the token moved, by reading its state. None when it is ``before``.
     Else one of them moved it: the store is rebuilt and the moves applied again one at a
     time, the state read after each, as on a store read after every move, and the first that
     fails a check is the divergence. A store that does not fail so again is reported with
     every move since the state was read."""
     assert before is not None
+    if token is not None and sut.probe() == token:
+        unread.clear()
+        return None
     shown = sut.view(sut.store)
     if shown == before:
         unread.clear()
         return None
-    sut.build(path)
-    progress.rebuilds += 1
+    _source(sut, path, index, progress)
     state = sut.view(sut.store)
     for move, model_out in unread:
         store_out = sut.move(move)
@@ -883,46 +927,41 @@ def _read_back(
     *,
     again: tuple[list[tuple[Move, Any]], Call] | None = None,
     progress: Progress | None = None,
+    index: int | None = None,
 ) -> tuple[Call, Any, str, str] | None:
     """Apply ``read_back``'s reads to the store right after a write that reached ``state``
     (``shown`` as the store showed it, equal to the reference's): the first read that fails
     a check, with the reference's answer and the check, or None.
 
-    On a store not ours, given ``again`` (the path to the write's source and the write), the
-    state is read once after the reads (each judged as leaving it at ``shown``), and when it
-    moved, the store is rebuilt, the write applied again and the reads one at a time, the
-    state read after each, to name the first read that fails."""
+    Each read is judged as leaving the store at ``shown``; whether they did is seen once,
+    after the last of them, by the change token on our own store (``Sut.probe``) or else
+    by reading the state. Given ``again`` (the path to the write's source and the write),
+    when the state moved, the source is put back (node ``index``'s copy on our own store,
+    else rebuilt), the write applied again and the reads one at a time, the state read
+    after each, to name the first read that fails."""
     reads = read_back(revision_before, state)
-    deferred = again is not None and sut.owned() is None
+    token = sut.probe()
     answers: list[Any] = []
     for read in reads:
         model._state = state
         dial.ms = clock_ms
         model_out = perform(model, read)
         answers.append(model_out)
-        token = sut.probe()
         store_out = sut.move(read)
-        if deferred:
-            after = shown
-        else:
-            probed = sut.probe() if token is not None else None
-            after = shown if probed is not None and probed == token else sut.view(sut.store)
-        verdict = judge(sut, read, model_out, store_out, shown, after, shown, clock_ms, shown)
-        if verdict is not None and not deferred:
-            return read, model_out, verdict[0], verdict[1]
+        verdict = judge(sut, read, model_out, store_out, shown, shown, shown, clock_ms, shown)
         if verdict is not None:
-            if sut.view(sut.store) == shown:
+            if _still(sut, token, shown):
                 return read, model_out, verdict[0], verdict[1]
             break
     else:
-        if not deferred or sut.view(sut.store) == shown:
+        if _still(sut, token, shown):
             return None
-    # A read moved the state of a store not ours: apply them again, reading after each.
-    assert again is not None
+    if again is None:
+        last = reads[len(answers) - 1]
+        return last, answers[-1], "StateMismatch", f"after {last.describe()}: the state moved"
+    # A read moved the state: apply them again, reading after each.
     path, write = again
-    sut.build(path)
-    if progress is not None:
-        progress.rebuilds += 1
+    _source(sut, path, index, progress)
     sut.move(write)
     before = sut.view(sut.store)
     for read, model_out in zip(reads, answers, strict=False):
@@ -934,6 +973,29 @@ def _read_back(
         before = after
     last = reads[len(answers) - 1]
     return last, answers[-1], "StateMismatch", f"after {last.describe()}: the state moved"
+
+
+def _source(
+    sut: Sut, path: list[tuple[Move, Any]], index: int | None, progress: Progress | None
+) -> None:
+    """Put the store in the state ``path`` reaches: node ``index``'s copy put back on our
+    own store (a rebuild there would leave the walk's other copies behind), else a fresh
+    store with ``path`` replayed."""
+    if index is not None and sut.restore(index):
+        if progress is not None:
+            progress.restores += 1
+        return
+    sut.build(path)
+    if progress is not None:
+        progress.rebuilds += 1
+
+
+def _still(sut: Sut, token: Any, shown: StoreState) -> bool:
+    """Whether the store is still at ``shown``: its change token equal to ``token`` (our
+    own stores), or else its state read again."""
+    if token is not None and sut.probe() == token:
+        return True
+    return sut.view(sut.store) == shown
 
 
 def _self_check(store: Any) -> tuple[str, str] | None:

@@ -13,8 +13,13 @@ as a store), each with a move the reference says changes nothing that writes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+import runstore
 from runstore import ManualClock
 from runstore.model import ModelRunStore
 from runstore.stateful import Capabilities, explore
@@ -84,3 +89,83 @@ def test_a_read_back_that_writes_is_named_after_its_write() -> None:
     assert len(moves) == 2, result.failure.program
     assert moves[-1].startswith("list_runs("), result.failure.program
     assert result.failure.check == "RevisionMismatch", result.failure
+
+
+# -- our own stores: the change token in place of a read --------------------------------
+
+
+class _RefusalThatWrites:
+    """Mixed into one of our stores: as ``RefusedHeartbeatWrites``."""
+
+    def heartbeat(self, run_id, owner, now_ms):
+        out = super().heartbeat(run_id, owner, now_ms)
+        row = self.get(run_id)
+        if row is not None and row.owner is None and row.cancel_requested_at_ms is None:
+            self.request_cancel(run_id, self.clock.now_ms())
+        return out
+
+
+class _ListingThatWrites:
+    """Mixed into one of our stores: as ``ListingWritesWhileRunning``."""
+
+    def list_runs(self, *args, **kwargs):
+        page = super().list_runs(*args, **kwargs)
+        if not args and not kwargs:
+            for row in page.runs:
+                if row.status == "running" and row.cancel_requested_at_ms is None:
+                    self.request_cancel(row.run_id, self.clock.now_ms())
+                    break
+        return page
+
+
+def _ours(backend: str, mistake: type) -> Callable[[ManualClock, Path], Any]:
+    """A factory of our own ``backend`` store with ``mistake``'s methods first (a subclass
+    with no member of its own, which the explorer copies and puts back)."""
+    if backend == "postgresql":
+        from runstore.stateful._targets._postgres import postgres_store_factory
+
+        from ..._postgres import require_server
+
+        require_server()
+        inner = postgres_store_factory()
+    else:
+
+        def inner(clock: ManualClock, path: Path) -> Any:
+            return runstore.open(path, clock=clock)
+
+    def factory(clock: ManualClock, path: Path) -> Any:
+        store = inner(clock, path)
+        store.__class__ = type(mistake.__name__, (mistake, type(store)), {})
+        return store
+
+    return factory
+
+
+BACKENDS = pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+
+
+@BACKENDS
+def test_on_our_store_a_refusal_that_writes_is_named_in_a_one_move_program(
+    backend: str,
+) -> None:
+    """On our own store the moves that change nothing are not read after each: the change
+    token (SQLite's count of changed rows, PostgreSQL's trigger-moved counter) says the
+    refused heartbeat moved the data, and the program is that one heartbeat."""
+    result = explore(store_factory=_ours(backend, _RefusalThatWrites), scope="tiny", depth_k=0)
+    assert result.failure is not None, result.describe()
+    assert result.restores > 0, "the store was not taken for one of ours"
+    moves = _moves(result.failure.program)
+    assert len(moves) == 1, result.failure.program
+    assert moves[0].startswith("heartbeat("), result.failure.program
+
+
+@BACKENDS
+def test_on_our_store_a_read_back_that_writes_is_named_after_its_write(backend: str) -> None:
+    """As on a store not ours: the listing that writes is named after the write that made a
+    run running, the source put back from its copy (the walk's other copies stay usable)."""
+    result = explore(store_factory=_ours(backend, _ListingThatWrites), scope="tiny", depth_k=0)
+    assert result.failure is not None, result.describe()
+    assert result.restores > 0, "the store was not taken for one of ours"
+    moves = _moves(result.failure.program)
+    assert len(moves) == 2, result.failure.program
+    assert moves[-1].startswith("list_runs("), result.failure.program
