@@ -1,14 +1,16 @@
-"""A store not ours is read once per run of unchanged states (issue 25).
+"""Moves that change nothing are seen to have done so once per run of them (issue 25).
 
-On a store the explorer cannot copy (anyone's factory), a move the reference
-says changes nothing (a read, a refusal) is judged as leaving the store's
-state as it was read, and the state is read once before the node's next
-write and at its end; a write's read-back is read once after its reads. When
-the state moved after all, the store is rebuilt and the moves applied again
-one at a time, the state read after each, so the move that moved it is named
-in a shortest program, as a walk that reads the state after every move names
-it. Both planted bugs here are stores the explorer does not own (the model
-as a store), each with a move the reference says changes nothing that writes.
+A move the reference says changes nothing (a read, a refusal) is judged as
+leaving the store's state as it was read, and whether it did is seen once
+before the node's next write and at its end, and once after a write's
+read-back: on a store the explorer cannot copy (anyone's factory) by reading
+the state, on our own stores by their change token. When the state moved
+after all, the source is put back (rebuilt, or our store's copy restored)
+and the moves applied again one at a time, the state read after each, so the
+move that moved it is named in a shortest program, as a walk that reads the
+state after every move names it. The planted bugs are the model as a store
+(not ours) and our SQLite and PostgreSQL stores, each with a move the
+reference says changes nothing that writes.
 """
 
 from __future__ import annotations
