@@ -75,6 +75,9 @@ FORK_RIPE_MS = (21_000, 60_000)
 #: Purges and forks of the ``candidates`` workload start every this many slots: fewer
 #: instants than the claims', so that the two often start at the same one.
 PURGE_GRID_SLOTS = 64
+#: How often a zombie owner's first call, let go at the takeover's instant, is a
+#: transition (else its first call is any of its writes, a transition one time in four).
+ZOMBIE_WRITES_FIRST = 0.5
 #: How long an owner of the ``cancel`` workload waits for a peer's first cancel request
 #: before it settles its run anyway (ns).
 CANCEL_HOLD_NS = 30_000_000
@@ -841,6 +844,13 @@ class Worker:
             return
         moves = ["heartbeat", "transition_owned", "acknowledge_cancel", "heartbeat_many"]
         rng.shuffle(moves)
+        if rng.random() < ZOMBIE_WRITES_FIRST:
+            # Half the time its first call, at the takeover's instant, is a transition
+            # (now and then a settle): the write a guard or a lease read must fence.
+            to = "running" if rng.random() < 0.5 else rng.choice(("suspended", *_SETTLED))
+            self.call("transition_owned", run_id, self.me, to, self.state_json())
+            if to != "running":
+                return
         for move in moves[: rng.randint(2, 4)]:
             if move == "transition_owned":
                 self.call(move, run_id, self.me, "running", self.state_json())
