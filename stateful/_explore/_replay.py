@@ -864,10 +864,11 @@ def _settle(
     judged as leaving it there, as the reference says they do): on our own store by its
     change token (``token``, taken before the first of them: equal again, the same data),
     else, or when the token moved, by reading its state. None when it is ``before``.
-    Else one of them moved it: the store is rebuilt and the moves applied again one at a
-    time, the state read after each, as on a store read after every move, and the first that
-    fails a check is the divergence. A store that does not fail so again is reported with
-    every move since the state was read."""
+    Else one of them moved it: the source is put back (node ``index``'s copy on our own
+    store, else rebuilt) and the moves applied again one at a time, the state read after
+    each, as on a store read after every move, and the first that fails a check is the
+    divergence. A store that does not fail so again is reported with every move since the
+    state was read."""
     assert before is not None
     if token is not None and sut.probe() == token:
         unread.clear()
