@@ -80,6 +80,7 @@ LIBRARY = (
     "sqlite",
     "postgres",
     "attempts",
+    "aio",
     "ownership",
     "model",
     "worker",
@@ -146,6 +147,14 @@ ROOMS: tuple[Room, ...] = (
         "Durable step attempts fenced by the run's owner, kept in the run store's own database.",
         ("_sql", "core"),
         packages=("runstore.attempts",),
+    ),
+    Room(
+        "aio",
+        "library",
+        "The asyncio face of the store: AsyncRunStore and AsyncAttemptStore, each call the "
+        "synchronous store's own, run on a thread of its own, with asyncio's cancellation.",
+        ("attempts", "_sql", "core"),
+        packages=("runstore.aio",),
     ),
     Room(
         "ownership",

@@ -39,6 +39,7 @@ from ._errors import RunNotFoundError as RunNotFoundError
 from ._errors import RunStoreError as RunStoreError
 from ._errors import UnsupportedDatabaseError as UnsupportedDatabaseError
 from ._noop import NoopRunStore as NoopRunStore
+from ._open import aopen as aopen
 from ._open import open as open
 from ._outcomes import AbandonClaimOutcome as AbandonClaimOutcome
 from ._outcomes import Abandoned as Abandoned
@@ -87,6 +88,8 @@ from ._values import StoreState as StoreState
 from ._values import TerminalStatus as TerminalStatus
 from ._values import TransitionGuard as TransitionGuard
 from ._version import __version__ as __version__
+from .aio import AsyncAttemptStore as AsyncAttemptStore
+from .aio import AsyncRunStore as AsyncRunStore
 from .sqlite import SqliteRunStore as SqliteRunStore
 
 __all__ = [
@@ -104,6 +107,8 @@ __all__ = [
     "Activated",
     "AlreadyClaimed",
     "AlreadyRequested",
+    "AsyncAttemptStore",
+    "AsyncRunStore",
     "CancelAcknowledgement",
     "CancelRequested",
     "ClaimAndOwnOutcome",
@@ -156,5 +161,6 @@ __all__ = [
     "Transitioned",
     "UnsupportedDatabaseError",
     "Updated",
+    "aopen",
     "open",
 ]

@@ -110,6 +110,7 @@ class TransactionManager(Protocol):
     faults: FaultPlan | None
     retry: RetryPolicy
     connection: Any
+    loop_guard: bool
 
     def write(self, method: str, body: Callable[[Any], T]) -> T: ...
 

@@ -3,10 +3,33 @@ and running commit or rollback callbacks."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from .._errors import PersistenceFailedError
+
 T = TypeVar("T")
+
+
+def refuse_on_event_loop(method: str) -> None:
+    """Raise ``persistence_failed`` (``cause["stage"] == "event-loop"``) when
+    called on a thread that runs an asyncio event loop.
+
+    The transaction managers call it first, before any driver call, when
+    their ``loop_guard`` is set: ``runstore.aio`` sets it on the stores it
+    owns, whose every call belongs on a thread of their own. Nothing is
+    written: the refusal comes before the transaction."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise PersistenceFailedError(
+        method,
+        "a blocking store call on an event loop's thread: await the AsyncRunStore's "
+        "coroutine instead",
+        {"stage": "event-loop"},
+    )
 
 
 class RollbackAndReturn(Exception, Generic[T]):

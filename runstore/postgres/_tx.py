@@ -72,7 +72,7 @@ from psycopg.adapt import PyFormat, Transformer
 from .._errors import PersistenceFailedError, RunStoreError
 from .._sql._faults import ArmedFault, FaultPlan, FaultyConsensus, InjectedFault, RetryPolicy
 from .._sql._modes import read_only_refusal
-from .._sql._tx import RollbackAndReturn
+from .._sql._tx import RollbackAndReturn, refuse_on_event_loop
 from .._sql._tx import run_callbacks as _run_callbacks
 from ..consensus._sql import register_lease_statements
 from ..consensus._types import ConsensusError
@@ -354,6 +354,9 @@ def _is_lost(connection: Connection | None) -> bool:
 class TransactionManager:
     """Serializes a store's use of its connection, replacing it when it is lost."""
 
+    #: Refuse every call made on an event loop's thread (``runstore.aio`` sets it).
+    loop_guard: bool = False
+
     def __init__(
         self,
         connection: Connection,
@@ -429,6 +432,8 @@ class TransactionManager:
 
     def write(self, method: str, body: Callable[[Transaction], T]) -> T:
         """Run ``body`` in one write transaction; replay transient failures."""
+        if self.loop_guard:
+            refuse_on_event_loop(method)
         if self.read_only:
             refusal = read_only_refusal(method)
             refusal.cause["reason"] = "read-only"
@@ -577,6 +582,8 @@ class TransactionManager:
         rows, and otherwise fails with SQLSTATE ``DECODE_FIRST``, having
         written nothing; ``unproven`` is then run as ``check`` demands (two
         more round trips)."""
+        if self.loop_guard:
+            refuse_on_event_loop(method)
         if self.read_only:
             refusal = read_only_refusal(method)
             refusal.cause["reason"] = "read-only"
@@ -836,6 +843,8 @@ class TransactionManager:
         """Run ``body`` on the connection outside any write transaction (each
         statement its own snapshot). Inside a write on the same thread it sees
         that transaction's changes."""
+        if self.loop_guard:
+            refuse_on_event_loop(method)
         with self.lock:
             if self._active is not None:
                 return body(self._active._connection)
@@ -869,6 +878,8 @@ class TransactionManager:
         body's rollback callbacks run at the end, unless ``keep``: then, when
         the body returns, its commit callbacks run instead (a read-only
         store's ``on_open``, whose effects live in the strategy)."""
+        if self.loop_guard:
+            refuse_on_event_loop(method)
 
         def run(connection: Connection) -> T:
             if self._active is not None:

@@ -45,6 +45,7 @@ from .._errors import ConstraintError, DecodeFailedError, PersistenceFailedError
 from .._sql._faults import ArmedFault, FaultPlan, FaultyConsensus, RetryPolicy
 from .._sql._modes import read_only_refusal
 from .._sql._tx import RollbackAndReturn as RollbackAndReturn
+from .._sql._tx import refuse_on_event_loop
 from .._sql._tx import run_callbacks as _run_callbacks
 from ..consensus._sql import register_lease_statements
 from ..consensus._types import ConsensusError
@@ -205,6 +206,9 @@ def _lenient_text(data: bytes) -> str:
 class TransactionManager:
     """Serializes a store's use of its one connection and runs its transactions."""
 
+    #: Refuse every call made on an event loop's thread (``runstore.aio`` sets it).
+    loop_guard: bool = False
+
     def __init__(
         self,
         connection: Connection,
@@ -230,6 +234,8 @@ class TransactionManager:
 
     def write(self, method: str, body: Callable[[Transaction], T]) -> T:
         """Run ``body`` in one write transaction; retry transient failures."""
+        if self.loop_guard:
+            refuse_on_event_loop(method)
         if self.read_only:
             raise read_only_refusal(method)
         with self.lock:
@@ -346,6 +352,8 @@ class TransactionManager:
 
         Inside a write on the same thread it sees that transaction's changes.
         """
+        if self.loop_guard:
+            refuse_on_event_loop(method)
         with self.lock:
             if self._active is not None:
                 return body(self.connection)
