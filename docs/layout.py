@@ -177,7 +177,7 @@ ROOMS: tuple[Room, ...] = (
         "library",
         "The reference worker: finding claimable and stale runs, taking them over with "
         "evidence, one fleet supervisor for what it holds, and each run's end under the fence.",
-        ("ownership", "attempts", "consensus", "core"),
+        ("ownership", "aio", "attempts", "consensus", "core"),
         packages=("runstore.worker",),
     ),
     Room(
