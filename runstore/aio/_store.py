@@ -298,7 +298,7 @@ class AsyncRunStore:
         expected: RunSnapshot | RunRow,
         claimant: OwnerId,
         now_ms: int,
-        evidence: LivenessEvidence | None = None,
+        evidence: LivenessEvidence,
     ) -> StealOutcome:
         """``RunStore.steal``, awaited."""
         outcome: StealOutcome = await self._op(

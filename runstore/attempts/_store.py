@@ -435,6 +435,14 @@ def _from_run_store(method: str, error: RunStoreError) -> AttemptStoreError:
         refused = AttemptStoreError("persistence_failed", method, "the run store is open read-only")
         refused.cause.update(category="persistence_failed", run_store_code=code, stage="read-only")
         return refused
+    if isinstance(error.cause, dict) and error.cause.get("stage") == "event-loop":
+        refused = AttemptStoreError(
+            "persistence_failed",
+            method,
+            "a blocking call on an event loop's thread: use runstore.aio.AsyncAttemptStore",
+        )
+        refused.cause.update(category="persistence_failed", run_store_code=code, stage="event-loop")
+        return refused
     if code == "constraint" or code == "persistence_failed":
         translated = AttemptStoreError(code, method, "database operation failed")
     else:

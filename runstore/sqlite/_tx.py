@@ -228,6 +228,9 @@ class TransactionManager:
         self.lock = threading.RLock()
         self._active: Transaction | None = None
         self._depth = 0
+        #: How many times ``interrupt`` was called (a write stops retrying
+        #: once it moves).
+        self._interrupts = 0
         self._random = random.Random()
 
     # -- writes ---------------------------------------------------------------
@@ -244,6 +247,7 @@ class TransactionManager:
             policy = self.retry
             started = time.monotonic()
             attempt = 0
+            interrupts = self._interrupts
             while True:
                 attempt += 1
                 error: RunStoreError
@@ -260,7 +264,10 @@ class TransactionManager:
                         if (
                             attempt >= policy.max_attempts
                             or elapsed_ms + delay * 1000 > policy.budget_ms
+                            or self._interrupts != interrupts
                         ):
+                            # Out of budget, or interrupted while it waited
+                            # for the lock: no more retries.
                             error = classify(method, failure)
                             error.cause["attempts"] = attempt
                         else:
@@ -419,6 +426,9 @@ class TransactionManager:
         """Abort the statement running right now, from any thread (no lock:
         the call it aborts holds it). An idle connection is unaffected."""
         # Closed between the caller's check and this call: nothing is running.
+        # A write waiting for the file's lock between its retries has no
+        # statement running: the count stops its retries.
+        self._interrupts += 1
         with contextlib.suppress(sqlite3.ProgrammingError):
             self.connection.interrupt()
 
