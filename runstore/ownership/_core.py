@@ -17,9 +17,20 @@ bounded by the renewed budget) or the lease lapses (``on_lapse`` once).
 
 Blocking store calls and plain-function callbacks run in daemon worker threads
 and are awaited with the clock as a bound, so the event loop never blocks and a
-stalled call never delays the supervisor. Time is read only through the
+stalled call never delays the supervisor. A store whose operations are
+coroutine functions (``runstore.aio.AsyncRunStore``, or any store written that
+way) is driven natively instead: each call is awaited on the supervisor's loop
+as a task of its own (``_AsyncCalls``), with the same bounds and the same
+count of calls in flight, and no worker thread. Time is read only through the
 injected ``Clock``. The faces in ``_faces`` decide how an ending interrupts the
 owned work.
+
+A coroutine call that outlives its bound, or the supervision, is cancelled and
+not waited for: the store settles it by its own cancellation rules (an
+``AsyncRunStore`` withdraws a call not yet started and lets a started write
+wait, shielded, up to its ``cancel_grace_s`` before interrupting it), while
+the lease rules go on at once. Waiting would let a stalled write hold a lost
+lease's ``LeaseLost`` back by up to twice that grace.
 """
 
 from __future__ import annotations
@@ -268,6 +279,82 @@ class _TimedOut(Exception):
     """A bounded call reached its clock deadline before it returned."""
 
 
+def coroutine_methods(store: object, names: tuple[str, ...]) -> list[str]:
+    """Those of ``names`` that ``store`` offers as coroutine functions (an asyncio store)."""
+    return [name for name in names if inspect.iscoroutinefunction(getattr(store, name, None))]
+
+
+#: Coroutine store calls nobody waits for any more (cancelled at a bound or at
+#: the end of a supervision), kept referenced until the store has settled them.
+_detached: set[asyncio.Future[Any]] = set()
+
+
+class _AsyncCalls:
+    """A supervisor's calls on a store whose operations are coroutine functions.
+
+    Each call runs as a task of its own on the supervisor's loop, so that
+    neither a bound nor the supervisor's own cancellation waits for a call
+    that is settling a cancelled write: the waiting side stops at once and the
+    call is cancelled and left to the store's rules (see the module docstring).
+    ``in_flight`` counts the calls not yet ended, as ``_counted`` does for
+    blocking ones.
+    """
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Future[Any]] = set()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    def _ended(self, task: asyncio.Future[Any]) -> None:
+        self._tasks.discard(task)
+        _detached.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: an abandoned call's error is not logged
+
+    async def call(
+        self,
+        fn: Callable[..., Awaitable[T]],
+        args: tuple[Any, ...],
+        *,
+        bound: int | None,
+        clock: Clock,
+    ) -> T:
+        """Await ``fn(*args)``; with ``bound``, give up (``_TimedOut``) when
+        the clock reaches it first. A call cancelled by ``cancel_all`` also
+        ends in ``_TimedOut``: it has no answer."""
+        task: asyncio.Future[T] = asyncio.ensure_future(fn(*args))
+        self._tasks.add(task)
+        _detached.add(task)
+        task.add_done_callback(self._ended)
+        try:
+            if bound is None:
+                await asyncio.wait((task,))
+            else:
+                timer = asyncio.ensure_future(clock.asleep_until(bound))
+                try:
+                    await asyncio.wait((task, timer), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    timer.cancel()
+                    # Let the cancelled timer leave the clock before anyone counts sleepers.
+                    await asyncio.gather(timer, return_exceptions=True)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if not task.done():
+            task.cancel()
+            raise _TimedOut
+        if task.cancelled():
+            raise _TimedOut
+        return task.result()
+
+    def cancel_all(self) -> None:
+        """Cancel every call in flight; nobody waits for them."""
+        for task in list(self._tasks):
+            task.cancel()
+
+
 class _Workers:
     """Daemon threads that run blocking calls for one event loop.
 
@@ -410,6 +497,7 @@ class Core:
         self._background: set[asyncio.Future[Any]] = set()
         self._expiry = asyncio.Lock()
         self._store_calls = 0
+        self._async_calls = _AsyncCalls()
 
     # --- control, from any thread ---------------------------------------------
 
@@ -456,6 +544,7 @@ class Core:
             for task in (pulses, deadline, *self._background):
                 task.cancel()
             await asyncio.gather(pulses, deadline, *self._background, return_exceptions=True)
+            self._async_calls.cancel_all()
             self._workers.close()
             if ending is not None:
                 self._event(ending.reason, ending.unconfirmed_ms)
@@ -625,7 +714,9 @@ class Core:
         return ending
 
     def _interrupt_store(self) -> None:
-        """Abort a store call that is still pending, if the store can."""
+        """Abort a store call that is still pending, if the store can: a
+        coroutine call is cancelled (the store's own rules settle it)."""
+        self._async_calls.cancel_all()
         with self._state:
             pending = self._store_calls
         interrupt = getattr(self._store, "interrupt", None)
@@ -672,8 +763,14 @@ class Core:
 
     # --- calls and callbacks ---------------------------------------------------
 
-    async def _call_store(self, fn: Callable[..., T], *args: Any, bound: int | None = None) -> T:
-        """A store call, counted so that a lapse knows whether one is pending."""
+    async def _call_store(
+        self, fn: Callable[..., Any], *args: Any, bound: int | None = None
+    ) -> Any:
+        """A store call, counted so that a lapse knows whether one is pending:
+        awaited on the loop when ``fn`` is a coroutine function, else run in a
+        worker thread."""
+        if inspect.iscoroutinefunction(fn):
+            return await self._async_calls.call(fn, args, bound=bound, clock=self._clock)
         return await self._call(self._counted, fn, *args, bound=bound)
 
     def _counted(self, fn: Callable[..., T], *args: Any) -> T:

@@ -10,6 +10,13 @@ ending reaches the owned work:
   ``Supervision.lost``, raises ``LeaseLost`` asynchronously in the work thread
   (unless ``interrupt_thread=False``) and, in every case, raises ``LeaseLost``
   when the block exits.
+
+An asyncio store (its operations coroutine functions, as
+``runstore.aio.AsyncRunStore``'s) is driven natively by ``asupervise``, on
+the caller's loop. ``supervise`` refuses one (``InvalidRunError``): its block
+runs in a thread, which cannot await the store, and its helper loop would
+have to outlive the block (or hold its exit back) while a cancelled write
+settles.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from ._core import (
     Supervision,
     _forget_injected,
     _remember_injected,
+    coroutine_methods,
     failure_site,
 )
 
@@ -94,6 +102,15 @@ def _admit(store: object, run_id: object, owner: object, method: str) -> tuple[s
     return admit_identifier(method, "run_id", run_id), admit_owner(method, "owner", owner)
 
 
+def refuse_async_store(store: object, method: str, names: tuple[str, ...], instead: str) -> None:
+    """``InvalidRunError`` when ``store`` offers any of ``names`` as coroutine
+    functions: a thread face cannot drive an asyncio store."""
+    found = coroutine_methods(store, names)
+    if found:
+        detail = f"an asyncio store (its operations are coroutine functions): use {instead}"
+        raise InvalidRunError(method, {"field": "store", "detail": detail, "coroutines": found})
+
+
 class ThreadSupervisor:
     """The context manager ``supervise`` returns; enter it once (a second ``with`` raises
     ``RuntimeError``). Build it with ``supervise``, which takes the same parameters: ``store``,
@@ -115,6 +132,7 @@ class ThreadSupervisor:
     ) -> None:
         self._store = store
         self._run_id, self._owner = _admit(store, run_id, owner, "supervise")
+        refuse_async_store(store, "supervise", _STORE_METHODS, "asupervise")
         self._clock = clock
         self._callbacks = (on_reconfirm, on_lapse, on_cancel_requested)
         self._interrupt_thread = interrupt_thread and _set_async_exc is not None
@@ -312,7 +330,9 @@ def supervise(
     block works: ``with supervise(store, run_id, owner, clock=clock) as lease:``.
     ``store`` is anything with ``heartbeat``, ``reconfirm``, ``ownership_facts``
     and ``acknowledge_cancel`` (else ``InvalidRunError``, as for an
-    inadmissible ``run_id`` or ``owner``); the block gets a ``Supervision``.
+    inadmissible ``run_id`` or ``owner``, and for an asyncio store, whose
+    operations are coroutine functions: supervise that one with
+    ``asupervise``); the block gets a ``Supervision``.
 
     The block runs in the caller's thread; a helper thread heartbeats every
     ``HEARTBEAT_INTERVAL_MS`` on ``clock`` (the store's clock). The work is
@@ -370,11 +390,17 @@ def asupervise(
     ``on_reconfirm``, ``on_lapse`` and ``on_cancel_requested`` callbacks and
     the same ``LeaseLost`` rules.
 
-    The supervisor runs as a task on the running loop; every store call runs in
-    a worker thread, so the loop never waits on the database. A lost lease
-    cancels the task running the block and the ``async with`` raises
-    ``LeaseLost`` (a cancellation from anyone else still propagates as
-    ``CancelledError``, without ``on_lapse``). Callbacks may be coroutine
+    The supervisor runs as a task on the running loop. A blocking store's
+    calls run in worker threads, so the loop never waits on the database; an
+    asyncio store's (``runstore.aio.AsyncRunStore``: its operations are
+    coroutine functions) are awaited on the loop, each as a task of its own,
+    with no worker thread. Such a call still pending when its bound (the
+    lease's budget) or the supervision ends is cancelled and not waited for:
+    the store settles it by its own rules, and ``LeaseLost`` is not held back
+    by its ``cancel_grace_s``. A lost lease cancels the task running the
+    block and the ``async with`` raises ``LeaseLost`` (a cancellation from
+    anyone else still propagates as ``CancelledError``, without
+    ``on_lapse``). Callbacks may be coroutine
     functions (awaited on the loop) or plain functions (run in a worker thread).
     """
     return AsyncSupervisor(

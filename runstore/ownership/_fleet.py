@@ -23,21 +23,32 @@ is the per-run ``with`` block: it raises ``LeaseLost`` in the holding thread
 when that run is lost (CPython; ``interrupt_thread=False`` turns that off) and
 from the block's exit. ``on_lost(error)`` is called for every run lost.
 
-The fleet runs on its own event loop in one helper thread; store calls run in
-daemon worker threads, awaited with the clock as a bound. Time is read only
-through the injected ``Clock``; tests drive a ``ManualClock`` and call
-``wait_idle()`` after each move. This module adds no cancellation watching and
-no ``on_reconfirm``/``on_lapse`` callbacks: use ``supervise`` for those.
+A fleet has two faces. ``with supervise_many(...) as fleet:`` runs it on its
+own event loop in one helper thread; store calls run in daemon worker threads,
+awaited with the clock as a bound. ``async with supervise_many(...) as
+fleet:`` runs it as a task on the caller's loop, and ``fleet.ahold(run_id)``
+is the per-run ``async with`` block: a lost run cancels the task holding it
+and the block raises ``LeaseLost``, as ``asupervise`` does. On that face an
+asyncio store (its operations coroutine functions, as
+``runstore.aio.AsyncRunStore``'s) is awaited on the loop with the same bounds
+and no worker thread; a call that outlives its bound is cancelled and left to
+the store's own rules, never waited for (see ``_core``). The thread face
+refuses an asyncio store (``InvalidRunError``). Time is read only through the
+injected ``Clock``; tests drive a ``ManualClock`` and call ``wait_idle()``
+after each move. This module adds no cancellation watching and no
+``on_reconfirm``/``on_lapse`` callbacks: use ``supervise`` for those.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from types import TracebackType
+from typing import Any, Literal
 
 from .. import _telemetry
 from .._boundary import admit_identifier, admit_owner
@@ -51,13 +62,14 @@ from ._core import (
     _IDLE_POLL_S,
     LeaseLost,
     Supervision,
+    _AsyncCalls,
     _error_code,
     _forget_injected,
     _remember_injected,
     _TimedOut,
     _Workers,
 )
-from ._faces import _clear_async_exc, _set_async_exc
+from ._faces import _clear_async_exc, _set_async_exc, refuse_async_store
 
 logger = logging.getLogger("runstore.ownership")
 
@@ -65,23 +77,28 @@ _STORE_METHODS = ("heartbeat_many", "reconfirm", "ownership_facts")
 
 
 class _Member:
-    """One run of the fleet: its supervision and who holds it."""
+    """One run of the fleet: its supervision and who holds it (a thread, or a
+    task on the async face)."""
 
-    __slots__ = ("holder", "injected", "supervision")
+    __slots__ = ("cancelled_work", "holder", "injected", "supervision", "task")
 
     def __init__(self, supervision: Supervision) -> None:
         self.supervision = supervision
         self.holder: int | None = None
         self.injected = False
+        self.task: asyncio.Task[Any] | None = None
+        self.cancelled_work = False
 
 
 class Fleet:
     """Keeps the leases of many runs of one owner alive; see the module docstring.
 
     Build it with ``supervise_many``; ``with`` starts and stops its helper
-    thread. ``add`` and ``discard`` change the runs it keeps (a worker adds
-    the runs ``claim_next`` gives it); ``fleet[run_id]`` is a run's
-    ``Supervision``.
+    thread, ``async with`` its task on the running loop (the face an asyncio
+    store needs). ``add`` and ``discard`` change the runs it keeps (a worker
+    adds the runs ``claim_next`` gives it); ``fleet[run_id]`` is a run's
+    ``Supervision``; ``hold`` (threads) and ``ahold`` (tasks) wrap one run's
+    work.
 
     ``Fleet(store, owner, clock=..., on_lost=..., interrupt_thread=...)``:
     ``owner``'s leases in ``store`` are kept on ``clock``; ``on_lost(error)``
@@ -110,6 +127,8 @@ class Fleet:
         self._busy = 0
         self._failing = False
         self._workers = _Workers("runstore-fleet")
+        self._async_calls = _AsyncCalls()
+        self._async_face = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
         self._thread: threading.Thread | None = None
@@ -178,11 +197,22 @@ class Fleet:
                     raise lost
                 raise lost from exc
 
+    def ahold(self, run_id: str) -> _AsyncHold:
+        """The owned work of ``run_id``, in the calling task, on a fleet entered with
+        ``async with``: ``async with fleet.ahold(run_id) as lease:`` keeps the run
+        (``add``) and gives its ``Supervision``; when that run's lease is lost the
+        task is cancelled and the block raises ``LeaseLost`` (a cancellation from
+        anyone else still propagates as ``CancelledError``). Leaving the block
+        stops keeping the run. A run already lost when the block starts raises its
+        ``LeaseLost`` at once."""
+        return _AsyncHold(self, admit_identifier("Fleet.ahold", "run_id", run_id))
+
     # -- lifetime ----------------------------------------------------------------------
 
     def __enter__(self) -> Fleet:
         if self._started:
             raise RuntimeError("a fleet is entered once")
+        refuse_async_store(self._store, "supervise_many", _STORE_METHODS, "async with")
         self._started = True
         ready = threading.Event()
         self._thread = threading.Thread(
@@ -206,6 +236,49 @@ class Fleet:
             self._lock.notify_all()
         for member in members:
             member.supervision._end()
+
+    async def __aenter__(self) -> Fleet:
+        if self._started:
+            raise RuntimeError("a fleet is entered once")
+        self._started = True
+        self._async_face = True
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.ensure_future(self._run())
+        self._task.add_done_callback(self._run_done)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        task = self._task
+        if task is not None:
+            task.cancel()
+            # Prompt: the fleet's own store calls are never waited for once cancelled.
+            await asyncio.wait((task,))
+        self._async_calls.cancel_all()
+        with self._lock:
+            members = list(self._members.values())
+            self._members.clear()
+            self._parked_until = None
+            self._lock.notify_all()
+        for member in members:
+            member.supervision._end()
+        self._workers.close()
+
+    def _run_done(self, task: asyncio.Future[None]) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is None:
+            return
+        # A fleet that died keeps no lease: every run is lost.
+        kind = type(error).__name__
+        logger.error("run fleet failed (error=%s)", kind, extra={"error_type": kind})
+        for run_id in self.run_ids:
+            self._lose(run_id, "lapsed", unconfirmed_ms=None, outcome=None)
 
     def _main(self, ready: threading.Event) -> None:
         loop = asyncio.new_event_loop()
@@ -240,6 +313,9 @@ class Fleet:
 
     def _idle(self) -> bool:
         if self._thread is not None and not self._thread.is_alive():
+            return True
+        task = self._task
+        if self._async_face and task is not None and task.done():
             return True
         until = self._parked_until
         return self._busy == 0 and until is not None and until > self._clock.now_ms()
@@ -394,6 +470,13 @@ class Fleet:
                 _remember_injected(holder, error)
                 member.injected = True
                 _set_async_exc(holder, LeaseLost)
+            task = member.task if not member.cancelled_work else None
+            if task is not None:
+                member.cancelled_work = True
+        if task is not None:
+            # On the async face, on the loop: the holding task sees the
+            # cancellation at its next await and its block raises LeaseLost.
+            task.cancel(msg="runstore: the run's lease was lost")
         if self._on_lost is not None:
             try:
                 self._on_lost(error)
@@ -415,6 +498,15 @@ class Fleet:
         )
 
     async def _call(self, fn: Callable[..., Any], *args: Any, bound: int | None) -> Any:
+        if inspect.iscoroutinefunction(fn):
+            with self._lock:
+                self._busy += 1
+            try:
+                return await self._async_calls.call(fn, args, bound=bound, clock=self._clock)
+            finally:
+                with self._lock:
+                    self._busy -= 1
+                    self._lock.notify_all()
         with self._lock:
             self._busy += 1
         future = self._workers.submit(fn, args)
@@ -438,6 +530,61 @@ class Fleet:
                 self._lock.notify_all()
 
 
+class _AsyncHold:
+    """What ``Fleet.ahold`` returns: one run's work in one task, interrupted by
+    cancellation when that run's lease is lost (``asupervise``'s rules)."""
+
+    def __init__(self, fleet: Fleet, run_id: str) -> None:
+        self._fleet = fleet
+        self._run_id = run_id
+        self._member: _Member | None = None
+        self._task: asyncio.Task[Any] | None = None
+
+    async def __aenter__(self) -> Supervision:
+        fleet = self._fleet
+        if not fleet._async_face:
+            raise RuntimeError("Fleet.ahold needs a fleet entered with async with")
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("Fleet.ahold must be used inside an asyncio task")
+        supervision = fleet.add(self._run_id)
+        lost = supervision.error
+        if lost is not None:
+            fleet.discard(self._run_id)
+            raise lost
+        with fleet._lock:
+            member = fleet._members[self._run_id]
+            member.task = task
+            member.cancelled_work = False
+        self._member, self._task = member, task
+        return supervision
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Literal[False]:
+        fleet, member, task = self._fleet, self._member, self._task
+        assert member is not None
+        assert task is not None
+        with fleet._lock:
+            member.task = None
+            cancelled = member.cancelled_work
+        fleet.discard(self._run_id)
+        error = member.supervision.error
+        if cancelled:
+            if task.uncancel() > 0:
+                return False  # someone else cancelled the holder too: theirs wins
+        elif isinstance(exc, asyncio.CancelledError):
+            return False  # the holder was cancelled by someone else
+        if error is None or isinstance(exc, LeaseLost):
+            return False
+        if exc is None or isinstance(exc, asyncio.CancelledError):
+            raise error
+        raise error from exc
+
+
 def supervise_many(
     store: Any,
     owner: OwnerId,
@@ -449,8 +596,11 @@ def supervise_many(
 ) -> Fleet:
     """Keep ``owner``'s leases on ``run_ids`` (and any added later) in ``store``
     alive with one ``heartbeat_many`` per pulse on ``clock``: ``with
-    supervise_many(...) as fleet:``. ``store`` needs ``heartbeat_many``,
-    ``reconfirm`` and ``ownership_facts`` (else ``InvalidRunError``);
+    supervise_many(...) as fleet:`` (a helper thread), or ``async with`` (a
+    task on the running loop; the face an asyncio store such as
+    ``runstore.aio.AsyncRunStore`` needs, whose calls are awaited there).
+    ``store`` needs ``heartbeat_many``, ``reconfirm`` and ``ownership_facts``
+    (else ``InvalidRunError``, and from ``with`` for an asyncio store);
     ``on_lost`` and ``interrupt_thread`` are ``Fleet``'s.
 
     Each run keeps ``supervise``'s rules (see ``Fleet``): a lost fence or a
