@@ -5,13 +5,14 @@ store (``runstore._sql._store.SqlRunStore``: the same admission, decisions
 and SQL as ``runstore.open`` gives) and a thread of its own; every call on
 that store runs on that thread, never on the event loop's (the store's
 transaction manager refuses a call made on a loop's thread: ``loop_guard``).
-A call goes to the lane with the fewest calls queued, so a slow call holds
-up only its own lane.
+The lanes take calls from one shared queue, oldest first, so a slow call
+holds up only its own lane. A lane hands its answers back in batches: one
+wake-up of the loop carries every answer finished since the last one.
 
 ``Lanes.call`` is where asyncio's cancellation is decided:
 
-- cancelled before its lane started it: the call is withdrawn, nothing was
-  sent, and ``CancelledError`` is raised at once;
+- cancelled before a lane took it: the call is withdrawn, nothing was sent,
+  and ``CancelledError`` is raised at once;
 - a read cancelled while it runs: ``CancelledError`` at once (the lane
   finishes the read and drops its answer);
 - a write cancelled while it runs: the caller first waits, shielded from
@@ -29,10 +30,11 @@ May import: the core modules and the SQL store the backends share.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import contextlib
+import queue
 import threading
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from .._errors import PersistenceFailedError
 from .._sql._store import SqlRunStore
@@ -43,6 +45,12 @@ S = TypeVar("S")
 #: How long a cancelled write waits for its answer, before and after it
 #: interrupts the statement (seconds), unless ``aopen`` is told otherwise.
 DEFAULT_CANCEL_GRACE_S = 5.0
+
+# A call's states; each change is made under ``Lanes._lock``.
+_QUEUED: Final = 0
+_RUNNING: Final = 1
+_DONE: Final = 2
+_WITHDRAWN: Final = 3
 
 
 def unknown_after_cancel(method: str) -> PersistenceFailedError:
@@ -55,17 +63,34 @@ def unknown_after_cancel(method: str) -> PersistenceFailedError:
     )
 
 
+def _closed(method: str) -> PersistenceFailedError:
+    return PersistenceFailedError(
+        method, "the store is closed", {"stage": "closed", "reason": "closed"}
+    )
+
+
 class Lane(Generic[S]):
     """One synchronous store and the thread that runs every call on it."""
 
-    def __init__(self, store: S, name: str) -> None:
+    def __init__(self, store: S) -> None:
         self.store = store
-        self.pending = 0
-        self.executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix=name
-        )
         #: Per-lane companions built on this lane's store (attempt stores).
         self.companions: dict[object, Any] = {}
+
+
+class _Call:
+    """One call: what to run, where its answer goes, and how far it got."""
+
+    __slots__ = ("error", "fn", "future", "lane", "loop", "state", "value")
+
+    def __init__(self, fn: Callable[[Lane[Any]], Any], loop: asyncio.AbstractEventLoop) -> None:
+        self.fn = fn
+        self.loop = loop
+        self.future: asyncio.Future[Any] = loop.create_future()
+        self.state = _QUEUED
+        self.lane: Lane[Any] | None = None
+        self.value: Any = None
+        self.error: BaseException | None = None
 
 
 def guard(store: SqlRunStore) -> None:
@@ -101,23 +126,66 @@ def _settle_error(future: asyncio.Future[Any], error: BaseException) -> None:
 
 
 class Lanes(Generic[S]):
-    """The lanes of one async store, and how a call is run on them."""
+    """The lanes of one async store, their threads, and how a call is run."""
 
     def __init__(self, stores: list[S], *, grace_s: float, name: str) -> None:
-        self.lanes = [Lane(store, f"{name}-{index}") for index, store in enumerate(stores)]
+        self.lanes = [Lane(store) for store in stores]
         self.grace_s = grace_s
         self.closed = False
         self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        #: Answers finished and not yet handed to their loop, by loop.
+        self._finished: dict[asyncio.AbstractEventLoop, list[_Call]] = {}
+        self._threads = [
+            threading.Thread(target=self._serve, args=(lane,), name=f"{name}-{index}", daemon=True)
+            for index, lane in enumerate(self.lanes)
+        ]
+        for thread in self._threads:
+            thread.start()
 
-    def _pick(self) -> Lane[S]:
-        with self._lock:
-            lane = min(self.lanes, key=lambda lane: lane.pending)
-            lane.pending += 1
-            return lane
+    # -- the lanes' side ----------------------------------------------------------
 
-    def _done(self, lane: Lane[S]) -> None:
+    def _serve(self, lane: Lane[S]) -> None:
+        """A lane's thread: take the oldest call, run it, hand its answer back;
+        at the end (``None``), close the lane's store."""
+        while True:
+            call = self._queue.get()
+            if call is None:
+                break
+            with self._lock:
+                if call.state == _WITHDRAWN:
+                    continue
+                call.state = _RUNNING
+                call.lane = lane
+            try:
+                call.value = call.fn(lane)
+            except BaseException as error:  # handed to the awaiting task
+                call.error = error
+            self._finish(call)
+        close = getattr(lane.store, "close", None)
+        if close is not None:
+            close()
+
+    def _finish(self, call: _Call) -> None:
+        loop = call.loop
         with self._lock:
-            lane.pending -= 1
+            call.state = _DONE
+            batch = self._finished.setdefault(loop, [])
+            batch.append(call)
+            first = len(batch) == 1
+        if first:
+            # A closed loop raises: nobody waits for these answers any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._deliver, loop)
+
+    def _deliver(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the loop: hand every finished answer to its waiting task."""
+        with self._lock:
+            batch = self._finished.pop(loop, [])
+        for call in batch:
+            _answer(call)
+
+    # -- the loop's side ----------------------------------------------------------
 
     async def call(
         self,
@@ -129,60 +197,75 @@ class Lanes(Generic[S]):
     ) -> T:
         """``fn(lane)`` on a lane's thread, awaited, with the cancellation
         rules of the module docstring."""
-        lane = self._pick()
+        if self.closed:
+            raise _closed(method)
+        call = _Call(fn, asyncio.get_running_loop())
+        self._queue.put(call)
         try:
-            started = lane.executor.submit(fn, lane)
-        except RuntimeError:
-            self._done(lane)
-            raise PersistenceFailedError(
-                method, "the store is closed", {"stage": "closed", "reason": "closed"}
-            ) from None
-        started.add_done_callback(lambda _: self._done(lane))
-        answer = asyncio.wrap_future(started)
-        try:
-            return await asyncio.shield(answer)
+            value: T = await call.future
         except asyncio.CancelledError as cancelled:
-            if started.cancel() or not write:
-                # Withdrawn before it ran, or a read: nothing to wait for.
-                answer.add_done_callback(_forget)
+            with self._lock:
+                state = call.state
+                if state == _QUEUED:
+                    call.state = _WITHDRAWN  # the lane will skip it
+                elif state == _RUNNING and write:
+                    call.future = call.loop.create_future()
+            if state == _QUEUED or (state == _RUNNING and not write):
                 raise
-            cause = await self._settle_cancelled(method, lane, answer, interrupt)
-            if cause is None:
-                raise
-            raise cancelled from cause
+            if state == _RUNNING:
+                await self._settle_cancelled(call, interrupt)
+                if call.future.done():
+                    call.future.exception()  # kept on the call; retrieved here
+            if call.state != _DONE:
+                raise cancelled from unknown_after_cancel(method)
+            if call.error is not None:
+                raise cancelled from call.error
+            raise
+        return value
 
-    async def _settle_cancelled(
-        self,
-        method: str,
-        lane: Lane[S],
-        answer: asyncio.Future[Any],
-        interrupt: Callable[[Lane[S]], None],
-    ) -> BaseException | None:
-        """Wait, shielded and bounded, for a cancelled write's answer: None when
-        it answered with a value, its error when it failed, else the
-        outcome-unknown cause."""
-        loop = asyncio.get_running_loop()
+    async def _settle_cancelled(self, call: _Call, interrupt: Callable[[Lane[S]], None]) -> None:
+        """Wait, shielded and bounded, for a cancelled write's answer; past the
+        grace, interrupt its statement and wait as long again."""
+        loop = call.loop
         for phase in ("answer", "interrupted"):
             deadline = loop.time() + self.grace_s
-            while not answer.done():
+            while call.state != _DONE:
                 left = deadline - loop.time()
                 if left <= 0:
                     break
                 try:
-                    await asyncio.wait((answer,), timeout=left)
+                    await asyncio.wait((call.future,), timeout=left)
                 except asyncio.CancelledError:
                     continue  # cancelled again: the first cancellation is re-raised
-            if answer.done() or phase == "interrupted":
-                break
-            # Off the loop: a PostgreSQL cancel request is a round trip of its own.
-            threading.Thread(target=interrupt, args=(lane,), daemon=True).start()
-        if not answer.done():
-            answer.add_done_callback(_forget)
-            return unknown_after_cancel(method)
-        return answer.exception()
+            if call.state == _DONE or phase == "interrupted":
+                return
+            lane = call.lane
+            if lane is not None:
+                # Off the loop: a PostgreSQL cancel request is a round trip of its own.
+                threading.Thread(target=interrupt, args=(lane,), daemon=True).start()
+
+    async def close(self) -> None:
+        """Refuse new calls, let the lanes finish the calls queued, close every
+        lane's store and end the threads."""
+        if self.closed:
+            return
+        self.closed = True
+        for _ in self._threads:
+            self._queue.put(None)
+        threads = self._threads
+
+        def join() -> None:
+            for thread in threads:
+                thread.join()
+
+        await run_on_new_thread(join, "runstore-aclose")
 
 
-def _forget(answer: asyncio.Future[Any]) -> None:
-    """Retrieve an abandoned answer's error, so asyncio does not log it."""
-    if not answer.cancelled():
-        answer.exception()
+def _answer(call: _Call) -> None:
+    future = call.future
+    if future.done():
+        return  # its task was cancelled: the answer stays on the call
+    if call.error is not None:
+        future.set_exception(call.error)
+    else:
+        future.set_result(call.value)
