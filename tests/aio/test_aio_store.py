@@ -574,3 +574,61 @@ def test_postgres_write_cancelled_behind_a_row_lock_rolls_back_with_its_error() 
             assert await store.heartbeat("r", OWNER, 6) == Updated()
 
     _run(main())
+
+
+# -- attempts and credentials ----------------------------------------------------------------
+
+
+def test_the_async_attempt_store_is_fenced_like_the_synchronous_one(tmp_path: Path) -> None:
+    from runstore.attempts import (
+        Attempt,
+        FenceLost,
+        FinishAttempt,
+        Finished,
+        Inserted,
+    )
+    from runstore.attempts import (
+        Updated as AttemptUpdated,
+    )
+
+    clock = ManualClock(0)
+
+    async def main() -> None:
+        async with runstore.aopen(tmp_path / "runs.db", clock=clock) as store:
+            await _owned(store)
+            attempts = AsyncAttemptStore(store, put_mode="upsert")
+            assert attempts.options.put_mode == "upsert"
+            record = Attempt("r", "step", 1, "running", 0, meta={})
+            assert await attempts.put(record, OWNER) == Inserted()
+            stranger = OwnerId("host-b", 9, "x")
+            assert await attempts.put(record, stranger) == FenceLost()
+            assert await attempts.heartbeat("r", "step", 1, OWNER, 3) == AttemptUpdated()
+            done = FinishAttempt("r", "step", 1, "succeeded", 4)
+            assert await attempts.finish(done, OWNER) == Finished()
+            stored = await attempts.get(record)
+            assert stored is not None
+            assert stored.state == "succeeded"
+            assert len(await attempts.state()) == 1
+            await attempts.check_invariants(max_checkpoint_bytes=1 << 20)
+            with pytest.raises(TypeError):
+                AsyncAttemptStore(store.sync_stores[0])  # type: ignore[arg-type]
+
+    _run(main())
+
+
+def test_a_password_never_shows_in_the_repr_or_an_error() -> None:
+    url = _postgres.database_url()
+    scheme, _, rest = url.partition("://")
+    user, _, where = rest.partition("@")
+    secret = "hunter2-not-shown"
+    with_password = f"{scheme}://{user}:{secret}@{where}"
+
+    async def main() -> None:
+        async with runstore.aopen(with_password, clock=ManualClock(0), pool_size=2) as store:
+            assert secret not in repr(store)
+            with pytest.raises(runstore.RunStoreError) as refused:
+                await store.get("missing")
+            assert secret not in str(refused.value)
+            assert secret not in repr(refused.value.cause)
+
+    _run(main())
