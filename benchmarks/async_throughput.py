@@ -32,8 +32,13 @@ side), and the server's processes (from ``/proc``), and WAL flushes per
 heartbeat (``pg_stat_wal``: below 1, commits share flushes). The load
 average (``os.getloadavg``) is printed before and after.
 
+``--pin`` (a diagnostic, 2 cores or more) puts the server's processes on the
+last core and this process on the others, so the client's CPU does not take
+from the server's: on a machine where the two share their cores, the side
+that spends more CPU per call loses throughput for it.
+
 Run: ``python benchmarks/async_throughput.py [--runs N] [--beats B]
-[--rounds R] [--pool P]``. Never asserts (timings are not tests).
+[--rounds R] [--pool P] [--pin]``. Never asserts (timings are not tests).
 """
 
 from __future__ import annotations
@@ -88,9 +93,9 @@ def lane_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith(LANE_PREFIX)]
 
 
-def server_cpu(root_pid: int) -> float:
-    """CPU seconds of the server's postmaster and every process it started."""
-    total = 0
+def server_pids(root_pid: int) -> list[int]:
+    """The server's postmaster and every process it started."""
+    pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -98,11 +103,34 @@ def server_cpu(root_pid: int) -> float:
             text = (entry / "stat").read_text()
         except OSError:
             continue
+        if int(entry.name) == root_pid or int(text[text.rindex(")") + 2 :].split()[1]) == root_pid:
+            pids.append(int(entry.name))
+    return pids
+
+
+def server_cpu(root_pid: int) -> float:
+    """CPU seconds of the server's postmaster and every process it started."""
+    total = 0
+    for pid in server_pids(root_pid):
+        try:
+            text = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue  # ended since
         fields = text[text.rindex(")") + 2 :].split()
-        pid, ppid = int(entry.name), int(fields[1])
-        if pid == root_pid or ppid == root_pid:
-            total += int(fields[11]) + int(fields[12])  # utime, stime
+        total += int(fields[11]) + int(fields[12])  # utime, stime
     return total / _TICKS
+
+
+def pin(root_pid: int) -> str:
+    """The server on the last core (backends it starts later inherit it), this
+    process's threads (those started from now on inherit it) on the others."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return "not pinned (one core)"
+    for pid in server_pids(root_pid):
+        os.sched_setaffinity(pid, {cores[-1]})
+    os.sched_setaffinity(0, set(cores[:-1]))
+    return f"server pinned to core {cores[-1]}, this process to {cores[:-1]}"
 
 
 def wal_flushes(url: str, stores: list[runstore.RunStore]) -> int:
@@ -236,6 +264,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--beats", type=int, default=5, help="heartbeats per run per measurement")
     parser.add_argument("--rounds", type=int, default=7, help="timed (sync, async) pairs")
     parser.add_argument("--pool", type=int, default=8, help="connections (threads) per side")
+    parser.add_argument("--pin", action="store_true", help="the server on a core of its own")
     args = parser.parse_args(argv)
     print(f"load before: {load()}")
     cluster = _postgres.Cluster(fsync=True)
@@ -254,6 +283,8 @@ def main(argv: list[str] | None = None) -> None:
             f"full_page_writes={row[3]}; {os.cpu_count()} cores"
         )
         assert cluster._process is not None
+        if args.pin:
+            print(pin(cluster._process.pid))
         bench = Bench(url, cluster._process.pid, args.runs, args.beats, args.pool)
         print(
             f"{args.runs} runs x {args.beats} heartbeats per measurement; async: "
