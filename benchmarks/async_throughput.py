@@ -26,11 +26,12 @@ pair to warm up), each round one measurement of each side over the same run
 count. Printed per round: heartbeats per second of each side and the ratio
 async/sync; then the median, minimum and maximum of the ratio over the
 rounds (the issue's acceptance point: median >= 0.9); then, per side, CPU
-time per heartbeat: this process's (every thread), the event loop's thread,
-the threads that ran the store calls (the lanes; the 8 threads on the sync
-side), and the server's processes (from ``/proc``), and WAL flushes per
-heartbeat (``pg_stat_wal``: below 1, commits share flushes). The load
-average (``os.getloadavg``) is printed before and after.
+time per heartbeat: this process's (every thread), the main thread (the
+event loop's, on the async side), the threads that ran the store calls (the
+lanes; the 8 threads on the sync side), and the server's processes (from
+``/proc``), and WAL flushes per heartbeat (``pg_stat_wal``: below 1,
+commits share flushes). The load average (``os.getloadavg``) is printed
+before and after.
 
 ``--pin`` (a diagnostic, 2 cores or more) puts the server's processes on the
 last core and this process on the others, so the client's CPU does not take
@@ -229,23 +230,28 @@ class Bench:
         return self.loop.run_until_complete(everything()), None
 
     def measure(self, side: Side, run: Callable[[], tuple[float, float | None]]) -> None:
+        # The statistics queries stay outside the CPU readings they would add to.
+        before_flushes = wal_flushes(self.url, self.all_stores)
+        before_server = server_cpu(self.server_pid)
         lanes = lane_threads()
         main = threading.main_thread()
         before_lanes = sum(thread_cpu(t) for t in lanes)
         before_main = thread_cpu(main)
         before_process = time.process_time()
-        before_server = server_cpu(self.server_pid)
-        before_flushes = wal_flushes(self.url, self.all_stores)
         elapsed, callers = run()
+        process = time.process_time() - before_process
+        loop = thread_cpu(main) - before_main
         if callers is None:
             callers = sum(thread_cpu(t) for t in lanes) - before_lanes
+        server = server_cpu(self.server_pid) - before_server
+        flushes = wal_flushes(self.url, self.all_stores) - before_flushes
         heartbeats = len(self.run_ids) * self.beats
         side.rates.append(heartbeats / elapsed)
-        side.process.append((time.process_time() - before_process) / heartbeats)
-        side.loop.append((thread_cpu(main) - before_main) / heartbeats)
+        side.process.append(process / heartbeats)
+        side.loop.append(loop / heartbeats)
         side.callers.append(callers / heartbeats)
-        side.server.append((server_cpu(self.server_pid) - before_server) / heartbeats)
-        side.flushes.append((wal_flushes(self.url, self.all_stores) - before_flushes) / heartbeats)
+        side.server.append(server / heartbeats)
+        side.flushes.append(flushes / heartbeats)
 
     def close(self) -> None:
         self.loop.run_until_complete(self.astore.close())
@@ -314,8 +320,8 @@ def main(argv: list[str] | None = None) -> None:
         )
         print("CPU microseconds per heartbeat (median of the rounds), WAL flushes per heartbeat:")
         print(
-            f"{'side':<7}{'process':>9}{'loop':>9}{'callers':>9}{'server':>9}{'flushes':>9}"
-            "   (callers: the lane threads / the sync threads)"
+            f"{'side':<7}{'process':>9}{'main':>9}{'callers':>9}{'server':>9}{'flushes':>9}"
+            "   (main: the event loop's thread; callers: the lanes / the 8 threads)"
         )
         for name, side in (("sync", sync), ("async", async_)):
             print(
