@@ -55,7 +55,7 @@ from ._job import Job as Job
 from ._job import PollingWakeup as PollingWakeup
 from ._job import Wakeup as Wakeup
 from ._job import WorkerEvent as WorkerEvent
-from ._worker import ATTEMPT_STEP as ATTEMPT_STEP
+from ._steps import ATTEMPT_STEP as ATTEMPT_STEP
 from ._worker import Worker as Worker
 
 __all__ = [

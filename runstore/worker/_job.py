@@ -1,5 +1,5 @@
-"""What a handler is given (``Job``), what a worker reports (``WorkerEvent``),
-and how an idle worker waits (``Wakeup``, ``PollingWakeup``)."""
+"""What a handler is given (``Job``, ``AsyncJob``), what a worker reports
+(``WorkerEvent``), and how an idle worker waits (``Wakeup``, ``PollingWakeup``)."""
 
 from __future__ import annotations
 
@@ -104,23 +104,9 @@ def backoff_s(previous_s: float, floor_s: float, ceiling_s: float, rng: random.R
     return base * (0.5 + rng.random() / 2)
 
 
-class Job:
-    """One run a worker holds, as its handler sees it.
-
-    ``Job(store, run_id, owner, state_json, takeover, taken_at_ms)`` is built by
-    the worker: ``store`` is the run store, ``run_id`` the run, ``owner`` the
-    worker's ``OwnerId``, ``state_json`` the state when the run was taken (then
-    the last checkpoint), ``takeover`` ``None`` for a claimable run, the evidence
-    kind for a run taken over from another owner and ``"own_stale"`` for this
-    worker's own stale run taken back, and ``taken_at_ms`` when the worker took
-    it, by its clock; all but ``store`` are plain attributes.
-
-    ``checkpoint`` saves progress under the fence; ``cancel_requested`` reads
-    whether someone asked to cancel the run; ``lost`` and ``check()`` tell
-    whether the run still belongs to this worker.
-
-    The repr never shows the state.
-    """
+class _JobBase:
+    """What both kinds of job hold: the run, the worker's owner, the state, how the run
+    was taken, and whether it is still the worker's."""
 
     __slots__ = ("_lost", "_store", "owner", "run_id", "state_json", "taken_at_ms", "takeover")
 
@@ -147,29 +133,17 @@ class Job:
         self.taken_at_ms = taken_at_ms
         """When the worker took the run, by its clock."""
 
-    def checkpoint(self, state_json: str) -> None:
-        """Save ``state_json`` (JSON text) as the run's state, keeping it ``running``:
-        a fenced ``transition_owned``. Raises ``LeaseLost`` (``reason="fence_lost"``)
-        when this worker no longer owns the run; nothing is written then. A value
-        that is not JSON text raises ``InvalidRunError`` and writes nothing."""
-        if self._lost.is_set():
-            raise LeaseLost(run_id=self.run_id, reason="fence_lost", outcome=FenceLost())
-        outcome = self._store.transition_owned(self.run_id, self.owner, "running", state_json)
+    def _refused(self) -> LeaseLost:
+        return LeaseLost(run_id=self.run_id, reason="fence_lost", outcome=FenceLost())
+
+    def _checkpointed(self, state_json: str, outcome: object) -> None:
+        """Record a checkpoint's answer: the new state, or the run lost (``LeaseLost``)."""
         if isinstance(outcome, Transitioned):
             self.state_json = state_json
             return
         assert isinstance(outcome, FenceLost | NotFound)
         self._lost.set()
         raise LeaseLost(run_id=self.run_id, reason="fence_lost", outcome=outcome)
-
-    @property
-    def cancel_requested(self) -> bool:
-        """True when cancellation of the run has been requested (read from the store
-        on every access). The worker does not interrupt a handler for it: a handler
-        that can stop early checks this, and its return then settles the run
-        ``cancelled``."""
-        row = self._store.get(self.run_id)
-        return row.cancel_requested_at_ms is not None
 
     @property
     def lost(self) -> bool:
@@ -180,7 +154,79 @@ class Job:
     def check(self) -> None:
         """Raise ``LeaseLost`` when ``lost`` is true; return otherwise."""
         if self._lost.is_set():
-            raise LeaseLost(run_id=self.run_id, reason="fence_lost", outcome=FenceLost())
+            raise self._refused()
 
     def __repr__(self) -> str:
-        return f"Job(run_id={self.run_id!r}, owner={self.owner!r}, takeover={self.takeover!r})"
+        return (
+            f"{type(self).__name__}(run_id={self.run_id!r}, owner={self.owner!r}, "
+            f"takeover={self.takeover!r})"
+        )
+
+
+class Job(_JobBase):
+    """One run a worker holds, as its handler sees it.
+
+    ``Job(store, run_id, owner, state_json, takeover, taken_at_ms)`` is built by
+    the worker: ``store`` is the run store, ``run_id`` the run, ``owner`` the
+    worker's ``OwnerId``, ``state_json`` the state when the run was taken (then
+    the last checkpoint), ``takeover`` ``None`` for a claimable run, the evidence
+    kind for a run taken over from another owner and ``"own_stale"`` for this
+    worker's own stale run taken back, and ``taken_at_ms`` when the worker took
+    it, by its clock; all but ``store`` are plain attributes.
+
+    ``checkpoint`` saves progress under the fence; ``cancel_requested`` reads
+    whether someone asked to cancel the run; ``lost`` and ``check()`` tell
+    whether the run still belongs to this worker.
+
+    The repr never shows the state.
+    """
+
+    __slots__ = ()
+
+    def checkpoint(self, state_json: str) -> None:
+        """Save ``state_json`` (JSON text) as the run's state, keeping it ``running``:
+        a fenced ``transition_owned``. Raises ``LeaseLost`` (``reason="fence_lost"``)
+        when this worker no longer owns the run; nothing is written then. A value
+        that is not JSON text raises ``InvalidRunError`` and writes nothing."""
+        if self._lost.is_set():
+            raise self._refused()
+        outcome = self._store.transition_owned(self.run_id, self.owner, "running", state_json)
+        self._checkpointed(state_json, outcome)
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True when cancellation of the run has been requested (read from the store
+        on every access). The worker does not interrupt a handler for it: a handler
+        that can stop early checks this, and its return then settles the run
+        ``cancelled``."""
+        row = self._store.get(self.run_id)
+        return row.cancel_requested_at_ms is not None
+
+
+class AsyncJob(_JobBase):
+    """One run an ``AsyncWorker`` holds, as its handler (a coroutine function) sees it.
+
+    The same attributes as ``Job`` (``run_id``, ``owner``, ``state_json``,
+    ``takeover``, ``taken_at_ms``, ``lost``, ``check()``); what reads or writes the
+    store is a coroutine: ``await job.checkpoint(state_json)`` and ``await
+    job.cancel_requested()``. When the run's lease is lost the handler's task is
+    cancelled (let the ``CancelledError`` propagate).
+
+    The repr never shows the state.
+    """
+
+    __slots__ = ()
+
+    async def checkpoint(self, state_json: str) -> None:
+        """``Job.checkpoint``, awaited: save ``state_json`` under the fence, or raise
+        ``LeaseLost`` (nothing written) when the run is no longer this worker's."""
+        if self._lost.is_set():
+            raise self._refused()
+        outcome = await self._store.transition_owned(self.run_id, self.owner, "running", state_json)
+        self._checkpointed(state_json, outcome)
+
+    async def cancel_requested(self) -> bool:
+        """True when cancellation of the run has been requested (read from the store
+        on every call); see ``Job.cancel_requested``."""
+        row = await self._store.get(self.run_id)
+        return row.cancel_requested_at_ms is not None

@@ -1,72 +1,47 @@
 """``Worker``: finds runs, holds them under one fleet supervisor, runs the
-handler on each, and writes each run's end under the fence."""
+handler on each in a thread, and writes each run's end under the fence.
+
+Its decisions are ``_steps``' (shared with ``AsyncWorker``), run here on the
+blocking store by ``run_steps``; this module owns the threads: the finding
+loop, the handler slots and their permits, the wakeup and the scan ticker."""
 
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import random
 import signal
-import socket
 import threading
-import traceback
-import uuid
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from .._boundary import admit_clock, admit_owner, admit_state
-from .._clock import Clock, SystemClock
+from .._clock import Clock
 from .._constants import HEARTBEAT_INTERVAL_MS
-from .._errors import InvalidRunError, PersistenceFailedError, RunStoreError
-from .._outcomes import Activated, GuardFailed, Recovered, Transitioned
-from .._values import LivenessEvidence, OwnerId, RunRow, TransitionGuard
-from ..consensus._admit import missing_methods
-from ..ownership import (
-    LeaseLost,
-    LivenessContext,
-    lease_liveness,
-    same_host_pid_probe,
-    supervise_many,
-)
+from .._errors import InvalidRunError, RunStoreError
+from .._values import OwnerId, RunRow
+from ..ownership import LeaseLost, supervise_many
+from ..ownership._core import coroutine_methods
 from ._job import EventKind, Job, PollingWakeup, Wakeup, WorkerEvent, backoff_s
+from ._options import STORE_METHODS, admit_options, attempt_store, emit
+from ._steps import (
+    Ending,
+    claim_steps,
+    complete_steps,
+    fail_steps,
+    run_steps,
+    scan_steps,
+    state_steps,
+    suspend_steps,
+    take_over_steps,
+    too_many_takeovers_steps,
+    verdict,
+)
+from ._steps import type_name as _type_name
 
 logger = logging.getLogger("runstore.worker")
 
-ATTEMPT_STEP = "runstore.worker"
-"""The ``step_key_digest`` of the attempt record a worker writes when a handler fails:
-one attempt per execution, numbered by the run's activations."""
-
-_STORE_METHODS = (
-    "get",
-    "claim_next",
-    "claim_and_own",
-    "recover_claim",
-    "transition_owned",
-    "acknowledge_cancel",
-    "list_runs",
-    "ownership_facts",
-    "heartbeat_many",
-    "reconfirm",
-)
 _POLL_FLOOR_S = 0.05
-_COMPLETE_GUARD = TransitionGuard(cancel_requested="absent")
-
-
-def _type_name(error: BaseException) -> str:
-    kind = type(error)
-    module = kind.__module__
-    return kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
-
-
-def _site(error: BaseException) -> dict[str, Any] | None:
-    """Where ``error`` was raised: the innermost frame of its traceback."""
-    frames = traceback.extract_tb(error.__traceback__)
-    if not frames:
-        return None
-    last = frames[-1]
-    return {"file": last.filename, "line": last.lineno, "function": last.name}
 
 
 class _Held:
@@ -143,55 +118,36 @@ class Worker:
         attempts: bool = True,
         slot_store: Callable[[], Any] | None = None,
     ) -> None:
-        missing = missing_methods(store, _STORE_METHODS)
-        if missing:
-            detail = f"must be a run store (missing or not callable: {', '.join(missing)})"
+        options = admit_options(
+            "Worker",
+            store,
+            handler,
+            owner=owner,
+            host_id=host_id,
+            concurrency=concurrency,
+            clock=clock,
+            max_takeovers=max_takeovers,
+            handler_timeout_ms=handler_timeout_ms,
+            poll_interval_s=poll_interval_s,
+            scan_interval_ms=scan_interval_ms,
+        )
+        if coroutine_methods(store, STORE_METHODS):
+            detail = "an asyncio store (its operations are coroutine functions): use AsyncWorker"
             raise InvalidRunError("Worker", {"field": "store", "detail": detail})
-        if not callable(handler):
-            raise InvalidRunError("Worker", {"field": "handler", "detail": "must be callable"})
-        for name, value, low in (
-            ("concurrency", concurrency, 1),
-            ("max_takeovers", max_takeovers, 0),
-            ("scan_interval_ms", scan_interval_ms, 1),
-        ):
-            if type(value) is not int or value < low:
-                raise InvalidRunError(
-                    "Worker", {"field": name, "detail": f"must be an int of at least {low}"}
-                )
-        if handler_timeout_ms is not None and (
-            type(handler_timeout_ms) is not int or handler_timeout_ms < 1
-        ):
-            raise InvalidRunError(
-                "Worker", {"field": "handler_timeout_ms", "detail": "must be None or an int >= 1"}
-            )
-        if type(poll_interval_s) not in (int, float) or not 0 < poll_interval_s <= 3600:
-            raise InvalidRunError(
-                "Worker", {"field": "poll_interval_s", "detail": "must be a number in (0, 3600]"}
-            )
-        if owner is None:
-            host = host_id if host_id is not None else (socket.gethostname() or "localhost")
-            owner = OwnerId(host, os.getpid(), uuid.uuid4().hex)
-        elif host_id is not None:
-            raise InvalidRunError(
-                "Worker", {"field": "host_id", "detail": "give owner or host_id, not both"}
-            )
-        self._owner = admit_owner("Worker", "owner", owner)
+        self._owner = options.owner
         self._store = store
         self._handler = handler
-        self._concurrency = concurrency
-        if clock is None:
-            # The store's own clock, so that leases, scans and stamps agree.
-            clock = getattr(store, "clock", None) or SystemClock()
-        self._clock: Clock = admit_clock("Worker", clock)
-        self._max_takeovers = max_takeovers
-        self._handler_timeout_ms = handler_timeout_ms
-        self._poll_interval_s = float(poll_interval_s)
-        self._scan_interval_ms = scan_interval_ms
+        self._concurrency = options.concurrency
+        self._clock: Clock = options.clock
+        self._max_takeovers = options.max_takeovers
+        self._handler_timeout_ms = options.handler_timeout_ms
+        self._poll_interval_s = options.poll_interval_s
+        self._scan_interval_ms = options.scan_interval_ms
         self._wakeup_given = wakeup
         self._on_event = on_event
         self._attempts: Any = None
         if attempts:
-            self._attempts = _attempt_store(store)
+            self._attempts = attempt_store(store)
         self._lock = threading.Condition()
         self._held: dict[str, _Held] = {}
         self._kick = threading.Event()
@@ -349,13 +305,18 @@ class Worker:
                 self._slots.release()
         return taken > 0
 
+    def _targets(self) -> dict[str, Any]:
+        """What the steps call, for the calling thread: its slot's store and attempt
+        store (``slot_store``), else the worker's; and the worker."""
+        attempts = getattr(self._local, "attempts", None) or self._attempts
+        return {"store": self._s(), "attempts": attempts, "worker": self}
+
     def _take_claimable(self, free: int) -> int:
         now = self._clock.now_ms()
-        if self._can_batch and free > 1:
-            rows: list[RunRow] = list(self._store.claim_next_many(self._owner, now, free))
-        else:
-            row = self._store.claim_next(self._owner, now)
-            rows = [] if row is None else [row]
+        rows = run_steps(
+            claim_steps(self._owner, now, free, can_batch=self._can_batch),
+            {"store": self._store},
+        )
         started = 0
         for row in rows:
             held = self._prepare_safely(row, now)
@@ -376,63 +337,19 @@ class Worker:
             return None
 
     def _scan_takeovers(self, free: int) -> int:
-        taken = 0
-        now = self._clock.now_ms()
-        limit = min(1000, max(10, free))
-        # Abandoned claims first: clearing one makes its run claimable (or, for a
-        # steal that was never activated, leaves the stale owner to the scan below).
-        page = self._store.list_runs(claim_stale_at=now, limit=limit)
-        for row in page.runs:
-            self._recover_claim(row, now)
-        page = self._store.list_runs(stale_at=now, limit=limit)
-        for row in page.runs:
-            if taken >= free:
-                # More stale runs than free slots: the next slot that frees scans
-                # again before it takes new work, instead of waiting for the next
-                # interval.
-                self._scan_pending = True
-                break
-            if self._take_over(row, now):
-                taken += 1
+        taken, more = run_steps(
+            scan_steps(self._owner, self._clock.now_ms(), free),
+            {"store": self._store, "worker": self},
+        )
+        if more:
+            # More stale runs than free slots: the next slot that frees scans again
+            # before it takes new work, instead of waiting for the next interval.
+            self._scan_pending = True
         return taken
 
-    def _evidence(self, owner: OwnerId, heartbeat_at_ms: int | None, now: int) -> Any:
-        """Evidence that ``owner`` is gone, or None. Same host: the pid probe (a dead
-        pid), else the lease (a frozen or reused pid must not strand its runs);
-        another host: the lease past staleness. The store checks staleness itself."""
-        context = LivenessContext(self._owner, heartbeat_at_ms, now)
-        if owner.host_id == self._owner.host_id:
-            if not same_host_pid_probe(owner, context):
-                return LivenessEvidence(owner, now, "same-host-pid-dead")
-            if not lease_liveness()(owner, context):
-                return LivenessEvidence(owner, now, "lease-expired")
-            return None
-        if lease_liveness()(owner, context):
-            return None
-        return LivenessEvidence(owner, now, "cross-host-unreachable-stale")
-
-    def _recover_claim(self, row: RunRow, now: int) -> None:
-        claimant, token = row.claim, row.claimed_at_ms
-        if claimant is None or token is None or claimant == self._owner:
-            return
-        evidence = self._evidence(claimant, token, now)
-        if evidence is None:
-            return
-        outcome = self._store.recover_claim(row.run_id, claimant, token, self._owner, now, evidence)
-        if isinstance(outcome, Recovered):
-            logger.info(
-                "recovered an abandoned claim on %s (evidence %s)",
-                row.run_id,
-                evidence.kind,
-                extra={"run_id": row.run_id, "evidence": evidence.kind},
-            )
-
     def _take_over(self, row: RunRow, now: int) -> bool:
-        previous = row.owner
-        if previous is None:
-            return False
-        evidence = None
-        if previous == self._owner:
+        """Take over the stale run ``row`` and hand it to a slot (``scan_steps``' call)."""
+        if row.owner == self._owner:
             # Our own run went stale. While a handler here still holds it and has not
             # lost it, the supervisor decides (it renews or ends the lease): taking it
             # back would start a second execution beside the first. Otherwise (a start
@@ -446,16 +363,11 @@ class Worker:
                     stale.ended_by_worker = True
             if stale is not None:
                 stale.job._lost.set()
-        else:
-            evidence = self._evidence(previous, row.heartbeat_at_ms, now)
-            if evidence is None:
-                return False
-        outcome = self._store.claim_and_own(row.run_id, row, self._owner, now, evidence)
-        if not isinstance(outcome, Activated):
+        found = run_steps(take_over_steps(row, self._owner, now), {"store": self._store})
+        if found is None:
             return False
-        taken = self._store.get(row.run_id)
-        kind = evidence.kind if evidence is not None else None
-        held = self._prepare(taken, now, takeover=kind or "own_stale", previous=previous)
+        taken, kind, previous = found
+        held = self._prepare(taken, now, takeover=kind, previous=previous)
         if held is None:
             return False  # ended at once (taken over too often): its slot is free
         self._inbox.put(held)
@@ -468,9 +380,7 @@ class Worker:
     ) -> _Held | None:
         """Register a run just taken (its event, its supervision); None when it was
         ended at once instead (taken over too often)."""
-        state = (
-            row.state_json if row.state_json is not None else self._store.get(row.run_id).state_json
-        )
+        state = run_steps(state_steps(row), {"store": self._store})
         job = Job(self._store, row.run_id, self._owner, state, takeover, now)
         held = _Held(job)
         with self._lock:
@@ -484,7 +394,9 @@ class Worker:
                 evidence=takeover if takeover != "own_stale" else None,
                 previous_owner=previous,
             )
-            if self._takeovers(row.run_id) > self._max_takeovers:
+            if run_steps(
+                too_many_takeovers_steps(row.run_id, self._max_takeovers), {"store": self._store}
+            ):
                 try:
                     self._fail(held, reason="too_many_takeovers", error=None)
                 finally:
@@ -509,7 +421,7 @@ class Worker:
             return None
         self._local.store = store
         if self._attempts is not None:
-            self._local.attempts = _attempt_store(store)
+            self._local.attempts = attempt_store(store)
         return store
 
     def _start_slot_thread(self) -> None:
@@ -579,42 +491,27 @@ class Worker:
             self._start_slot_thread()
         self._kick.set()
 
-    def _takeovers(self, run_id: str) -> int:
-        facts = self._store.ownership_facts(run_id)
-        return sum(1 for fact in facts if fact.transition == "stolen")
-
     def _execute(self, held: _Held) -> None:
         job = held.job
         job._store = self._s()  # the handler's checkpoints go through its slot's store
         try:
+            error: Exception | None = None
+            result: object = None
             try:
                 with self._fleet.hold(job.run_id):
                     result = self._handler(job)
-            except LeaseLost:
-                self._lose(held, "lease_lost")
-                return
-            except PersistenceFailedError:
-                # Storage failed under the handler (a checkpoint that could not be
-                # written): not the handler's fault, and not a reason to fail the run
-                # for good. Nothing more is written: the run is left to its lease,
-                # keeping its last durable state, and taken over once stale (by a
-                # peer, or by this worker as its own stale run). Retrying at once
-                # would spin on a failure that lasts.
+            except Exception as raised:
+                error = raised
+            decision = verdict(error, ended_by_worker=held.ended_by_worker, lost=job.lost)
+            if decision.action == "complete":
+                self._complete(held, result)
+            elif decision.action == "fail":
+                self._fail(held, reason=decision.reason or "handler_raised", error=error)
+            elif decision.action == "lose":
+                # A storage failure under the handler leaves the run to its lease
+                # (``verdict``): its supervision ends now, nothing more is written.
                 self._fleet.discard(job.run_id)
-                self._lose(held, "storage_failed" if not held.ended_by_worker else "lease_lost")
-                return
-            except Exception as error:
-                if not held.ended_by_worker and not job.lost:
-                    self._fail(held, reason="handler_raised", error=error)
-                else:
-                    self._lose(held, "lease_lost")
-                return
-            if held.ended_by_worker:
-                return
-            if job.lost:
-                self._lose(held, "lease_lost")
-                return
-            self._complete(held, result)
+                self._lose(held, decision.reason or "lease_lost")
         except RunStoreError as error:
             # The settling write itself failed (storage, outcome unknown): the run
             # stays running under this owner until its lease lapses and a peer
@@ -637,25 +534,11 @@ class Worker:
             self._lock.notify_all()
 
     def _complete(self, held: _Held, result: object) -> None:
-        job = held.job
-        try:
-            text = admit_state("Worker", result)
-        except InvalidRunError:
-            self._fail(held, reason="not_json", error=None, returned=result)
-            return
-        store = self._s()
-        guard = _COMPLETE_GUARD
-        outcome = store.transition_owned(job.run_id, self._owner, "completed", text, guard)
-        if isinstance(outcome, Transitioned):
-            self._emit("settled", job.run_id, status="completed")
-            return
-        if isinstance(outcome, GuardFailed):
-            store.acknowledge_cancel(job.run_id, self._owner, self._clock.now_ms())
-            outcome = store.transition_owned(job.run_id, self._owner, "cancelled", text)
-            if isinstance(outcome, Transitioned):
-                self._emit("settled", job.run_id, status="cancelled", reason="cancel_requested")
-                return
-        self._lose(held, "fence_lost")
+        """Settle the run with the handler's result (``complete_steps``)."""
+        steps = complete_steps(
+            held.job, self._owner, result, self._clock, attempts=self._attempts is not None
+        )
+        self._report(held, run_steps(steps, self._targets()))
 
     def _fail(
         self,
@@ -666,23 +549,32 @@ class Worker:
         returned: object = None,
     ) -> None:
         """Settle ``failed`` keeping the last checkpoint, after the attempt record."""
-        job = held.job
-        if error is not None:
-            error_type = _type_name(error)
-            record: dict[str, Any] = {"type": error_type, "site": _site(error)}
-        elif reason == "not_json":
-            error_type = "runstore.worker.NotJsonText"
-            record = {"type": error_type, "returned": type(returned).__qualname__}
+        steps = fail_steps(
+            held.job,
+            self._owner,
+            self._clock,
+            reason=reason,
+            error=error,
+            returned=returned,
+            attempts=self._attempts is not None,
+        )
+        self._report(held, run_steps(steps, self._targets()))
+
+    def _report(self, held: _Held, ending: Ending) -> None:
+        """Say how a run's end went: its event, or the run lost."""
+        run_id = held.job.run_id
+        if ending.kind == "lost":
+            self._lose(held, ending.reason or "fence_lost")
+        elif ending.kind == "settled":
+            self._emit(
+                "settled",
+                run_id,
+                status=ending.status,
+                reason=ending.reason,
+                error_type=ending.error_type,
+            )
         else:
-            error_type = f"runstore.worker.{reason}"
-            record = {"type": error_type}
-        record["reason"] = reason
-        self._record_attempt(job, record)
-        outcome = self._s().transition_owned(job.run_id, self._owner, "failed")
-        if isinstance(outcome, Transitioned):
-            self._emit("settled", job.run_id, status="failed", reason=reason, error_type=error_type)
-        else:
-            self._lose(held, "fence_lost")
+            self._emit("suspended", run_id, reason=ending.reason)
 
     def _lose(self, held: _Held, reason: str) -> None:
         """The run is someone else's now: say so once (unless the worker itself
@@ -694,41 +586,6 @@ class Worker:
             held.lost_reported = True
         self._emit("lost", held.job.run_id, reason=reason)
         self._kick.set()
-
-    def _record_attempt(self, job: Job, error: dict[str, Any]) -> None:
-        if self._attempts is None:
-            return
-        from ..attempts import Attempt
-
-        try:
-            facts = self._s().ownership_facts(job.run_id)
-            number = sum(1 for fact in facts if fact.transition == "activated")
-            attempt = Attempt(
-                job.run_id,
-                ATTEMPT_STEP,
-                number,
-                "failed",
-                job.taken_at_ms,
-                finished_at_ms=self._clock.now_ms(),
-                error=error,
-                meta={
-                    "owner": {
-                        "host_id": self._owner.host_id,
-                        "pid": self._owner.pid,
-                        "nonce": self._owner.nonce,
-                    },
-                    "takeover": job.takeover,
-                },
-            )
-            (getattr(self._local, "attempts", None) or self._attempts).put(attempt, self._owner)
-        except Exception as failure:
-            # The attempt record is evidence, not the ending: the run still settles.
-            logger.warning(
-                "writing the attempt record of %s failed (%s)",
-                job.run_id,
-                _type_name(failure),
-                extra={"run_id": job.run_id},
-            )
 
     def _on_lost(self, error: LeaseLost) -> None:
         run_id = error.run_id
@@ -794,14 +651,14 @@ class Worker:
             self._fleet.discard(job.run_id)
             job._lost.set()
             try:
-                outcome = self._store.transition_owned(job.run_id, self._owner, "suspended")
+                ending = run_steps(suspend_steps(job.run_id, self._owner), {"store": self._store})
             except RunStoreError as error:
                 logger.warning("suspending %s failed (%s)", job.run_id, error.code)
                 continue
-            if isinstance(outcome, Transitioned):
-                self._emit("suspended", job.run_id, reason="grace_expired")
+            if ending.kind == "suspended":
+                self._emit("suspended", job.run_id, reason=ending.reason)
             else:
-                self._emit("lost", job.run_id, reason="fence_lost")
+                self._emit("lost", job.run_id, reason=ending.reason)
             with self._lock:
                 self._held.pop(job.run_id, None)
 
@@ -864,32 +721,7 @@ class Worker:
         run_id: str,
         **details: Any,
     ) -> None:
-        event = WorkerEvent(kind, run_id, self._owner, self._clock.now_ms(), **details)
-        parts = [f"{name}={value}" for name, value in details.items() if value is not None]
-        logger.info(
-            "%s %s%s",
-            kind,
-            run_id,
-            (" " + " ".join(parts)) if parts else "",
-            extra={"run_id": run_id, "event": kind},
-        )
-        if self._on_event is not None:
-            try:
-                self._on_event(event)
-            except Exception as error:
-                logger.warning("on_event failed (%s)", _type_name(error))
+        emit(self._owner, self._clock, self._on_event, kind, run_id, **details)
 
     def __repr__(self) -> str:
         return f"Worker(owner={self._owner!r}, concurrency={self._concurrency})"
-
-
-def _attempt_store(store: Any) -> Any:
-    """An attempt store over ``store`` when it keeps attempts, else None."""
-    try:
-        from ..attempts import AttemptStore, AttemptStoreError
-    except ImportError:  # pragma: no cover
-        return None
-    try:
-        return AttemptStore(store)
-    except AttemptStoreError:
-        return None
