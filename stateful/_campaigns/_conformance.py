@@ -20,8 +20,9 @@ from .._checks._opening import opening_check_for, sqlite_store_consensus
 from .._machines._attempts import AttemptStateMismatch, attempt_comparison_for
 from .._machines._consensus import ConsensusFactory, consensus_comparison_for
 from .._machines._run_store import StoreFactory, comparison_for
+from .._targets._blocking import blocking_factory
 from .._targets._builtin import raw_writer_for, sqlite_store_factory
-from .._targets._probe import builds_sqlite_stores
+from .._targets._probe import attempt_store_for
 from ._budget import EXPLORE_SECONDS, WALL_SECONDS, chosen_settings, shrinking_within
 from ._summary import summarize
 
@@ -69,6 +70,8 @@ def conformance_machines(
             )
             machines.append(opening_check_for(consensus_factory, name=f"sqlite+{name}+opening"))
     if store_factory is not None:
+        # An async store factory's stores are driven through the synchronous stand-in.
+        store_factory = blocking_factory(store_factory)
         name = getattr(store_factory, "__qualname__", "store")
         machines.append(
             comparison_for(
@@ -78,15 +81,18 @@ def conformance_machines(
                 raw_writer=raw_writer_for(store_factory),
             )
         )
-        if builds_sqlite_stores(store_factory):
-            # Attempts live in the SQLite adapter's database: the same store
-            # again, with attempt rules interleaved.
+        attempt_store = attempt_store_for(store_factory)
+        if attempt_store is not None:
+            # Attempts live in the SQL store's database: the same store again,
+            # with attempt rules interleaved (an async store's attempt store
+            # is the async one, behind the stand-in too).
             machines.append(
                 attempt_comparison_for(
                     store_factory,
                     capabilities,
                     name=f"{name}+attempts",
                     raw_writer=raw_writer_for(store_factory),
+                    attempt_store=attempt_store,
                 )
             )
             opened_with = sqlite_store_consensus(store_factory)
@@ -120,8 +126,17 @@ def run_conformance(
 
     ``store_factory(clock, path)`` builds the store under test on the shared
     ``ManualClock``; after a simulated crash it is called again with the same
-    ``path`` to reopen. ``consensus_factory()`` builds a fresh strategy: it is
-    compared with ``ModelConsensus`` at the strategy interface and, unless a
+    ``path`` to reopen. It may be an async store factory: a coroutine
+    function (``async def factory(clock, path) -> AsyncRunStore``), or a
+    function answering an awaitable of a store (``lambda clock, path:
+    runstore.aopen(path, clock=clock)``) or an async store itself. An async
+    store (one whose operations are coroutines) is driven through a
+    synchronous stand-in that runs each call on a private event loop of its
+    own and hands back what it answered or raised, unchanged; over
+    ``runstore.aopen``'s stores the fault seam (``fault_injection``) and the
+    attempt machine (over ``AsyncAttemptStore``) work as on the SQL stores.
+    ``consensus_factory()`` builds a fresh strategy: it is compared with
+    ``ModelConsensus`` at the strategy interface and, unless a
     ``store_factory`` is also given, inside the SQLite adapter against
     ``ModelRunStore``. When the store under test is the SQLite adapter (a
     ``runstore.sqlite.SqliteRunStore``, as every strategy is put inside), the

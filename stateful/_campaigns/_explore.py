@@ -20,8 +20,6 @@ from typing import Any, TextIO
 
 import attrs
 
-from runstore.attempts import AttemptStore
-
 from .._base._capabilities import FULL_STORE, Capabilities
 from .._base._observe import Failure
 from .._explore import _workers
@@ -31,6 +29,7 @@ from .._explore._scope import Scope, scope_named
 from .._explore._strategy import STRATEGY_SCOPES as _STRATEGY_SCOPES
 from .._explore._walk import walker_for
 from .._explore._workers import Workers, walk_levels, worker_count
+from .._targets._blocking import attempt_store_over, blocking_factory
 from .._targets._builtin import (
     Target,
     capability_overrides,
@@ -187,7 +186,8 @@ def explore(
     store, or over the model alone); its result is the ``attempts`` member of the answer,
     and it counts in ``exhausted`` and ``failure``. ``attempt_store`` builds the attempt
     stores under test, called ``attempt_store(store, **options)`` (or a ``MODULE:FACTORY``
-    string naming it; None: ``runstore.attempts.AttemptStore``). ``depth_k`` is the
+    string naming it; None: ``runstore.attempts.AttemptStore``, or over an async store its
+    ``AsyncAttemptStore``). ``depth_k`` is the
     depth of the extra pass that runs every program without deduplication (None: the
     scope's own; 0: no such pass). ``clock`` is read for the time budget (seconds, as
     ``time.monotonic``). ``restore`` lets the walk restore a copy of each source state
@@ -374,7 +374,12 @@ def _resolve(
     elif store_factory is not None:
         name = getattr(store_factory, "__qualname__", "store")
         resolved = Target(
-            name, store_factory, FULL_STORE, None, spec=_spec_of(store_factory), kind="store"
+            name,
+            blocking_factory(store_factory),
+            FULL_STORE,
+            None,
+            spec=_spec_of(store_factory),
+            kind="store",
         )
     elif consensus_factory is not None:
         name = getattr(consensus_factory, "__qualname__", "strategy")
@@ -442,7 +447,7 @@ def _run(
     deadline = None if seconds is None else began + seconds
     walk_attempts = attempts
     if attempts is not False:
-        supported = attempts_supported(under_test, attempt_factory or AttemptStore)
+        supported = attempts_supported(under_test, attempt_factory or attempt_store_over)
         if attempts and not supported:
             raise ValueError(
                 f"no attempt store can be built over {under_test and under_test.name}:"

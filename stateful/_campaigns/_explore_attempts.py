@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 
 from runstore._clock import ManualClock
-from runstore.attempts import AttemptStore, AttemptStoreError
+from runstore.attempts import AttemptStoreError
 
 from .._base._observe import Failure
 from .._explore._attempts import (
@@ -29,6 +29,7 @@ from .._explore._attempts import (
     attempt_scope_named,
     run_attempt_walk,
 )
+from .._targets._blocking import attempt_store_over
 from .._targets._builtin import Target
 from ._regression import write_regression
 
@@ -97,7 +98,7 @@ def attempt_exploration(
     chosen = attempt_scope_named(scope)
     if chosen is None:
         raise ValueError(f"unknown attempt scope {scope!r}")
-    factory = AttemptStore if attempt_store is None else attempt_store
+    factory = attempt_store_over if attempt_store is None else attempt_store
     began = clock()
     name = "model" if under_test is None else under_test.name
     sut = None

@@ -11,8 +11,8 @@ owner columns disagree with the strategy's lease.
 The reference cannot follow a row its own types cannot hold, so the edit is
 made on a copy of the store's database file (``VACUUM INTO``), opened with
 the same factory: the store under test and the reference carry on unchanged.
-Only the SQLite adapter on a file can be copied this way; for other stores
-the edits are skipped.
+Only the SQLite adapter on a file (or ``runstore.aopen``'s async store over
+one) can be copied this way; for other stores the edits are skipped.
 """
 
 from __future__ import annotations
@@ -67,9 +67,15 @@ def column_edit_for(row: RunRow, turn: int) -> str:
 
 
 def copyable(store: Any, path: Path) -> bool:
-    """Whether ``store`` is the SQLite adapter on the file ``path``."""
+    """Whether ``store`` is the SQLite adapter on the file ``path``, or
+    ``runstore.aopen``'s async store over it behind the stand-in (the copy is
+    then opened by the same factory, and judged through the async store)."""
     from runstore.sqlite import SqliteRunStore
 
+    from .._targets._blocking import BlockingRunStore
+
+    if isinstance(store, BlockingRunStore) and store.sql_backed:
+        store = store.sync_stores[0]
     return isinstance(store, SqliteRunStore) and path.is_file()
 
 

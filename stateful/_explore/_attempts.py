@@ -86,6 +86,7 @@ from .._machines._attempts import (
     retyped,
 )
 from .._machines._run_store import _check_outcome_kind, _same_outcome
+from .._targets._blocking import BlockingAttemptStore
 from ._replay import Progress, StoreFactory, Sut, _self_check
 from ._scope import MISSING_RUN, SCOPES, Scope, setup_calls, start_ms
 from ._walk import Dial, _form, _shape, owner_renamings, start, view
@@ -589,11 +590,16 @@ class AttemptSut(Sut):
 
     def owned(self) -> str | None:
         """As ``Sut.owned``, and only while every attempt store is an ``AttemptStore`` holding
-        nothing but statements and options."""
+        nothing but statements and options (or, over an async store, an ``AsyncAttemptStore``
+        behind its stand-in, holding nothing but the store, its key and its options)."""
         kind = super().owned()
         if kind is None:
             return None
         for attempts in self.attempt_stores.values():
+            if isinstance(attempts, BlockingAttemptStore):
+                if not attempts.holds_no_data:
+                    return None
+                continue
             if not isinstance(attempts, AttemptStore):
                 return None
             members = vars(attempts) if hasattr(attempts, "__dict__") else {}

@@ -89,6 +89,7 @@ from .._base._steps import Call, Step, call, perform
 from .._checks._invariants import check_state, check_transition
 from .._checks._malformed import SKEW_ALLOWANCE_MS
 from .._machines._run_store import _check_outcome_kind, _reading_ahead, _same_outcome
+from .._targets._blocking import BlockingRunStore, blocking_factory
 from ._scope import MISSING_RUN, Move, Scope, Tick, at_depth, moves, setup_calls, start_ms
 from ._walk import Dial, Node, Walk, apply
 
@@ -136,7 +137,8 @@ class Sut:
         *,
         restore: bool = True,
     ) -> None:
-        self.factory = factory
+        # An async store factory's stores are driven through the synchronous stand-in.
+        self.factory = blocking_factory(factory)
         self.restore_allowed = restore
         #: Each source state's copy, by node: compressed database, clock, strategy leases.
         self.snapshots: dict[int, tuple[Any, int, Any]] = {}
@@ -198,12 +200,35 @@ class Sut:
         self.owned_as = (store, members, kind)
         return kind
 
+    def _host(self) -> Any:
+        """The SQL store copies are made from and put back into: the store itself, or the
+        first connection's SQL store behind ``runstore.aopen``'s async store (behind its
+        stand-in; the copy goes through that connection, off the loop's thread, and every
+        connection reads the same database)."""
+        store = self.store
+        if isinstance(store, BlockingRunStore) and store.sql_backed:
+            return store.sync_stores[0]
+        return store
+
+    def _set_clock(self, clock: ManualClock) -> None:
+        """Give the store (every connection's SQL store, behind an async one) ``clock``."""
+        store = self.store
+        hosts = store.sync_stores if isinstance(store, BlockingRunStore) else (store,)
+        for host in hosts:
+            host._clock = clock
+
     def _owned(self) -> str | None:
         from runstore.consensus import LocalConsensus, SqlConsensus
         from runstore.postgres import PostgresRunStore
         from runstore.sqlite import SqliteRunStore
 
-        store = self.store
+        if isinstance(self.store, BlockingRunStore):
+            # ``runstore.aopen``'s store holds its connections and nothing else; a
+            # subclass with a member of its own (a cache, say) is replayed.
+            held = vars(self.store.async_store) if self.store.sql_backed else None
+            if held is None or not set(held) <= _ASYNC_FIELDS:
+                return None
+        store = self._host()
         kind = None
         if isinstance(store, SqliteRunStore):
             kind, fields = "sqlite", _SQLITE_FIELDS
@@ -228,13 +253,14 @@ class Sut:
         if self.opened is not None and self.opened[0] == index:
             self._close_opened()
         data: Any
+        host = self._host()
         if kind == "sqlite":
-            data = _sqlite_copy(self.store)
+            data = _sqlite_copy(host)
         else:
-            if self.stash is None or self.stash[0] is not self.store:
-                self.stash = (self.store, _postgres_stash(self.store))
-            data = _postgres_copy(self.store, self.stash[1], index)
-        leases = getattr(self.store.consensus, "_leases", None)
+            if self.stash is None or self.stash[0] is not host:
+                self.stash = (host, _postgres_stash(host))
+            data = _postgres_copy(host, self.stash[1], index)
+        leases = getattr(host.consensus, "_leases", None)
         kept = None if leases is None else dict(leases)
         self.snapshots[index] = (data, self.clock.now_ms(), kept)
 
@@ -245,19 +271,20 @@ class Sut:
         if taken is None or kind is None:
             return False
         data, ms, leases = taken
+        host = self._host()
         if kind == "sqlite":
             if self.opened is None or self.opened[0] != index:
                 self._close_opened()
                 self.opened = (index, _sqlite_open(data))
-            self.opened[1].backup(self.store._tm.connection)
+            self.opened[1].backup(host._tm.connection)
         else:
             assert self.stash is not None
-            assert self.stash[0] is self.store
-            _postgres_restore(self.store, self.stash[1], index, data)
+            assert self.stash[0] is host
+            _postgres_restore(host, self.stash[1], index, data)
         self.clock = ManualClock(ms)
-        self.store._clock = self.clock
+        self._set_clock(self.clock)
         if leases is not None:
-            consensus = self.store.consensus
+            consensus = host.consensus
             with consensus._lock:
                 consensus._leases = dict(leases)
         return True
@@ -266,7 +293,7 @@ class Sut:
         """Set the clock of our store back to ``ms`` after a clock move that called nothing on
         it (a new clock, as ``restore`` sets one: a ``ManualClock`` never moves back)."""
         self.clock = ManualClock(ms)
-        self.store._clock = self.clock
+        self._set_clock(self.clock)
 
     def _close_opened(self) -> None:
         if self.opened is not None:
@@ -292,7 +319,7 @@ class Sut:
         kind = self.owned()
         if kind is None:
             return None
-        store = self.store
+        store = self._host()
         if kind == "sqlite":
             token: Any = store._tm.connection.total_changes
         else:
@@ -328,6 +355,9 @@ _SQLITE_FIELDS = frozenset({"_clock", "_closed", "_consensus", "_fused", "_path"
 #: ``_pg_tm`` is the PostgreSQL transaction manager again, typed for its notifications
 #: (whose spacing state holds no run data).
 _POSTGRES_FIELDS = _SQLITE_FIELDS - {"_path"} | {"_url", "_schema", "_pg_tm"}
+#: The members of ``runstore.aopen``'s ``AsyncRunStore``: its lanes (each a connection's SQL
+#: store and its thread) and its first SQL store; none holds data of its own.
+_ASYNC_FIELDS = frozenset({"_lanes", "_first"})
 
 
 def _sqlite_copy(store: Any) -> bytes:

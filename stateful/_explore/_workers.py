@@ -273,10 +273,11 @@ class _Expansion:
 
 
 def _factory(spec: str) -> Any:
+    from .._targets._blocking import blocking_factory
     from .._targets._builtin import BUILTIN_TARGETS, load_factory
 
     if ":" in spec:
-        return load_factory(spec)
+        return blocking_factory(load_factory(spec))
     return BUILTIN_TARGETS[spec].store_factory
 
 

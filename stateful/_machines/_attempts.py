@@ -88,6 +88,7 @@ from .._checks._invariants import (
     check_cause,
 )
 from .._checks._oversize import judge_oversized_checkpoint
+from .._targets._blocking import blocking_factory
 from ._run_store import (
     PROCESSES,
     RunStoreComparison,
@@ -1125,7 +1126,7 @@ def attempt_comparison_for(
     reports, with ``raw_writer`` as ``comparison_for`` takes it, and ``attempt_store(store,
     **options)`` building the attempt stores under test (``AttemptStore`` by default)."""
     namespace: dict[str, Any] = {
-        "store_factory": staticmethod(store_factory),
+        "store_factory": staticmethod(blocking_factory(store_factory)),
         "capabilities": capabilities,
         "target": name,
         "raw_writer": None if raw_writer is None else staticmethod(raw_writer),

@@ -105,6 +105,7 @@ from .._checks._malformed import (
     malformed_call,
     refused,
 )
+from .._targets._blocking import blocking_factory
 from . import _reach
 from ._steering import Steering
 from ._tour import Tour
@@ -1529,11 +1530,12 @@ def comparison_for(
     raw_writer: Callable[[Any, str, str], bool] | None = None,
 ) -> type[RunStoreComparison]:
     """A ``RunStoreComparison`` subclass for ``store_factory`` (called ``store_factory(clock,
-    path)``; see ``run_conformance``), with its ``capabilities``, named ``name`` in reports.
+    path)``; an async store factory's stores are driven through the synchronous stand-in; see
+    ``run_conformance``), with its ``capabilities``, named ``name`` in reports.
     ``raw_writer(store, run_id, text)``, when given, writes a run's state behind the store's
     back and answers whether a row was written; it switches on the corruption rule."""
     namespace: dict[str, Any] = {
-        "store_factory": staticmethod(store_factory),
+        "store_factory": staticmethod(blocking_factory(store_factory)),
         "capabilities": capabilities,
         "target": name,
         "raw_writer": None if raw_writer is None else staticmethod(raw_writer),

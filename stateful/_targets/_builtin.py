@@ -1,9 +1,12 @@
 """Stores and strategies the conformance suite knows how to build.
 
 Built-in targets put the SQLite adapter under test in-memory and on a file,
-with ``SqlConsensus`` or ``LocalConsensus``. A file-backed example starts from
-a copy of a template database migrated once per process, not from a fresh
-migration. ``sqlite_raw_write_state`` edits a run's state behind the store's
+with ``SqlConsensus`` or ``LocalConsensus``, the PostgreSQL store, and the
+async stores ``runstore.aopen`` gives on a SQLite file and on PostgreSQL
+(``sqlite-async``, ``postgres-async``: ``_aio``), behind the synchronous
+stand-in the machines call (``_blocking``). A file-backed example starts from
+a copy of a template database migrated once per process (``_template``), not
+from a fresh migration. ``sqlite_raw_write_state`` edits a run's state behind the store's
 back (the raw-corruption rule) and ``sqlite_fault_arm`` drives the adapter's
 fault seam.
 
@@ -12,13 +15,10 @@ fault seam.
 
 from __future__ import annotations
 
-import atexit
 import importlib
 import os
 import shutil
 import sys
-import tempfile
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,27 +28,12 @@ import attrs
 from runstore._clock import ManualClock
 
 from .._base._capabilities import FULL_STORE, Capabilities
+from ._aio import postgres_async_store, sqlite_async_store
+from ._blocking import blocking_factory
+from ._template import template_database as template_database
 
 StoreFactory = Callable[[ManualClock, Path], Any]
 ConsensusFactory = Callable[[], Any]
-
-_template_lock = threading.Lock()
-_template: Path | None = None
-
-
-def template_database() -> Path:
-    """A migrated, empty database file, made once per process."""
-    global _template
-    with _template_lock:
-        if _template is None or not _template.exists():
-            import runstore
-
-            folder = Path(tempfile.mkdtemp(prefix="runstore-template-"))
-            atexit.register(shutil.rmtree, folder, True)
-            path = folder / "template.db"
-            runstore.open(path, clock=ManualClock(0)).close()
-            _template = path
-        return _template
 
 
 def sqlite_store_factory(
@@ -184,19 +169,38 @@ BUILTIN_TARGETS: dict[str, Target] = {
         spec="runstore.stateful._targets._postgres:postgres_sql_store",
         kind="builtin",
     ),
+    # runstore.aopen's AsyncRunStore behind the synchronous stand-in (_blocking):
+    # on a SQLite file (one connection), and on a fresh PostgreSQL database
+    # with a pool of two connections.
+    "sqlite-async": Target(
+        "sqlite-async",
+        sqlite_async_store,
+        _ON_FILE,
+        None,
+        spec="runstore.stateful._targets._aio:sqlite_async_store",
+        kind="builtin",
+    ),
+    "postgres-async": Target(
+        "postgres-async",
+        postgres_async_store,
+        Capabilities(reopen=True, fault_injection=True),
+        None,
+        spec="runstore.stateful._targets._aio:postgres_async_store",
+        kind="builtin",
+    ),
 }
 
 
 def check_available(target: Target) -> None:
     """Raise ``ValueError`` saying why ``target`` cannot run here (a
     PostgreSQL target without a server), else do nothing."""
-    if target.name == "postgres-sql":
+    if target.name.startswith("postgres-"):
         from ._postgres import Unavailable, server
 
         try:
             server()
         except Unavailable as why:
-            raise ValueError(f"target postgres-sql needs a PostgreSQL server: {why}") from None
+            raise ValueError(f"target {target.name} needs a PostgreSQL server: {why}") from None
 
 
 def load_factory(spec: str) -> Any:
@@ -228,10 +232,11 @@ def capabilities_of(factory: Any, default: Capabilities) -> Capabilities:
 
 
 def store_target(spec: str) -> Target:
-    """A target for ``--store MODULE:FACTORY``."""
+    """A target for ``--store MODULE:FACTORY`` (an async store factory's
+    stores behind the synchronous stand-in, ``_blocking``)."""
     factory = load_factory(spec)
     caps = capabilities_of(factory, Capabilities(reopen=True))
-    return Target(spec, factory, caps, None, spec=spec, kind="store")
+    return Target(spec, blocking_factory(factory), caps, None, spec=spec, kind="store")
 
 
 def consensus_target(spec: str) -> Target:

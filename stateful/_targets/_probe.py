@@ -2,9 +2,11 @@
 looked at, and closed.
 
 The conformance run asks before it picks its machines: whether the factory
-builds SQL adapter stores (the attempt machine runs over those), and which
-strategy a SQLite store was built with (the opening check opens files with
-it).
+builds SQL adapter stores, or async stores over them (the attempt machine
+runs over those, with the attempt store that fits), and which strategy a
+SQLite store was built with (the opening check opens files with it).
+
+May import: ``runstore`` and ``_base``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from runstore._clock import ManualClock
 from runstore._errors import RunStoreError
 
 from .._base._domain import START_MS
+from ._blocking import BlockingRunStore, attempt_store_over, blocking_factory
 from ._builtin import StoreFactory
 
 T = TypeVar("T")
@@ -26,12 +29,12 @@ T = TypeVar("T")
 
 def probe_store(store_factory: StoreFactory, look: Callable[[Any], T], failed: T) -> T:
     """``look(store)`` for one store ``store_factory`` builds in a scratch
-    directory, then closed; ``failed`` when the factory fails (the run-store
-    machine reports that failure)."""
+    directory (an async one behind its stand-in), then closed; ``failed``
+    when the factory fails (the run-store machine reports that failure)."""
     folder = Path(tempfile.mkdtemp(prefix="runstore-probe-"))
     try:
         try:
-            store = store_factory(ManualClock(START_MS), folder / "store.db")
+            store = blocking_factory(store_factory)(ManualClock(START_MS), folder / "store.db")
         except Exception:
             return failed
         try:
@@ -44,14 +47,33 @@ def probe_store(store_factory: StoreFactory, look: Callable[[Any], T], failed: T
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def builds_sqlite_stores(store_factory: StoreFactory) -> bool:
-    """Whether ``store_factory`` builds SQL adapter stores, SQLite or
-    PostgreSQL (the stores an ``AttemptStore`` can be built over): one store
-    is built in a scratch directory, looked at and closed. A factory that
-    fails here answers ``False``; the run-store machine reports its failure."""
+def attempt_store_for(store_factory: StoreFactory) -> Callable[..., Any] | None:
+    """How to build the attempt stores under test over the stores
+    ``store_factory`` builds (called ``attempt_store(store, **options)``):
+    ``AttemptStore`` over SQL adapter stores, SQLite or PostgreSQL;
+    ``attempt_store_over`` (an ``AsyncAttemptStore`` behind its stand-in)
+    over ``runstore.aopen``'s async stores behind theirs; None for any other
+    store. One store is built in a scratch directory, looked at and closed.
+    A factory that fails here answers None; the run-store machine reports
+    its failure."""
     from runstore._sql._store import SqlRunStore
+    from runstore.attempts import AttemptStore
 
-    return probe_store(store_factory, lambda store: isinstance(store, SqlRunStore), False)
+    def look(store: Any) -> Callable[..., Any] | None:
+        if isinstance(store, SqlRunStore):
+            return AttemptStore
+        if isinstance(store, BlockingRunStore) and store.sql_backed:
+            return attempt_store_over
+        return None
+
+    return probe_store(store_factory, look, None)
+
+
+def builds_sqlite_stores(store_factory: StoreFactory) -> bool:
+    """Whether ``store_factory`` builds stores an attempt store can be built
+    over (``attempt_store_for``): SQL adapter stores, SQLite or PostgreSQL,
+    or ``runstore.aopen``'s async stores over them behind the stand-in."""
+    return attempt_store_for(store_factory) is not None
 
 
 def open_refusal(store_factory: StoreFactory) -> RunStoreError | None:
@@ -63,7 +85,7 @@ def open_refusal(store_factory: StoreFactory) -> RunStoreError | None:
 
     def build(clock: ManualClock, path: Path) -> Any:
         try:
-            return store_factory(clock, path)
+            return blocking_factory(store_factory)(clock, path)
         except RunStoreError as error:
             refusal.append(error)
             raise
