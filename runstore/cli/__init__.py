@@ -88,14 +88,17 @@ def _parser() -> argparse.ArgumentParser:
         "--target",
         metavar="NAME",
         help="a built-in target (sqlite-sql, sqlite-local, sqlite-file-sql, sqlite-file-local,"
-        " model, postgres-sql: needs RUNSTORE_TEST_POSTGRES or initdb on PATH) or"
-        " MODULE:FACTORY; default: every built-in SQLite target in turn",
+        " model, postgres-sql: needs RUNSTORE_TEST_POSTGRES or initdb on PATH; the async"
+        " stores of runstore.aopen: sqlite-async, postgres-async) or MODULE:FACTORY;"
+        " default: every built-in synchronous SQLite target in turn",
     )
     which.add_argument(
         "--consensus", metavar="MODULE:FACTORY", help="a Consensus strategy factory to test"
     )
     which.add_argument(
-        "--store", metavar="MODULE:FACTORY", help="a store factory (clock, path) -> store"
+        "--store",
+        metavar="MODULE:FACTORY",
+        help="a store factory (clock, path) -> store, or an async one (-> AsyncRunStore)",
     )
     fuzz.add_argument(
         "--attempt-store",
@@ -156,13 +159,16 @@ def _parser() -> argparse.ArgumentParser:
         "--target",
         metavar="NAME",
         help="a built-in target (model, sqlite-sql, sqlite-local, sqlite-file-sql,"
-        " sqlite-file-local, postgres-sql) or MODULE:FACTORY; default: the model alone",
+        " sqlite-file-local, postgres-sql, sqlite-async, postgres-async) or MODULE:FACTORY;"
+        " default: the model alone",
     )
     explore_which.add_argument(
         "--consensus", metavar="MODULE:FACTORY", help="a Consensus strategy factory to test"
     )
     explore_which.add_argument(
-        "--store", metavar="MODULE:FACTORY", help="a store factory (clock, path) -> store"
+        "--store",
+        metavar="MODULE:FACTORY",
+        help="a store factory (clock, path) -> store, or an async one (-> AsyncRunStore)",
     )
     explore.add_argument(
         "--scope",

@@ -10,14 +10,17 @@ shrunk program is written as a self-contained pytest file (see
 
 Each target runs under every machine that fits it, in turn, one batch each:
 the run-store machine (a store factory), the strategy machine (a strategy
-factory) and the attempt machine (a store factory that builds SQLite adapter
-stores, the stores ``AttemptStore`` runs over).
+factory) and the attempt machine (a store factory that builds SQL adapter
+stores, the stores ``AttemptStore`` runs over, or ``runstore.aopen``'s async
+stores over them, with ``AsyncAttemptStore``).
 
 Targets: the built-in ones (``sqlite-sql``, ``sqlite-local``,
-``sqlite-file-sql``, ``sqlite-file-local``, ``model``), a strategy factory
+``sqlite-file-sql``, ``sqlite-file-local``, ``model``, ``postgres-sql``, and
+the async stores ``sqlite-async`` and ``postgres-async``), a strategy factory
 ``--consensus MODULE:FACTORY`` (run alone and inside the SQLite adapter), or a
-store factory ``--store MODULE:FACTORY``. ``--target MODULE:FACTORY`` tells the
-two apart by the factory's signature (no parameters: a strategy).
+store factory ``--store MODULE:FACTORY`` (an async one too: its stores are
+driven through the synchronous stand-in). ``--target MODULE:FACTORY`` tells
+the two apart by the factory's signature (no parameters: a strategy).
 """
 
 from __future__ import annotations
@@ -37,14 +40,13 @@ from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test
 
-from runstore.attempts import AttemptStore
-
 from .._base._observe import Failure, Observer, observing, stopped_by
 from .._base._profiles import load_profile
 from .._machines import _reach
 from .._machines._attempts import attempt_comparison_for
 from .._machines._consensus import consensus_comparison_for
 from .._machines._run_store import comparison_for
+from .._targets._blocking import attempt_store_over
 from .._targets._builtin import (
     BUILTIN_TARGETS,
     Target,
@@ -55,9 +57,11 @@ from .._targets._builtin import (
     store_target,
     with_capabilities,
 )
-from .._targets._probe import builds_sqlite_stores, open_refusal
+from .._targets._probe import attempt_store_for, open_refusal
 from ._regression import is_suite_defect, suite_defect_invariant, write_regression
 
+#: ``attempt_store_over`` by name, for the regression files of an async store's attempts.
+ATTEMPT_STORE_OVER = "runstore.stateful._targets._blocking:attempt_store_over"
 #: The targets a campaign without ``--target`` rotates through.
 DEFAULT_TARGETS = ("sqlite-sql", "sqlite-local", "sqlite-file-sql", "sqlite-file-local")
 BATCH_EXAMPLES = 20
@@ -113,14 +117,16 @@ def machines_for(
                     target.consensus_factory, target.capabilities, name=target.name
                 )
             )
-    if factory is not None and builds_sqlite_stores(factory):
+    # AttemptStore over a SQL store; over an async store, its AsyncAttemptStore.
+    fitting = None if factory is None else attempt_store_for(factory)
+    if factory is not None and fitting is not None:
         machines.append(
             attempt_comparison_for(
                 factory,
                 target.capabilities,
                 name=target.name,
                 raw_writer=raw_writer_for(factory),
-                attempt_store=AttemptStore if attempt_store is None else attempt_store,
+                attempt_store=fitting if attempt_store is None else attempt_store,
             )
         )
     return machines
@@ -316,6 +322,13 @@ def campaign_target(
     for line in found.error.splitlines()[1:]:
         stream.write(f"fuzz {target.name}:   {line}\n")
     caps = target.capabilities
+    attempt_spec = attempt_store
+    if attempt_spec is None and any(
+        getattr(machine, "attempt_store_factory", None) is attempt_store_over
+        for machine in machines
+    ):
+        # An async store's attempt stores: the file builds them as the machine did.
+        attempt_spec = ATTEMPT_STORE_OVER
     path = write_regression(
         found,
         out_dir,
@@ -325,7 +338,7 @@ def campaign_target(
         leases=caps.lease_introspection,
         faults=caps.fault_injection,
         seed=seed_value,
-        attempt_spec=attempt_store,
+        attempt_spec=attempt_spec,
     )
     if not shrink:
         state = "skipped"

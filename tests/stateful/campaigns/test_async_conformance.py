@@ -1,0 +1,200 @@
+"""The conformance suite drives async stores: ``run_conformance`` takes an
+async store factory (its stores behind the synchronous stand-in,
+``runstore.stateful._targets._blocking``), and the built-in targets
+``sqlite-async`` and ``postgres-async`` (``runstore.aopen`` on a SQLite file,
+and on PostgreSQL with a pool of two connections) pass it, as they pass the
+explorer's small scope.
+
+In the default run: a short conformance run of ``sqlite-async``, the async
+zoo (single bugs of an async store, each caught), a bug on the second
+connection of a pool caught (the pool is exercised), and ``runstore fuzz`` on
+``sqlite-async``. The default budget and the small scope are campaigns
+(``-m campaign``; the PostgreSQL small scope is ``deep`` as well), with their
+measured times in their docstrings.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from runstore.stateful import StoreCrashed, conformance_machines, explore, run_conformance
+from runstore.stateful._base._observe import Observer, observing
+from runstore.stateful._campaigns._budget import default_settings
+from runstore.stateful._campaigns._fuzz import campaign_target, machines_for, resolve_target
+from runstore.stateful._targets._aio import open_sqlite_async, postgres_async_factory
+from runstore.stateful._targets._blocking import attempt_store_over
+from runstore.stateful._targets._builtin import BUILTIN_TARGETS
+
+from ... import _postgres
+
+#: Single bugs of an async store (``tests/zoo``), each caught by the check it names.
+ASYNC_ZOO = (
+    "async_transition_drops_guard",
+    "async_heartbeat_wrong_run",
+    "async_heartbeat_answers_early",
+)
+#: The PostgreSQL examples, at most (each is a fresh database and two connections).
+EXAMPLES = 40
+
+SQLITE_ASYNC = BUILTIN_TARGETS["sqlite-async"]
+POSTGRES_ASYNC = BUILTIN_TARGETS["postgres-async"]
+
+
+def short(examples: int = 4, steps: int = 20, *, shrink: bool = True) -> settings:
+    """A short, repeatable run (without shrinking: a failure as it was found)."""
+    phases = (Phase.explicit, Phase.reuse, Phase.generate) + ((Phase.shrink,) if shrink else ())
+    return settings(
+        max_examples=examples,
+        stateful_step_count=steps,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        phases=phases,
+    )
+
+
+def test_the_async_sqlite_target_conforms_in_a_short_run() -> None:
+    """``runstore.aopen`` on a SQLite file, as an ``async def`` factory: the
+    run-store machine and the attempt machine (over ``AsyncAttemptStore``),
+    crashes, faults and raw edits included, agree with the reference."""
+    machines = conformance_machines(
+        store_factory=open_sqlite_async, capabilities=SQLITE_ASYNC.capabilities
+    )
+    assert [m.budget_kind for m in machines] == ["store", "attempts"]
+    run_conformance(
+        store_factory=open_sqlite_async,
+        capabilities=SQLITE_ASYNC.capabilities,
+        settings=short(),
+        explore=False,
+    )
+
+
+def _run_default_budget(machines: list) -> None:
+    for machine in machines:
+        run_state_machine_as_test(machine, settings=default_settings(machine, shrink=False))
+
+
+@pytest.mark.parametrize("name", ASYNC_ZOO)
+def test_an_async_store_bug_is_caught_by_its_expected_check(name: str) -> None:
+    """Each broken async store fails one of ``run_conformance``'s machines with
+    the check its module names, within that machine's default budget (the
+    first examples, in practice: under two seconds each)."""
+    module = importlib.import_module(f"tests.zoo.{name}")
+    observer = Observer()
+    machines = conformance_machines(store_factory=module.factory, capabilities=module.capabilities)
+    with observing(observer), pytest.raises(AssertionError) as caught:
+        _run_default_budget(machines)
+    assert type(caught.value).__name__ == module.EXPECTED_CHECK
+
+
+def test_a_bug_on_the_second_connection_of_a_pool_is_caught() -> None:
+    """The ``postgres-async`` target's store has two connections, and a
+    program's calls meet both: a store whose second connection's SQL store
+    fails every ``get`` is caught (were every call sent to the first, it
+    would pass)."""
+    _postgres.require_server()
+    opened = postgres_async_factory()
+
+    async def second_connection_broken(clock, path):
+        store = await opened(clock, path)
+        second = store.sync_stores[1]
+
+        class Broken(type(second)):
+            def get(self, run_id):
+                raise RuntimeError("the second connection is broken")
+
+        second.__class__ = Broken
+        return store
+
+    machine = conformance_machines(
+        store_factory=second_connection_broken, capabilities=POSTGRES_ASYNC.capabilities
+    )[0]
+    with pytest.raises(StoreCrashed, match="RuntimeError"):
+        run_state_machine_as_test(machine, settings=short(examples=3, shrink=False))
+
+
+def test_runstore_fuzz_takes_the_async_sqlite_target(tmp_path: Path) -> None:
+    """``runstore fuzz --target sqlite-async`` puts the run-store machine and
+    the attempt machine (over ``AsyncAttemptStore``) on it, and a short
+    campaign finds it clean."""
+    target = resolve_target("sqlite-async")
+    machines = machines_for(target)
+    assert [m.budget_kind for m in machines] == ["store", "attempts"]
+    assert machines[1].attempt_store_factory is attempt_store_over
+    out = io.StringIO()
+    result = campaign_target(
+        target,
+        seconds=None,
+        examples=2,
+        seed_value=1,
+        db_dir=tmp_path / "db",
+        out_dir=tmp_path / "out",
+        stream=out,
+    )
+    assert result.found is None, out.getvalue()
+    assert result.examples >= 2
+    assert "fuzz sqlite-async: clean" in out.getvalue()
+
+
+# -- campaigns ---------------------------------------------------------------------
+
+
+@pytest.mark.campaign
+def test_the_async_sqlite_target_conforms() -> None:
+    """The default budget, machines only (the small scope is the next test's):
+    ``sqlite-async`` conforms. Measured: see the module's report in CHANGELOG."""
+    run_conformance(
+        store_factory=SQLITE_ASYNC.store_factory,
+        capabilities=SQLITE_ASYNC.capabilities,
+        explore=False,
+    )
+
+
+@pytest.mark.campaign
+def test_the_async_postgres_target_conforms() -> None:
+    """The loaded profile (at most ``EXAMPLES`` examples per machine, each a
+    fresh database), machines only: ``postgres-async`` conforms, its calls
+    spread over a pool of two connections."""
+    _postgres.require_server()
+    current = settings()
+    run_conformance(
+        store_factory=POSTGRES_ASYNC.store_factory,
+        capabilities=POSTGRES_ASYNC.capabilities,
+        settings=settings(current, max_examples=min(current.max_examples, EXAMPLES)),
+        explore=False,
+    )
+
+
+@pytest.mark.campaign
+def test_the_async_sqlite_target_exhausts_the_small_scope() -> None:
+    """``explore(target="sqlite-async")``: the small scope and then the
+    attempt scope, every transition applied through the async store (the
+    source states restored through its connection), exhausted clean."""
+    began = time.monotonic()
+    result = explore(target="sqlite-async", scope="small")
+    assert result.exhausted, result.describe()
+    assert result.failure is None, result.describe()
+    assert result.attempts is not None
+    assert result.attempts.exhausted
+    print(f"sqlite-async small scope: {time.monotonic() - began:.0f} s; {result.describe()}")
+
+
+@pytest.mark.campaign
+@pytest.mark.deep
+def test_the_async_postgres_target_exhausts_the_small_scope() -> None:
+    """``explore(target="postgres-async")``: the small scope and the attempt
+    scope on PostgreSQL through the async store, exhausted clean."""
+    _postgres.require_server()
+    began = time.monotonic()
+    result = explore(target="postgres-async", scope="small")
+    assert result.exhausted, result.describe()
+    assert result.failure is None, result.describe()
+    print(f"postgres-async small scope: {time.monotonic() - began:.0f} s; {result.describe()}")
