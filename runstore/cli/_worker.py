@@ -21,12 +21,20 @@ that cannot be loaded, a target that cannot be opened).
 
 ``--clock-file PATH`` runs the store and the worker on a ``FileClock``, a
 clock that a test or a demonstration moves for several processes at once.
+
+A handler that is a coroutine function (``async def handler(job)``) runs
+under ``runstore.worker.AsyncWorker`` on an asyncio store
+(``runstore.aopen``; on PostgreSQL a pool of one connection per handler, at
+most 8), with the same options, lines and exit statuses; its job is an
+``AsyncJob``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib
+import inspect
 import json
 import logging
 import os
@@ -40,7 +48,7 @@ from typing import Any, TextIO
 from .._clock import Clock, SystemClock
 from .._errors import RunStoreError
 from ._clocks import FileClock
-from ._ops._common import Failure, open_store, shown
+from ._ops._common import Failure, cannot_open, open_store, shown
 from ._ops._format import owner_json, owner_text, printable, printable_lines
 
 #: Exit codes.
@@ -64,7 +72,7 @@ def add_parser(commands: Any) -> None:
         "handler",
         metavar="MODULE:HANDLER",
         help="the handler, a callable taking a runstore.worker.Job (the current directory is"
-        " importable)",
+        " importable); a coroutine function runs under AsyncWorker with an AsyncJob",
     )
     worker.add_argument(
         "--db",
@@ -182,10 +190,15 @@ class EventLog:
 
 
 def _install_signal_handlers(
-    worker: Any, log: EventLog, grace_s: float, clock: Clock | None
+    worker: Any,
+    log: EventLog,
+    grace_s: float,
+    clock: Clock | None,
+    stop: Callable[[float], object] | None = None,
 ) -> list[threading.Thread]:
-    """SIGTERM and SIGINT call ``worker.stop(grace_s)`` (a second one
-    ``stop(0)``: suspend what is held at once) and log a ``stopping`` line.
+    """SIGTERM and SIGINT call ``stop(grace_s)`` (by default ``worker.stop``; a
+    second signal ``stop(0)``: suspend what is held at once) and log a
+    ``stopping`` line.
 
     The line is written from a thread of its own: a signal handler runs in
     the main thread between two of its steps, maybe while that thread holds
@@ -199,7 +212,7 @@ def _install_signal_handlers(
         received.append(signum)
         grace = grace_s if len(received) == 1 else 0.0
         at_ms = now()
-        worker.stop(grace)
+        (stop or worker.stop)(grace)
         name = signal.Signals(signum).name
         fields = {
             "event": "stopping",
@@ -228,6 +241,59 @@ def _clock(args: argparse.Namespace) -> Clock | None:
         raise Failure(f"cannot read the clock file {printable(args.clock_file)}: {why}") from None
 
 
+def _is_async(handler: object) -> bool:
+    """A coroutine function (or an object whose ``__call__`` is one)."""
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        getattr(handler, "__call__", None)  # noqa: B004 - an instance with an async __call__
+    )
+
+
+def _warnings_handler() -> logging.Handler:
+    """The library's warnings (a failed look for work, a failed settle) on
+    standard error; its events are the log lines."""
+    warnings = logging.StreamHandler(sys.stderr)
+    warnings.setLevel(logging.WARNING)
+    warnings.setFormatter(logging.Formatter("runstore worker: %(levelname)s: %(message)s"))
+    return warnings
+
+
+def _started(log: EventLog, worker: Any, args: argparse.Namespace) -> None:
+    log.line(
+        {
+            "event": "started",
+            "owner": owner_json(worker.owner),
+            "db": shown(args.db),
+            "concurrency": args.concurrency,
+        },
+        f"worker {owner_text(worker.owner)} started on {shown(args.db)}"
+        f" (concurrency {args.concurrency})",
+    )
+
+
+def _failed(log: EventLog, worker: Any, error: BaseException) -> int:
+    # A run's state may be in an error's message: the type only.
+    log.line(
+        {"event": "failed", "owner": owner_json(worker.owner), "error": type(error).__name__},
+        f"worker {owner_text(worker.owner)} failed: {type(error).__name__}",
+    )
+    return FAILED
+
+
+def _stopped(log: EventLog, worker: Any, writers: list[threading.Thread]) -> int:
+    for writer in list(writers):
+        writer.join()
+    log.line(
+        {"event": "stopped", "owner": owner_json(worker.owner)},
+        f"worker {owner_text(worker.owner)} stopped",
+    )
+    return OK
+
+
+def _usage(text: str) -> int:
+    sys.stderr.write(printable_lines(f"runstore worker: {text}") + "\n")
+    return USAGE
+
+
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """``runstore worker``: returns the exit status."""
     from ..worker import Worker
@@ -237,15 +303,13 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     try:
         handler = load_handler(args.handler)
         clock = _clock(args)
+        if _is_async(handler):
+            return asyncio.run(_run_async(args, handler, clock, log))
         store = open_store(args.db, clock=clock)
     except Failure as failure:
         sys.stderr.write(printable_lines(f"runstore worker: {failure.text}") + "\n")
         return failure.code
-    # The library's warnings (a failed look for work, a failed settle) on
-    # standard error; its events are the log lines above.
-    warnings = logging.StreamHandler(sys.stderr)
-    warnings.setLevel(logging.WARNING)
-    warnings.setFormatter(logging.Formatter("runstore worker: %(levelname)s: %(message)s"))
+    warnings = _warnings_handler()
     logging.getLogger("runstore").addHandler(warnings)
     try:
         try:
@@ -265,40 +329,69 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 slot_store=(lambda: open_store(args.db, clock=clock)) if many else None,
             )
         except (RunStoreError, ValueError, TypeError) as error:
-            text = error.message if isinstance(error, RunStoreError) else str(error)
-            sys.stderr.write(printable_lines(f"runstore worker: {text}") + "\n")
-            return USAGE
+            return _usage(error.message if isinstance(error, RunStoreError) else str(error))
         writers = _install_signal_handlers(worker, log, args.grace_seconds, clock)
-        log.line(
-            {
-                "event": "started",
-                "owner": owner_json(worker.owner),
-                "db": shown(args.db),
-                "concurrency": args.concurrency,
-            },
-            f"worker {owner_text(worker.owner)} started on {shown(args.db)}"
-            f" (concurrency {args.concurrency})",
-        )
+        _started(log, worker, args)
         try:
             worker.run()
         except Exception as error:
-            # A run's state may be in an error's message: the type only.
-            log.line(
-                {
-                    "event": "failed",
-                    "owner": owner_json(worker.owner),
-                    "error": type(error).__name__,
-                },
-                f"worker {owner_text(worker.owner)} failed: {type(error).__name__}",
-            )
-            return FAILED
+            return _failed(log, worker, error)
     finally:
         logging.getLogger("runstore").removeHandler(warnings)
         store.close()
-    for writer in list(writers):
-        writer.join()
-    log.line(
-        {"event": "stopped", "owner": owner_json(worker.owner)},
-        f"worker {owner_text(worker.owner)} stopped",
-    )
-    return OK
+    return _stopped(log, worker, writers)
+
+
+async def _run_async(
+    args: argparse.Namespace, handler: Any, clock: Clock | None, log: EventLog
+) -> int:
+    """``runstore worker`` with a coroutine-function handler: an ``AsyncWorker`` on
+    an asyncio store, on this loop."""
+    from .._open import aopen, is_postgres_url
+    from ..worker import AsyncWorker
+
+    # On PostgreSQL a connection per handler (at most 8), so that handlers commit at once.
+    pool_size = min(args.concurrency, 8) if is_postgres_url(args.db) else None
+    try:
+        store = await aopen(args.db, clock=clock, pool_size=pool_size)
+    except RunStoreError as error:
+        failure = cannot_open(args.db, error)
+        sys.stderr.write(printable_lines(f"runstore worker: {failure.text}") + "\n")
+        return failure.code
+    warnings = _warnings_handler()
+    logging.getLogger("runstore").addHandler(warnings)
+    try:
+        try:
+            worker = AsyncWorker(
+                store,
+                handler,
+                owner=None,
+                host_id=args.host_id,
+                concurrency=args.concurrency,
+                clock=clock,
+                on_event=log.event,
+            )
+        except (RunStoreError, ValueError, TypeError) as error:
+            return _usage(error.message if isinstance(error, RunStoreError) else str(error))
+        loop = asyncio.get_running_loop()
+        stopping: set[asyncio.Future[None]] = set()
+
+        def stop_soon(grace_s: float) -> None:
+            # From a signal handler: the stop is started on the loop, as a task.
+            def start() -> None:
+                task = asyncio.ensure_future(worker.stop(grace_s))
+                stopping.add(task)
+                task.add_done_callback(stopping.discard)
+
+            loop.call_soon_threadsafe(start)
+
+        writers = _install_signal_handlers(worker, log, args.grace_seconds, clock, stop=stop_soon)
+        _started(log, worker, args)
+        try:
+            await worker.run()
+        except Exception as error:
+            return _failed(log, worker, error)
+    finally:
+        logging.getLogger("runstore").removeHandler(warnings)
+        await store.close()
+    return _stopped(log, worker, writers)

@@ -137,11 +137,13 @@ class Fleet:
     # -- the runs --------------------------------------------------------------------
 
     def add(self, run_id: str) -> Supervision:
-        """Keep ``run_id``'s lease from now on (its budget starts now)."""
+        """Keep ``run_id``'s lease from now on (its budget starts now). A run kept
+        already gives its current ``Supervision``; one whose lease was lost starts
+        over with a new one (the owner took the run back)."""
         rid = admit_identifier("Fleet.add", "run_id", run_id)
         with self._lock:
             member = self._members.get(rid)
-            if member is None or member.supervision._ended:
+            if member is None or member.supervision._ended or member.supervision.error:
                 member = _Member(Supervision(rid, self._owner, self._clock.now_ms()))
                 member.supervision._clock = self._clock
                 self._members[rid] = member
@@ -153,6 +155,15 @@ class Fleet:
             member = self._members.pop(run_id, None)
         if member is not None:
             member.supervision._end()
+
+    def _discard_member(self, member: _Member) -> None:
+        """Stop keeping ``member``'s run, unless the run was added again since
+        (a newer member keeps it now): a block leaving ends only its own holding."""
+        run_id = member.supervision.run_id
+        with self._lock:
+            if self._members.get(run_id) is member:
+                del self._members[run_id]
+        member.supervision._end()
 
     def __getitem__(self, run_id: str) -> Supervision:
         with self._lock:
@@ -190,7 +201,7 @@ class Fleet:
                 if member.injected and _clear_async_exc is not None:
                     _clear_async_exc(threading.get_ident(), None)
                     _forget_injected(threading.get_ident())
-            self.discard(supervision.run_id)
+            self._discard_member(member)
             lost = supervision.error
             if lost is not None and not isinstance(exc, LeaseLost):
                 if exc is None:
@@ -203,8 +214,7 @@ class Fleet:
         (``add``) and gives its ``Supervision``; when that run's lease is lost the
         task is cancelled and the block raises ``LeaseLost`` (a cancellation from
         anyone else still propagates as ``CancelledError``). Leaving the block
-        stops keeping the run. A run already lost when the block starts raises its
-        ``LeaseLost`` at once."""
+        stops keeping the run."""
         return _AsyncHold(self, admit_identifier("Fleet.ahold", "run_id", run_id))
 
     # -- lifetime ----------------------------------------------------------------------
@@ -548,10 +558,6 @@ class _AsyncHold:
         if task is None:
             raise RuntimeError("Fleet.ahold must be used inside an asyncio task")
         supervision = fleet.add(self._run_id)
-        lost = supervision.error
-        if lost is not None:
-            fleet.discard(self._run_id)
-            raise lost
         with fleet._lock:
             member = fleet._members[self._run_id]
             member.task = task
@@ -571,7 +577,7 @@ class _AsyncHold:
         with fleet._lock:
             member.task = None
             cancelled = member.cancelled_work
-        fleet.discard(self._run_id)
+        fleet._discard_member(member)
         error = member.supervision.error
         if cancelled:
             if task.uncancel() > 0:

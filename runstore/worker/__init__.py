@@ -40,16 +40,26 @@ the part where fencing bugs are born:
 Time (leases, scans, grace, timeouts) is read only through the injected
 ``Clock``; the idle waits between polls are real time.
 
-The parts an asyncio worker needs are not tied to threads: ``Job``'s
-contract, ``WorkerEvent``, ``Wakeup`` (a listener can be awaited in a thread),
-the evidence policy and the endings are plain calls on a store; the finding
-loop and the handler slots are what would become tasks.
+**asyncio.** ``AsyncWorker(store, handler, ...)`` is the same worker on an
+asyncio store (``runstore.aopen``'s ``AsyncRunStore``), with ``await
+worker.run()`` and ``await worker.stop(grace_s)``; ``handler`` is a coroutine
+function given an ``AsyncJob`` (``await job.checkpoint(...)``, ``await
+job.cancel_requested()``). Its handlers are tasks on one loop, at most
+``concurrency`` of them; the fleet supervisor runs on that loop too
+(``async with supervise_many(...)``) and awaits the store's coroutines there.
+A lost lease cancels the handler's task; so do a handler timeout and the end
+of the grace, after the worker has written the run's end. Both workers make
+the same decisions from the same code (``_steps``: each is a sequence of store
+calls that ``Worker`` runs and ``AsyncWorker`` awaits).
 
-May import: ``runstore.ownership``, ``runstore.attempts``, ``runstore.consensus``
-and the core modules of ``runstore``; never a backend (a store's listener is
-found on the store).
+May import: ``runstore.ownership``, ``runstore.aio`` (an asyncio store's
+attempt store), ``runstore.attempts``, ``runstore.consensus`` and the core
+modules of ``runstore``; never a backend (a store's listener is found on the
+store).
 """
 
+from ._async import AsyncWorker as AsyncWorker
+from ._job import AsyncJob as AsyncJob
 from ._job import EventKind as EventKind
 from ._job import Job as Job
 from ._job import PollingWakeup as PollingWakeup
@@ -60,6 +70,8 @@ from ._worker import Worker as Worker
 
 __all__ = [
     "ATTEMPT_STEP",
+    "AsyncJob",
+    "AsyncWorker",
     "EventKind",
     "Job",
     "PollingWakeup",

@@ -1,5 +1,8 @@
 """What both workers admit and report: their options (``admit_options``), their events
-(``emit``) and the attempt store a failure's record goes to (``attempt_store``)."""
+(``emit``) and the attempt store a failure's record goes to (``attempt_store``).
+
+May import: ``runstore.aio`` and ``runstore.attempts`` (the attempt stores),
+``runstore.consensus`` (the method check) and the core modules."""
 
 from __future__ import annotations
 

@@ -19,6 +19,9 @@ preparing a run (``state_steps``, ``too_many_takeovers_steps``), the verdict on
 a handler's ending (``verdict``), and each run's end under the fence
 (``complete_steps``, ``fail_steps``, ``suspend_steps``), with what to report
 (``Ending``).
+
+May import: ``runstore.ownership`` (the liveness probes), ``runstore.attempts``
+(an attempt record) and the core modules; it holds no store and no thread.
 """
 
 from __future__ import annotations

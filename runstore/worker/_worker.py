@@ -526,7 +526,12 @@ class Worker:
             self._finish(held)
 
     def _finish(self, held: _Held) -> None:
-        self._fleet.discard(held.job.run_id)
+        with self._lock:
+            current = self._held.get(held.job.run_id) is held
+        if current:
+            # Only the current holding: a handler thread abandoned earlier must not
+            # end the supervision of the run this worker took back since.
+            self._fleet.discard(held.job.run_id)
         with self._lock:
             held.done = True
             if self._held.get(held.job.run_id) is held:

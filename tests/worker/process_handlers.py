@@ -12,7 +12,7 @@ import json
 import os
 
 from runstore.cli._clocks import FileClock
-from runstore.worker import Job
+from runstore.worker import AsyncJob, Job
 
 #: The environment variable naming the clock file the handlers wait on.
 CLOCK_VARIABLE = "RUNSTORE_TEST_CLOCK_FILE"
@@ -59,3 +59,16 @@ def until_lost(job: Job) -> str:
         clock().sleep_until(clock().now_ms() + 100)
     job.checkpoint(json.dumps({"late": True}))
     return json.dumps({"unreachable": True})
+
+
+async def at_once_async(job: AsyncJob) -> str:
+    """``at_once`` as a coroutine function: ``runstore worker`` runs it under AsyncWorker."""
+    return job.state_json
+
+
+async def until_lost_async(job: AsyncJob) -> str:
+    """``until_lost`` as a coroutine function: checkpoint once, then wait on the clock
+    until the worker cancels the task (the grace ran out, or the run was lost)."""
+    await job.checkpoint(json.dumps({"holding": True}))
+    while True:
+        await clock().asleep_until(clock().now_ms() + 100)
