@@ -58,13 +58,24 @@ is a usage error; a URL's password is never printed, and the workers get
 their settings on stdin, not in argv. ``--store MODULE:FACTORY`` tortures a
 store of one's own: ``factory(clock, target) -> RunStore``, called in every
 worker (the zoo's concurrency bugs are such factories).
+
+With ``--async`` each worker process drives async stores instead: one event
+loop per process (on a thread of its own) and, per owner, an async store
+(``runstore.aopen`` with one connection, or ``--store``'s async factory's),
+behind the synchronous stand-in the owner's walk calls from its thread, so
+every call in flight is a task on the process's loop. The async store reads
+its clock on its connection's thread, so each owner's store gets a
+``HandedRecordingClock`` of its own, handed each call as it is made; the
+recording, the faults and the check are the same.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib
+import inspect
 import json
 import os
 import random
@@ -87,7 +98,12 @@ import runstore
 from runstore import HEARTBEAT_SKEW_ALLOWANCE_MS, HEARTBEAT_STALE_AFTER_MS, OwnerId
 from runstore._clock import Clock
 
-from .._histories._history import HistoryRecorder, RecordingClock, load_history
+from .._histories._history import (
+    HandedRecordingClock,
+    HistoryRecorder,
+    RecordingClock,
+    load_history,
+)
 from .._histories._linearize import MAX_UNKNOWN, HistoryVerdict, check_history
 from .._histories._proxy import CommitCutter
 from .._histories._report import write_violation
@@ -101,6 +117,7 @@ from .._histories._workload import (
     ZombieBoard,
     overlapping_pairs,
 )
+from .._targets._blocking import BlockingRunStore, LoopThread, blocking_factory, is_async_store
 
 #: Virtual milliseconds at the shared origin (any large value: stamps stay positive).
 BASE_MS = 1_000_000_000
@@ -163,6 +180,10 @@ class TortureConfig:
     #: every phase; 0: none; None: on a PostgreSQL target ``DEFAULT_LOST_ACKS_S``
     #: in the phases of ``LOST_ACK_WORKLOADS`` only, none on SQLite.
     lost_acks_s: float | None = None
+    #: Whether each worker process drives async stores (``--async``): every
+    #: owner's store is ``runstore.aopen``'s, its calls run as tasks on the
+    #: process's one event loop.
+    aio: bool = False
 
 
 @attrs.frozen
@@ -261,7 +282,8 @@ def open_target(target: str, clock: Clock, store: str | None = None) -> Any:
     can); a refusal of the target becomes a ``TortureError``.
     """
     if store is not None:
-        return load_store_factory(store)(clock, target)
+        # An async factory's store is read through the synchronous stand-in.
+        return blocking_factory(load_store_factory(store))(clock, target)
     if _is_url(target):
         try:
             return runstore.open(target, clock=clock)
@@ -284,12 +306,67 @@ def open_target(target: str, clock: Clock, store: str | None = None) -> Any:
 RESTART_TIMEOUT_S = 60.0
 
 
-def open_patiently(target: str, clock: Clock, store: str | None = None) -> Any:
-    """``open_target``, retried while it fails with ``persistence_failed``
-    (a server restarting) for up to ``RESTART_TIMEOUT_S``."""
+def open_async_target(target: str, clock: Clock, loop: LoopThread, store: str | None = None) -> Any:
+    """Open an async store on ``target`` with ``clock``, on ``loop``, behind a
+    synchronous stand-in that leaves the loop running when it closes (the
+    owners of a worker process share it): ``runstore.aopen`` with one
+    connection (an owner's calls come one at a time), or ``store``'s factory,
+    which must give an async store (``TortureError`` otherwise)."""
+    if store is not None:
+        opened = load_store_factory(store)(clock, target)
+    elif _is_url(target):
+        opened = runstore.aopen(target, clock=clock, pool_size=1)
+    else:
+        opened = runstore.aopen(target, clock=clock, durability="normal")
+    made = loop.wait(opened) if inspect.isawaitable(opened) else opened
+    if not is_async_store(made):
+        with contextlib.suppress(Exception):
+            made.close()
+        raise TortureError(f"--async: {store} gave a store whose operations are not coroutines")
+    return BlockingRunStore(made, loop, owns_loop=False)
+
+
+class HandingStore:
+    """A store that hands its ``HandedRecordingClock`` each call before making
+    it (on the caller's thread, inside the recorded call), and releases it
+    after: the async store reads the clock on a thread of its own."""
+
+    def __init__(self, store: Any, clock: HandedRecordingClock) -> None:
+        self.store = store
+        self.clock = clock
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self.store, name)
+        if name.startswith("_") or not callable(value):
+            return value
+
+        def handed(*args: Any, **kwargs: Any) -> Any:
+            self.clock.hand()
+            try:
+                return value(*args, **kwargs)
+            finally:
+                self.clock.release()
+
+        return handed
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def open_patiently(
+    target: str,
+    clock: Clock,
+    store: str | None = None,
+    opener: Callable[[str, Clock], Any] | None = None,
+) -> Any:
+    """``open_target`` (or ``opener(target, clock)``), retried while it fails
+    with ``persistence_failed`` (a server restarting) for up to
+    ``RESTART_TIMEOUT_S``."""
     deadline = time.monotonic() + RESTART_TIMEOUT_S
     while True:
         try:
+            if opener is not None:
+                return opener(target, clock)
             return open_target(target, clock, store)
         except runstore.RunStoreError as error:
             if error.code != "persistence_failed" or time.monotonic() > deadline:
@@ -366,9 +443,17 @@ def worker_main(config: dict[str, Any]) -> int:
     board = ZombieBoard(config["board"]) if config.get("board") else None
     stores = []
     workers = []
+    # --async: one event loop runs every owner's calls, each as a task of its own.
+    loop = LoopThread("runstore-torture-loop") if config.get("async") else None
     for _ in range(config.get("threads", 1)):
         # Patiently: a replacement may start while the server restarts.
-        store = open_patiently(config["db"], RecordingClock(clock), config.get("store"))
+        if loop is None:
+            store = open_patiently(config["db"], RecordingClock(clock), config.get("store"))
+        else:
+            # Each owner an async store of its own, whose clock it hands each call.
+            handed = HandedRecordingClock(clock)
+            opener = functools.partial(open_async_target, loop=loop, store=config.get("store"))
+            store = HandingStore(open_patiently(config["db"], handed, opener=opener), handed)
         stores.append(store)
         me = OwnerId(config["host"], os.getpid(), secrets.token_hex(4))
         workers.append(
@@ -422,6 +507,8 @@ def worker_main(config: dict[str, Any]) -> int:
     finally:
         for store in stores:
             store.close()
+        if loop is not None:
+            loop.stop()
         recorder.close()
     return WALK_FAILED if failures else 0
 
@@ -563,7 +650,8 @@ def run_torture(config: TortureConfig) -> TortureResult:
         f"torture: {config.workers} workers, {config.seconds:g} s on {shown_target(config.db)}, "
         f"{config.runs} live run{'' if config.runs == 1 else 's'}, "
         f"{config.threads} owner{'' if config.threads == 1 else 's'} per worker, "
-        f"speed {config.speed:g}x, seed {seed}",
+        f"speed {config.speed:g}x, seed {seed}"
+        + (", async stores (runstore.aopen)" if config.aio else ""),
     )
     _say(
         config,
@@ -626,6 +714,7 @@ def run_torture(config: TortureConfig) -> TortureResult:
             "workloads": list(config.workloads),
             "phase_ms": config.phase_ms,
             "board": str(board_dir),
+            "async": config.aio,
         }
         # The settings go through stdin, not argv: a URL may hold a password,
         # and every local user can read a process's arguments.
@@ -913,6 +1002,13 @@ def parser() -> argparse.ArgumentParser:
         f"(default on a PostgreSQL URL: every {DEFAULT_LOST_ACKS_S:g} s in the phases of "
         f"{', '.join(LOST_ACK_WORKLOADS)} only)",
     )
+    parser.add_argument(
+        "--async",
+        dest="aio",
+        action="store_true",
+        help="each worker process drives async stores: every owner's store is runstore.aopen's"
+        " (or --store's async one), its calls run as tasks on the process's one event loop",
+    )
     parser.add_argument("--quiet", action="store_true", help="print nothing")
     return parser
 
@@ -945,6 +1041,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         phase_ms=args.phase_ms,
         widen=args.widen,
         lost_acks_s=args.lost_acks,
+        aio=args.aio,
     )
     try:
         return run_torture(config).status

@@ -21,7 +21,11 @@ hosts cannot be checked together. A ``RecordingClock`` given to the store as its
 clock writes a ``clock`` line for each reading the store takes while one of
 its calls runs on the same thread, which is how the specification later
 replays the exact ``created_at``/activation/settle stamps and skew bound the
-store used.
+store used. A store that runs its calls on threads of its own (an async
+store's, whose SQL store runs on its connection's thread) reads its clock
+off the caller's thread: give each caller whose calls come one at a time a
+store of its own over a ``HandedRecordingClock``, and hand it the call
+before each (``hand()``, on the caller's thread, inside the recorded call).
 
 Lines are written with one unbuffered ``write`` each, before the call
 proceeds, so a process killed with SIGKILL leaves a well-formed prefix: its
@@ -172,6 +176,43 @@ class RecordingClock:
 
     def __repr__(self) -> str:
         return f"RecordingClock({self.inner!r})"
+
+
+class HandedRecordingClock(RecordingClock):
+    """A store clock that reports each reading to the call it was handed, on
+    whichever thread the store reads it.
+
+    ``HandedRecordingClock(inner)``: ``inner`` is the clock read and waited on.
+    ``hand()``, called on the caller's thread inside a recorded call, hands it
+    that call; ``release()`` ends it. Readings outside a handed call are not
+    written anywhere. Meant for one caller whose calls come one at a time,
+    with a store of its own (an async store, whose calls run on threads of
+    its own, where ``RecordingClock`` would see no call)."""
+
+    def __init__(self, inner: Clock) -> None:
+        super().__init__(inner)
+        self.current: tuple[HistoryRecorder, str] | None = None
+        """The call the readings go to (its recorder and its id), or None."""
+
+    def hand(self) -> None:
+        """Hand the clock the call running on this thread (None outside one)."""
+        self.current = _current_op()
+
+    def release(self) -> None:
+        """The handed call is over: readings go nowhere until the next."""
+        self.current = None
+
+    def now_ms(self) -> int:
+        """``inner``'s reading, written to the history of the handed call, if any."""
+        reading = self.inner.now_ms()
+        current = self.current
+        if current is not None:
+            recorder, op_id = current
+            recorder._emit({"e": "clock", "op": op_id, "ms": reading})
+        return reading
+
+    def __repr__(self) -> str:
+        return f"HandedRecordingClock({self.inner!r})"
 
 
 class HistoryRecorder:

@@ -41,7 +41,7 @@ import asyncio
 import functools
 import inspect
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -130,16 +130,19 @@ class BlockingRunStore:
 
     ``BlockingRunStore(async_store, loop)``: ``loop`` is the ``LoopThread`` the
     async store was opened on; the stand-in owns it and stops it on
-    ``close()``, after the async store's own ``close()``. Every public
-    attribute is the async store's, a coroutine operation run to its end on
-    the loop. ``async_store`` is the store behind it.
+    ``close()``, after the async store's own ``close()`` (unless ``owns_loop``
+    is False: several stand-ins, each a caller of its own, share one loop).
+    Every public attribute is the async store's, a coroutine operation run to
+    its end on the loop. ``async_store`` is the store behind it.
     """
 
-    def __init__(self, async_store: Any, loop: LoopThread) -> None:
+    def __init__(self, async_store: Any, loop: LoopThread, *, owns_loop: bool = True) -> None:
         self.async_store = async_store
         """The async store every call goes to."""
         self.loop = loop
         """The ``LoopThread`` its calls run on."""
+        self.owns_loop = owns_loop
+        """Whether ``close()`` stops the loop."""
         self._closed = False
 
     # -- the operations ----------------------------------------------------------------
@@ -159,7 +162,7 @@ class BlockingRunStore:
 
     def close(self) -> None:
         """Close the async store (awaiting its ``close()``), then stop the
-        loop. Closing twice does nothing."""
+        loop if it owns it. Closing twice does nothing."""
         if self._closed:
             return
         self._closed = True
@@ -168,7 +171,8 @@ class BlockingRunStore:
             if callable(close):
                 self.loop.call(close)
         finally:
-            self.loop.stop()
+            if self.owns_loop:
+                self.loop.stop()
 
     def __enter__(self) -> Self:
         return self
@@ -319,14 +323,3 @@ def blocking_factory(factory: Callable[..., Any]) -> Callable[..., Any]:
 
     opened.blocking_stand_in = True  # type: ignore[attr-defined]
     return opened
-
-
-def run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
-    """``coroutine`` run to its end on a loop of its own, on a thread of its
-    own (for a caller that may itself be on an event loop's thread)."""
-    loop = LoopThread()
-    try:
-        value: T = loop.wait(coroutine)
-        return value
-    finally:
-        loop.stop()
