@@ -10,17 +10,23 @@ from runstore import ManualClock, RunStore
 from runstore.stateful._base._profiles import load_profile
 
 from . import _postgres
-from ._stores import GENERAL_PATH_FACTORIES, STORE_FACTORIES
+from ._stores import ASYNC_FACTORIES, GENERAL_PATH_FACTORIES, STORE_FACTORIES
 
 load_profile()
 
-#: Test modules whose store-level tests run on PostgreSQL's general path too.
+#: Test modules whose store-level tests run on PostgreSQL's general path too,
+#: and through the asyncio API (``ASYNC_FACTORIES``).
 BOTH_PATHS = ("test_golden_",)
+#: The golden module that checks input admission runs its 364 cases through
+#: the asyncio API on SQLite only: admission is the synchronous store's own,
+#: whichever backend; the PostgreSQL async store takes every other golden test.
+ASYNC_ON_SQLITE_ONLY = ("test_golden_boundary",)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """``store`` runs every test on each of ``STORE_FACTORIES``; the golden
-    tests also on ``GENERAL_PATH_FACTORIES``."""
+    tests also on ``GENERAL_PATH_FACTORIES`` and, through the asyncio API, on
+    ``ASYNC_FACTORIES``."""
     if "store" not in metafunc.fixturenames:
         return
     for mark in metafunc.definition.iter_markers("parametrize"):
@@ -32,7 +38,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return  # a module's own ``store`` fixture, with its own parameters
     ids = sorted(STORE_FACTORIES)
     if metafunc.module.__name__.rpartition(".")[2].startswith(BOTH_PATHS):
-        ids += sorted(GENERAL_PATH_FACTORIES)
+        ids += [*sorted(GENERAL_PATH_FACTORIES), "sqlite-async"]
+        if not metafunc.module.__name__.endswith(ASYNC_ON_SQLITE_ONLY):
+            ids.append("postgres-async")
     metafunc.parametrize("store", ids, indirect=True)
 
 
@@ -52,7 +60,11 @@ def clock() -> ManualClock:
 @pytest.fixture
 def store(request: pytest.FixtureRequest, clock: ManualClock, tmp_path: Path) -> Iterator[RunStore]:
     """Every store under test (the model and each adapter configuration)."""
-    build = STORE_FACTORIES.get(request.param) or GENERAL_PATH_FACTORIES[request.param]
+    build = (
+        STORE_FACTORIES.get(request.param)
+        or GENERAL_PATH_FACTORIES.get(request.param)
+        or ASYNC_FACTORIES[request.param]
+    )
     opened = build(clock, tmp_path)
     try:
         yield opened
