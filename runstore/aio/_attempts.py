@@ -52,8 +52,9 @@ def _interrupt(lane: Lane[SqlRunStore]) -> None:
 class AsyncAttemptStore:
     """Durable step attempts over an ``AsyncRunStore``'s database, as coroutines.
 
-    ``AsyncAttemptStore(store, in_progress_states=..., max_checkpoint_bytes=...,
-    put_mode=...)`` takes ``AttemptStore``'s options, checked here; ``put``,
+    ``store`` is the ``AsyncRunStore``; ``in_progress_states``,
+    ``max_checkpoint_bytes`` and ``put_mode`` are ``AttemptStore``'s options,
+    checked here (``TypeError`` for a store that is not async); ``put``,
     ``get``, ``heartbeat``, ``finish``, ``patch``, ``state`` and
     ``check_invariants`` are ``AttemptStore``'s, awaited, with the same
     outcomes and ``AttemptStoreError``s. A cancelled write follows the run
@@ -97,12 +98,12 @@ class AsyncAttemptStore:
         )
 
     async def put(self, attempt: Attempt, owner: OwnerId) -> PutOutcome:
-        """``AttemptStore.put``, awaited."""
+        """``AttemptStore.put``, awaited: ``attempt``, ``owner`` as there."""
         outcome: PutOutcome = await self._op("put", attempt, owner)
         return outcome
 
     async def get(self, attempt_id: AttemptId | Attempt) -> Attempt | None:
-        """``AttemptStore.get``, awaited."""
+        """``AttemptStore.get``, awaited: ``attempt_id`` as there."""
         found: Attempt | None = await self._op("get", attempt_id)
         return found
 
@@ -115,21 +116,23 @@ class AsyncAttemptStore:
         now_ms: int,
         checkpoint: JsonValue | Absent = ABSENT,
     ) -> AttemptHeartbeatOutcome:
-        """``AttemptStore.heartbeat``, awaited."""
+        """``AttemptStore.heartbeat``, awaited: ``run_id``, ``step_key_digest``, ``attempt``,
+        ``owner``, ``now_ms``, ``checkpoint`` as there.
+        """
         outcome: AttemptHeartbeatOutcome = await self._op(
             "heartbeat", run_id, step_key_digest, attempt, owner, now_ms, checkpoint
         )
         return outcome
 
     async def finish(self, finish: FinishAttempt, owner: OwnerId) -> FinishOutcome:
-        """``AttemptStore.finish``, awaited."""
+        """``AttemptStore.finish``, awaited: ``finish``, ``owner`` as there."""
         outcome: FinishOutcome = await self._op("finish", finish, owner)
         return outcome
 
     async def patch(
         self, attempt_id: AttemptId | Attempt, patch: AttemptPatch, owner: OwnerId
     ) -> PatchOutcome:
-        """``AttemptStore.patch``, awaited."""
+        """``AttemptStore.patch``, awaited: ``attempt_id``, ``patch``, ``owner`` as there."""
         outcome: PatchOutcome = await self._op("patch", attempt_id, patch, owner)
         return outcome
 
@@ -139,7 +142,7 @@ class AsyncAttemptStore:
         return attempts
 
     async def check_invariants(self, *, max_checkpoint_bytes: int | None = None) -> None:
-        """``AttemptStore.check_invariants``, awaited."""
+        """``AttemptStore.check_invariants``, awaited: ``max_checkpoint_bytes`` as there."""
         if max_checkpoint_bytes is None:
             await self._op("check_invariants")
         else:

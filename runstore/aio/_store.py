@@ -96,6 +96,9 @@ class AsyncRunStore:
 
     ``await store.close()`` (or leaving ``async with``) waits for the calls
     under way and closes every connection; closing twice does nothing.
+
+    ``aopen`` builds it from ``stores`` (the opened synchronous stores, one per
+    connection), the ``cancel_grace_s`` and a ``name`` for its threads.
     """
 
     def __init__(self, stores: list[SqlRunStore], *, cancel_grace_s: float, name: str) -> None:
@@ -169,7 +172,9 @@ class AsyncRunStore:
         lineage_id: str | None = None,
         round_ordinal: int | None = None,
     ) -> None:
-        """``RunStore.create``, awaited."""
+        """``RunStore.create``, awaited: ``run_id``, ``state_json``, ``parent_run_id``,
+        ``lineage_id``, ``round_ordinal`` as there.
+        """
         await self._op(
             "create",
             run_id,
@@ -180,39 +185,40 @@ class AsyncRunStore:
         )
 
     async def get(self, run_id: str) -> RunRow:
-        """``RunStore.get``, awaited."""
+        """``RunStore.get``, awaited: ``run_id`` as there."""
         row: RunRow = await self._op("get", run_id)
         return row
 
     async def lineage(self, run_id: str) -> list[RunRow]:
-        """``RunStore.lineage``, awaited."""
+        """``RunStore.lineage``, awaited: ``run_id`` as there."""
         rows: list[RunRow] = await self._op("lineage", run_id)
         return rows
 
     async def latest_round(self, run_id: str) -> RunRow:
-        """``RunStore.latest_round``, awaited."""
+        """``RunStore.latest_round``, awaited: ``run_id`` as there."""
         row: RunRow = await self._op("latest_round", run_id)
         return row
 
     async def request_cancel(self, run_id: str, now_ms: int) -> RequestCancelOutcome:
-        """``RunStore.request_cancel``, awaited."""
+        """``RunStore.request_cancel``, awaited: ``run_id``, ``now_ms`` as there."""
         outcome: RequestCancelOutcome = await self._op("request_cancel", run_id, now_ms)
         return outcome
 
     async def request_cancel_lineage(self, run_id: str, now_ms: int) -> RequestCancelOutcome:
-        """``RunStore.request_cancel_lineage``, awaited."""
+        """``RunStore.request_cancel_lineage``, awaited: ``run_id``, ``now_ms`` as there."""
         outcome: RequestCancelOutcome = await self._op("request_cancel_lineage", run_id, now_ms)
         return outcome
 
     async def acknowledge_cancel(self, run_id: str, owner: OwnerId, now_ms: int) -> bool:
-        """``RunStore.acknowledge_cancel``, awaited."""
+        """``RunStore.acknowledge_cancel``, awaited: ``run_id``, ``owner``, ``now_ms`` as there."""
         seen: bool = await self._op("acknowledge_cancel", run_id, owner, now_ms)
         return seen
 
     async def claim(
         self, run_id: str, expected: RunSnapshot | RunRow, claimant: OwnerId, now_ms: int
     ) -> ClaimOutcome:
-        """``RunStore.claim``, awaited."""
+        """``RunStore.claim``, awaited: ``run_id``, ``expected``, ``claimant``,
+        ``now_ms`` as there."""
         outcome: ClaimOutcome = await self._op("claim", run_id, expected, claimant, now_ms)
         return outcome
 
@@ -224,7 +230,9 @@ class AsyncRunStore:
         now_ms: int,
         evidence: LivenessEvidence | None = None,
     ) -> ClaimAndOwnOutcome:
-        """``RunStore.claim_and_own``, awaited."""
+        """``RunStore.claim_and_own``, awaited: ``run_id``, ``expected``, ``owner``, ``now_ms``,
+        ``evidence`` as there.
+        """
         outcome: ClaimAndOwnOutcome = await self._op(
             "claim_and_own", run_id, expected, owner, now_ms, evidence
         )
@@ -237,7 +245,9 @@ class AsyncRunStore:
         claimed_at_ms: int,
         expected: RunSnapshot | RunRow,
     ) -> ActivateOutcome:
-        """``RunStore.activate``, awaited."""
+        """``RunStore.activate``, awaited: ``run_id``, ``claimant``, ``claimed_at_ms``, ``expected``
+        as there.
+        """
         outcome: ActivateOutcome = await self._op(
             "activate", run_id, claimant, claimed_at_ms, expected
         )
@@ -246,7 +256,9 @@ class AsyncRunStore:
     async def abandon_claim(
         self, run_id: str, claimant: OwnerId, claimed_at_ms: int
     ) -> AbandonClaimOutcome:
-        """``RunStore.abandon_claim``, awaited."""
+        """``RunStore.abandon_claim``, awaited: ``run_id``, ``claimant``, ``claimed_at_ms`` as
+        there.
+        """
         outcome: AbandonClaimOutcome = await self._op(
             "abandon_claim", run_id, claimant, claimed_at_ms
         )
@@ -261,19 +273,21 @@ class AsyncRunStore:
         now_ms: int,
         evidence: LivenessEvidence,
     ) -> RecoverClaimOutcome:
-        """``RunStore.recover_claim``, awaited."""
+        """``RunStore.recover_claim``, awaited: ``run_id``, ``stale_claimant``, ``claimed_at_ms``,
+        ``observer``, ``now_ms``, ``evidence`` as there.
+        """
         outcome: RecoverClaimOutcome = await self._op(
             "recover_claim", run_id, stale_claimant, claimed_at_ms, observer, now_ms, evidence
         )
         return outcome
 
     async def heartbeat(self, run_id: str, owner: OwnerId, now_ms: int) -> HeartbeatOutcome:
-        """``RunStore.heartbeat``, awaited."""
+        """``RunStore.heartbeat``, awaited: ``run_id``, ``owner``, ``now_ms`` as there."""
         outcome: HeartbeatOutcome = await self._op("heartbeat", run_id, owner, now_ms)
         return outcome
 
     async def reconfirm(self, run_id: str, owner: OwnerId, now_ms: int) -> HeartbeatOutcome:
-        """``RunStore.reconfirm``, awaited."""
+        """``RunStore.reconfirm``, awaited: ``run_id``, ``owner``, ``now_ms`` as there."""
         outcome: HeartbeatOutcome = await self._op("reconfirm", run_id, owner, now_ms)
         return outcome
 
@@ -285,7 +299,9 @@ class AsyncRunStore:
         state_json: str | None = None,
         guard: TransitionGuard | None = None,
     ) -> TransitionOutcome:
-        """``RunStore.transition_owned``, awaited."""
+        """``RunStore.transition_owned``, awaited: ``run_id``, ``owner``, ``to_status``,
+        ``state_json``, ``guard`` as there.
+        """
         outcome: TransitionOutcome = await self._op(
             "transition_owned", run_id, owner, to_status, state_json, guard
         )
@@ -299,7 +315,9 @@ class AsyncRunStore:
         now_ms: int,
         evidence: LivenessEvidence,
     ) -> StealOutcome:
-        """``RunStore.steal``, awaited."""
+        """``RunStore.steal``, awaited: ``run_id``, ``expected``, ``claimant``, ``now_ms``,
+        ``evidence`` as there.
+        """
         outcome: StealOutcome = await self._op(
             "steal", run_id, expected, claimant, now_ms, evidence
         )
@@ -319,7 +337,10 @@ class AsyncRunStore:
         after: str | None = None,
         with_state: bool = False,
     ) -> RunPage:
-        """``RunStore.list_runs``, awaited."""
+        """``RunStore.list_runs``, awaited: ``status``, ``claimable_at``, ``stale_at``,
+        ``claim_stale_at``, ``cancel_requested``, ``lineage_id``, ``parent_run_id``, ``limit``,
+        ``after``, ``with_state`` as there.
+        """
         page: RunPage = await self._op(
             "list_runs",
             status=status,
@@ -342,7 +363,7 @@ class AsyncRunStore:
         *,
         status: RunStatus | Collection[RunStatus] = _DEFAULT_STATUS,
     ) -> RunRow | None:
-        """``RunStore.claim_next``, awaited."""
+        """``RunStore.claim_next``, awaited: ``owner``, ``now_ms``, ``status`` as there."""
         row: RunRow | None = await self._op("claim_next", owner, now_ms, status=status)
         return row
 
@@ -354,31 +375,33 @@ class AsyncRunStore:
         *,
         status: RunStatus | Collection[RunStatus] = _DEFAULT_STATUS,
     ) -> list[RunRow]:
-        """``RunStore.claim_next_many``, awaited."""
+        """``RunStore.claim_next_many``, awaited: ``owner``, ``now_ms``, ``limit``, ``status`` as
+        there.
+        """
         rows: list[RunRow] = await self._op("claim_next_many", owner, now_ms, limit, status=status)
         return rows
 
     async def heartbeat_many(
         self, owner: OwnerId, run_ids: Sequence[str], now_ms: int
     ) -> dict[str, HeartbeatOutcome]:
-        """``RunStore.heartbeat_many``, awaited."""
+        """``RunStore.heartbeat_many``, awaited: ``owner``, ``run_ids``, ``now_ms`` as there."""
         outcomes: dict[str, HeartbeatOutcome] = await self._op(
             "heartbeat_many", owner, run_ids, now_ms
         )
         return outcomes
 
     async def purge_settled(self, before_ms: int, *, limit: int = 1000) -> int:
-        """``RunStore.purge_settled``, awaited."""
+        """``RunStore.purge_settled``, awaited: ``before_ms``, ``limit`` as there."""
         purged: int = await self._op("purge_settled", before_ms, limit=limit)
         return purged
 
     async def compact_changes(self, through_revision: int, *, limit: int = 1000) -> int:
-        """``RunStore.compact_changes``, awaited."""
+        """``RunStore.compact_changes``, awaited: ``through_revision``, ``limit`` as there."""
         dropped: int = await self._op("compact_changes", through_revision, limit=limit)
         return dropped
 
     async def ownership_facts(self, run_id: str) -> list[OwnershipFact]:
-        """``RunStore.ownership_facts``, awaited."""
+        """``RunStore.ownership_facts``, awaited: ``run_id`` as there."""
         facts: list[OwnershipFact] = await self._op("ownership_facts", run_id)
         return facts
 
@@ -388,7 +411,7 @@ class AsyncRunStore:
         return revision
 
     async def changes(self, after_revision: int) -> list[RunChange]:
-        """``RunStore.changes``, awaited."""
+        """``RunStore.changes``, awaited: ``after_revision`` as there."""
         changes: list[RunChange] = await self._op("changes", after_revision)
         return changes
 
