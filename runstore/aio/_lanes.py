@@ -30,6 +30,7 @@ May import: the core modules and the SQL store the backends share.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import queue
 import threading
@@ -46,7 +47,7 @@ S = TypeVar("S")
 #: interrupts the statement (seconds), unless ``aopen`` is told otherwise.
 DEFAULT_CANCEL_GRACE_S = 5.0
 
-# A call's states; each change is made under ``Lanes._lock``.
+# A call's states (set by the lane that runs it, or by its withdrawal).
 _QUEUED: Final = 0
 _RUNNING: Final = 1
 _DONE: Final = 2
@@ -81,13 +82,16 @@ class Lane(Generic[S]):
 class _Call:
     """One call: what to run, where its answer goes, and how far it got."""
 
-    __slots__ = ("error", "fn", "future", "lane", "loop", "state", "value")
+    __slots__ = ("error", "fn", "future", "lane", "loop", "state", "token", "value")
 
     def __init__(self, fn: Callable[[Lane[Any]], Any], loop: asyncio.AbstractEventLoop) -> None:
         self.fn = fn
         self.loop = loop
         self.future: asyncio.Future[Any] = loop.create_future()
         self.state = _QUEUED
+        #: Whoever pops it first decides: a lane (the call runs) or the
+        #: cancelled caller (the call is withdrawn). ``list.pop`` is atomic.
+        self.token = [True]
         self.lane: Lane[Any] | None = None
         self.value: Any = None
         self.error: BaseException | None = None
@@ -132,10 +136,12 @@ class Lanes(Generic[S]):
         self.lanes = [Lane(store) for store in stores]
         self.grace_s = grace_s
         self.closed = False
-        self._lock = threading.Lock()
         self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
-        #: Answers finished and not yet handed to their loop, by loop.
-        self._finished: dict[asyncio.AbstractEventLoop, list[_Call]] = {}
+        #: Answers finished and not yet handed to their loop; ``_waking`` is
+        #: set while a hand-over is scheduled (a lane that finds it set needs
+        #: not wake the loop: the hand-over takes its answer too).
+        self._done: collections.deque[_Call] = collections.deque()
+        self._waking = False
         self._threads = [
             threading.Thread(target=self._serve, args=(lane,), name=f"{name}-{index}", daemon=True)
             for index, lane in enumerate(self.lanes)
@@ -152,11 +158,12 @@ class Lanes(Generic[S]):
             call = self._queue.get()
             if call is None:
                 break
-            with self._lock:
-                if call.state == _WITHDRAWN:
-                    continue
-                call.state = _RUNNING
-                call.lane = lane
+            try:
+                call.token.pop()
+            except IndexError:
+                continue  # withdrawn by its cancelled caller
+            call.lane = lane
+            call.state = _RUNNING
             try:
                 call.value = call.fn(lane)
             except BaseException as error:  # handed to the awaiting task
@@ -167,23 +174,29 @@ class Lanes(Generic[S]):
             close()
 
     def _finish(self, call: _Call) -> None:
-        loop = call.loop
-        with self._lock:
-            call.state = _DONE
-            batch = self._finished.setdefault(loop, [])
-            batch.append(call)
-            first = len(batch) == 1
-        if first:
-            # A closed loop raises: nobody waits for these answers any more.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._deliver, loop)
+        call.state = _DONE
+        self._done.append(call)
+        if self._waking:
+            return
+        self._waking = True
+        try:
+            call.loop.call_soon_threadsafe(self._deliver, call.loop)
+        except RuntimeError:
+            # The loop is closed: nobody waits for this answer any more.
+            self._waking = False
 
     def _deliver(self, loop: asyncio.AbstractEventLoop) -> None:
-        """On the loop: hand every finished answer to its waiting task."""
-        with self._lock:
-            batch = self._finished.pop(loop, [])
-        for call in batch:
-            _answer(call)
+        """On a loop: hand every finished answer to its waiting task (a call
+        made on another loop is handed to that loop)."""
+        self._waking = False
+        done = self._done
+        while done:
+            call = done.popleft()
+            if call.loop is loop:
+                _answer(call)
+            else:
+                with contextlib.suppress(RuntimeError):
+                    call.loop.call_soon_threadsafe(_answer, call)
 
     # -- the loop's side ----------------------------------------------------------
 
@@ -204,15 +217,18 @@ class Lanes(Generic[S]):
         try:
             value: T = await call.future
         except asyncio.CancelledError as cancelled:
-            with self._lock:
-                state = call.state
-                if state == _QUEUED:
-                    call.state = _WITHDRAWN  # the lane will skip it
-                elif state == _RUNNING and write:
-                    call.future = call.loop.create_future()
-            if state == _QUEUED or (state == _RUNNING and not write):
+            try:
+                call.token.pop()
+            except IndexError:
+                pass  # a lane took it: it runs, or ran
+            else:
+                call.state = _WITHDRAWN  # nothing was sent
                 raise
-            if state == _RUNNING:
+            if call.state != _DONE:
+                if not write:
+                    raise  # a read is abandoned; the lane drops its answer
+                # A new future for the answer: the cancelled one takes none.
+                call.future = call.loop.create_future()
                 await self._settle_cancelled(call, interrupt)
                 if call.future.done():
                     call.future.exception()  # kept on the call; retrieved here
