@@ -38,6 +38,7 @@ from .._targets._builtin import (
     sqlite_store_factory,
     store_target,
 )
+from .._targets._probe import builds_async_stores
 from ._fuzz import resolve_target
 from ._regression import write_regression
 from ._summary import program_lines
@@ -678,6 +679,8 @@ def _write(failure: Failure, out: Path, under_test: Target | None) -> Path | Non
         whole_state=caps.whole_state,
         leases=caps.lease_introspection,
         faults=False,
+        stand_in=under_test.store_factory is not None
+        and builds_async_stores(under_test.store_factory),
     )
 
 

@@ -29,8 +29,9 @@ from .._explore._attempts import (
     attempt_scope_named,
     run_attempt_walk,
 )
-from .._targets._blocking import attempt_store_over
+from .._targets._blocking import ATTEMPT_STORE_OVER, attempt_store_over
 from .._targets._builtin import Target
+from .._targets._probe import builds_async_stores
 from ._regression import write_regression
 
 
@@ -170,6 +171,12 @@ def _write(
     if attempt_store is not None and attempt_spec is None:
         return None
     caps = under_test.capabilities
+    stand_in = under_test.store_factory is not None and builds_async_stores(
+        under_test.store_factory
+    )
+    if stand_in and attempt_store is None:
+        # An async store's attempt stores: the file builds them as the walk did.
+        attempt_spec = ATTEMPT_STORE_OVER
     return write_regression(
         failure,
         out,
@@ -179,4 +186,5 @@ def _write(
         leases=caps.lease_introspection,
         faults=False,
         attempt_spec=attempt_spec,
+        stand_in=stand_in,
     )

@@ -46,7 +46,7 @@ from .._machines import _reach
 from .._machines._attempts import attempt_comparison_for
 from .._machines._consensus import consensus_comparison_for
 from .._machines._run_store import comparison_for
-from .._targets._blocking import attempt_store_over
+from .._targets._blocking import ATTEMPT_STORE_OVER, attempt_store_over
 from .._targets._builtin import (
     BUILTIN_TARGETS,
     Target,
@@ -57,11 +57,9 @@ from .._targets._builtin import (
     store_target,
     with_capabilities,
 )
-from .._targets._probe import attempt_store_for, open_refusal
+from .._targets._probe import attempt_store_for, builds_async_stores, open_refusal
 from ._regression import is_suite_defect, suite_defect_invariant, write_regression
 
-#: ``attempt_store_over`` by name, for the regression files of an async store's attempts.
-ATTEMPT_STORE_OVER = "runstore.stateful._targets._blocking:attempt_store_over"
 #: The targets a campaign without ``--target`` rotates through.
 DEFAULT_TARGETS = ("sqlite-sql", "sqlite-local", "sqlite-file-sql", "sqlite-file-local")
 BATCH_EXAMPLES = 20
@@ -339,6 +337,7 @@ def campaign_target(
         faults=caps.fault_injection,
         seed=seed_value,
         attempt_spec=attempt_spec,
+        stand_in=target.store_factory is not None and builds_async_stores(target.store_factory),
     )
     if not shrink:
         state = "skipped"

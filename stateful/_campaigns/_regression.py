@@ -429,8 +429,12 @@ def render_regression(
     faults: bool = False,
     seed: int | None = None,
     attempt_spec: str | None = None,
+    stand_in: bool = False,
 ) -> str:
     """The source of a pytest module that replays ``failure``.
+
+    ``stand_in``: the store is an async one, opened in the file through the
+    suite's synchronous stand-in (``blocking_factory``), as the machines did.
 
     ``attempt_spec`` (``MODULE:FACTORY``) names the attempt store class under
     test, used in place of ``runstore.attempts.AttemptStore``. A suite defect
@@ -509,9 +513,18 @@ def render_regression(
             helpers.append(_STORE_HELPERS)
         if faults:
             imports.need("runstore.sqlite", "RetryPolicy")
-            helpers.append(_REOPEN_WITH_RETRIES.format(budget=FAULT_BUDGET))
+            helper = _REOPEN_WITH_RETRIES.format(budget=FAULT_BUDGET)
         else:
-            helpers.append(_REOPEN)
+            helper = _REOPEN
+        if stand_in and not reference:
+            imports.need("runstore.stateful._targets._blocking", "blocking_factory")
+            helper = helper.replace(
+                "store = open_store(clock, path)",
+                "store = blocking_factory(open_store)(clock, path)",
+            ).replace(
+                "return open_store(clock, path)", "return blocking_factory(open_store)(clock, path)"
+            )
+        helpers.append(helper)
         signature = "(tmp_path)"
     if reference:
         body = [_unasserted(line) for line in body]

@@ -278,6 +278,10 @@ class BlockingAttemptStore:
         return f"BlockingAttemptStore({self.async_attempts!r})"
 
 
+#: ``attempt_store_over`` by name (``MODULE:FACTORY``), for regression files.
+ATTEMPT_STORE_OVER = f"{__name__}:attempt_store_over"
+
+
 def attempt_store_over(store: Any, **options: Any) -> Any:
     """The attempt store over ``store``, built with ``options``: the
     ``AsyncAttemptStore`` behind a ``BlockingAttemptStore`` over the stand-in

@@ -69,6 +69,13 @@ def attempt_store_for(store_factory: StoreFactory) -> Callable[..., Any] | None:
     return probe_store(store_factory, look, None)
 
 
+def builds_async_stores(store_factory: StoreFactory) -> bool:
+    """Whether ``store_factory`` builds async stores (driven through the
+    synchronous stand-in): one store is built in a scratch directory, looked
+    at and closed; a factory that fails here answers False."""
+    return probe_store(store_factory, lambda store: isinstance(store, BlockingRunStore), False)
+
+
 def builds_sqlite_stores(store_factory: StoreFactory) -> bool:
     """Whether ``store_factory`` builds stores an attempt store can be built
     over (``attempt_store_for``): SQL adapter stores, SQLite or PostgreSQL,

@@ -24,15 +24,22 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+import runstore
 from runstore.stateful import StoreCrashed, conformance_machines, explore, run_conformance
 from runstore.stateful._base._observe import Observer, observing
 from runstore.stateful._campaigns._budget import default_settings
-from runstore.stateful._campaigns._fuzz import campaign_target, machines_for, resolve_target
+from runstore.stateful._campaigns._fuzz import (
+    campaign_target,
+    fuzz_target,
+    machines_for,
+    resolve_target,
+)
 from runstore.stateful._targets._aio import open_sqlite_async, postgres_async_factory
 from runstore.stateful._targets._blocking import attempt_store_over
-from runstore.stateful._targets._builtin import BUILTIN_TARGETS
+from runstore.stateful._targets._builtin import BUILTIN_TARGETS, store_target
 
 from ... import _postgres
+from .test_regression_files import _pytest
 
 #: Single bugs of an async store (``tests/zoo``), each caught by the check it names.
 ASYNC_ZOO = (
@@ -145,6 +152,42 @@ def test_runstore_fuzz_takes_the_async_sqlite_target(tmp_path: Path) -> None:
 
 
 # -- campaigns ---------------------------------------------------------------------
+
+
+async def fixed_async_store(clock, path):
+    """``runstore.aopen``'s store in memory: the async zoo's bugs, fixed."""
+    return await runstore.aopen(":memory:", clock=clock)
+
+
+@pytest.mark.campaign
+def test_a_fuzz_failure_of_an_async_store_becomes_a_failing_regression_file(tmp_path: Path):
+    """``runstore fuzz --store`` on an async zoo bug writes a file that opens
+    the store through the stand-in, as the machines did; it fails while the
+    bug is there, and passes once its import names a correct async store."""
+    stream = io.StringIO()
+    bug = "tests.zoo.async_heartbeat_wrong_run"
+    written = fuzz_target(
+        store_target(f"{bug}:factory"),
+        seconds=None,
+        examples=200,
+        seed_value=1,
+        db_dir=tmp_path / "db",
+        out_dir=tmp_path / "out",
+        stream=stream,
+    )
+    assert written is not None, stream.getvalue()
+    source = written.read_text()
+    assert "blocking_factory(open_store)(clock, path)" in source
+    failed = _pytest(written)
+    assert failed.returncode == 1, failed.stdout
+    fixed = tmp_path / "fixed" / written.name
+    fixed.parent.mkdir()
+    broken = f"from {bug} import factory as open_store"
+    assert broken in source
+    here = "tests.stateful.campaigns.test_async_conformance"
+    fixed.write_text(source.replace(broken, f"from {here} import fixed_async_store as open_store"))
+    passed = _pytest(fixed)
+    assert passed.returncode == 0, passed.stdout
 
 
 @pytest.mark.campaign
