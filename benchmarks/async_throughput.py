@@ -13,6 +13,11 @@ run's last, so each is a real write and a durable commit:
   its thread each).
 - ``sync``: 8 threads, each with a ``runstore.open(url)`` store of its own
   (one connection), each heartbeating an eighth of the runs in turn.
+- ``native`` (the reference for the design, not a store): one task per run
+  on a ``psycopg_pool.AsyncConnectionPool`` of 8 ``AsyncConnection``s in
+  autocommit, each heartbeat the one statement the store's one-round-trip
+  path sends (``runstore.postgres._fused.RENEW``), without the store's
+  admission and decoding: what an async driver alone costs.
 
 Both sides take the store's one-round-trip path (``SqlConsensus``, the
 default). The server is a throwaway cluster of this process's own
@@ -21,8 +26,8 @@ default). The server is a throwaway cluster of this process's own
 defaults, every commit durable before it is acknowledged. It listens on a
 unix socket.
 
-The rounds are interleaved (sync, async, sync, async ..., after one untimed
-pair to warm up), each round one measurement of each side over the same run
+The rounds are interleaved (sync, async, native, sync, async, native ...,
+after one untimed round to warm up), each round one measurement of each side over the same run
 count. Printed per round: heartbeats per second of each side and the ratio
 async/sync; then the median, minimum and maximum of the ratio over the
 rounds (the issue's acceptance point: median >= 0.9); then, per side, CPU
@@ -47,6 +52,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import statistics
 import threading
 import time
@@ -55,10 +61,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
+import psycopg_pool
 
 import runstore
 from runstore import ManualClock, OwnerId, RunSnapshot
 from runstore.aio import AsyncRunStore
+from runstore.postgres._fused import RENEW
 from runstore.stateful._targets import _postgres
 
 OWNER = OwnerId("bench-host", 1, "bench-nonce")
@@ -229,6 +237,34 @@ class Bench:
 
         return self.loop.run_until_complete(everything()), None
 
+    def run_native(self) -> tuple[float, float | None]:
+        """Wall seconds of the same heartbeats sent on an ``AsyncConnectionPool``."""
+        base = self._next_window()
+        statement = re.sub(r"\$\d+", "%s", RENEW)
+        who = (OWNER.host_id, OWNER.pid, OWNER.nonce)
+
+        async def everything() -> float:
+            async with psycopg_pool.AsyncConnectionPool(
+                self.url, min_size=self.pool, max_size=self.pool, kwargs={"autocommit": True}
+            ) as pool:
+                await pool.wait()
+
+                async def task(run_id: str) -> None:
+                    for beat in range(1, self.beats + 1):
+                        async with pool.connection() as connection:
+                            cursor = await connection.execute(
+                                statement, (run_id, *who, base + beat, False)
+                            )
+                            row = await cursor.fetchone()
+                            assert row is not None
+                            assert row[0] == "updated", row
+
+                started = time.perf_counter()
+                await asyncio.gather(*(task(run_id) for run_id in self.run_ids))
+                return time.perf_counter() - started
+
+        return self.loop.run_until_complete(everything()), None
+
     def measure(self, side: Side, run: Callable[[], tuple[float, float | None]]) -> None:
         # The statistics queries stay outside the CPU readings they would add to.
         before_flushes = wal_flushes(self.url, self.all_stores)
@@ -297,33 +333,41 @@ def main(argv: list[str] | None = None) -> None:
             f"{args.runs} tasks on one AsyncRunStore, pool_size={args.pool}; "
             f"sync: {args.pool} threads, a store (one connection) each"
         )
-        sync, async_ = Side(), Side()
+        sync, async_, native = Side(), Side(), Side()
         bench.measure(Side(), bench.run_sync)  # warm-up, untimed
         bench.measure(Side(), bench.run_async)
-        print(f"{'round':>5}{'sync hb/s':>11}{'async hb/s':>12}{'async/sync':>12}  load")
+        bench.measure(Side(), bench.run_native)
+        print(
+            f"{'round':>5}{'sync hb/s':>11}{'async hb/s':>12}{'native hb/s':>13}"
+            f"{'async/sync':>12}{'native/sync':>13}  load"
+        )
         for round_ in range(args.rounds):
             bench.measure(sync, bench.run_sync)
             bench.measure(async_, bench.run_async)
+            bench.measure(native, bench.run_native)
             print(
                 f"{round_ + 1:>5}{sync.rates[-1]:>11.0f}{async_.rates[-1]:>12.0f}"
-                f"{async_.rates[-1] / sync.rates[-1]:>12.2f}  {os.getloadavg()[0]:.2f}"
+                f"{native.rates[-1]:>13.0f}{async_.rates[-1] / sync.rates[-1]:>12.2f}"
+                f"{native.rates[-1] / sync.rates[-1]:>13.2f}  {os.getloadavg()[0]:.2f}"
             )
-        ratios = sorted(a / s for a, s in zip(async_.rates, sync.rates, strict=True))
-        print(
-            f"async/sync: median {statistics.median(ratios):.2f}, "
-            f"min {ratios[0]:.2f}, max {ratios[-1]:.2f} over {len(ratios)} rounds "
-            "(acceptance: median >= 0.9)"
-        )
+        for name, side in (("async", async_), ("native", native)):
+            ratios = sorted(a / s for a, s in zip(side.rates, sync.rates, strict=True))
+            print(
+                f"{name}/sync: median {statistics.median(ratios):.2f}, "
+                f"min {ratios[0]:.2f}, max {ratios[-1]:.2f} over {len(ratios)} rounds"
+                + (" (acceptance: median >= 0.9)" if name == "async" else "")
+            )
         print(
             f"heartbeats/s, median: sync {statistics.median(sync.rates):.0f}, "
-            f"async {statistics.median(async_.rates):.0f}"
+            f"async {statistics.median(async_.rates):.0f}, "
+            f"native {statistics.median(native.rates):.0f}"
         )
         print("CPU microseconds per heartbeat (median of the rounds), WAL flushes per heartbeat:")
         print(
             f"{'side':<7}{'process':>9}{'main':>9}{'callers':>9}{'server':>9}{'flushes':>9}"
             "   (main: the event loop's thread; callers: the lanes / the 8 threads)"
         )
-        for name, side in (("sync", sync), ("async", async_)):
+        for name, side in (("sync", sync), ("async", async_), ("native", native)):
             print(
                 f"{name:<7}{_us(side.process)}{_us(side.loop)}{_us(side.callers)}"
                 f"{_us(side.server)}{statistics.median(side.flushes):>9.2f}"

@@ -1,11 +1,11 @@
 """The asyncio face of the store (``runstore.aio``): ``AsyncRunStore`` and ``AsyncAttemptStore``.
 
 ``runstore.aopen(target)`` opens one. Every operation is the synchronous
-store's own (``runstore._sql._store``: one admission, one set of decisions,
-one SQL text, the one-round-trip path on PostgreSQL), run on a thread of its
-own so that the event loop never waits on the database; a store on a loop's
+store's own (the store ``runstore.open`` gives: one admission, one set of
+decisions, one SQL text, the one-round-trip path on PostgreSQL), run on a
+thread of its own so that the event loop never waits on the database; a store on a loop's
 thread refuses to run at all. How many threads, and how a cancelled call
-ends, are said in ``_lanes`` and on the asyncio page of the docs.
+ends, are said on ``AsyncRunStore`` and on the asyncio page of the docs.
 
 May import: the core modules, the SQL store the backends share and
 ``runstore.attempts``; never a backend (``runstore.aopen`` opens the

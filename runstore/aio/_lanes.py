@@ -43,9 +43,9 @@ from .._sql._store import SqlRunStore
 T = TypeVar("T")
 S = TypeVar("S")
 
-#: How long a cancelled write waits for its answer, before and after it
-#: interrupts the statement (seconds), unless ``aopen`` is told otherwise.
 DEFAULT_CANCEL_GRACE_S = 5.0
+"""How long a cancelled write waits for its answer, before and after it
+interrupts the statement (seconds), unless ``aopen`` is told otherwise."""
 
 # A call's states (set by the lane that runs it, or by its withdrawal).
 _QUEUED: Final = 0

@@ -45,8 +45,6 @@ from ._lanes import Lane, Lanes
 
 T = TypeVar("T")
 
-#: The operations that write (a cancelled one waits for its answer); every
-#: other ``RunStore`` operation reads.
 WRITES: Final = frozenset(
     {
         "create",
@@ -69,6 +67,8 @@ WRITES: Final = frozenset(
         "compact_changes",
     }
 )
+"""The operations that write: a cancelled one waits for its answer (see
+``AsyncRunStore``); every other ``RunStore`` operation reads."""
 
 _DEFAULT_STATUS: Final[tuple[RunStatus, ...]] = ("pending", "suspended")
 
