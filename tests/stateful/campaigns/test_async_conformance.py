@@ -7,8 +7,8 @@ explorer's small scope.
 
 In the default run: a short conformance run of ``sqlite-async``, the async
 zoo (single bugs of an async store, each caught), a bug on the second
-connection of a pool caught (the pool is exercised), and ``runstore fuzz`` on
-``sqlite-async``. The default budget and the small scope are campaigns
+connection of a pool caught (the pool is exercised), and ``runstore fuzz``
+taking the targets. The default budget and the small scope are campaigns
 (``-m campaign``; the PostgreSQL small scope is ``deep`` as well), with their
 measured times in their docstrings.
 """
@@ -28,15 +28,11 @@ import runstore
 from runstore.stateful import StoreCrashed, conformance_machines, explore, run_conformance
 from runstore.stateful._base._observe import Observer, observing
 from runstore.stateful._campaigns._budget import default_settings
-from runstore.stateful._campaigns._fuzz import (
-    campaign_target,
-    fuzz_target,
-    machines_for,
-    resolve_target,
-)
+from runstore.stateful._campaigns._fuzz import fuzz_target, machines_for, resolve_target
+from runstore.stateful._explore._workers import _factory
 from runstore.stateful._targets._aio import open_sqlite_async, postgres_async_factory
 from runstore.stateful._targets._blocking import attempt_store_over
-from runstore.stateful._targets._builtin import BUILTIN_TARGETS, store_target
+from runstore.stateful._targets._builtin import BUILTIN_TARGETS, load_factory, store_target
 
 from ... import _postgres
 from .test_regression_files import _pytest
@@ -128,27 +124,18 @@ def test_a_bug_on_the_second_connection_of_a_pool_is_caught() -> None:
         run_state_machine_as_test(machine, settings=short(examples=3, shrink=False))
 
 
-def test_runstore_fuzz_takes_the_async_sqlite_target(tmp_path: Path) -> None:
+def test_runstore_fuzz_and_explore_take_the_async_targets() -> None:
     """``runstore fuzz --target sqlite-async`` puts the run-store machine and
-    the attempt machine (over ``AsyncAttemptStore``) on it, and a short
-    campaign finds it clean."""
+    the attempt machine (over ``AsyncAttemptStore``) on it; the explorer's
+    workers import the target by name. (A fuzz campaign on an async store runs
+    in ``test_a_fuzz_failure_of_an_async_store_becomes_a_failing_regression_file``.)"""
     target = resolve_target("sqlite-async")
     machines = machines_for(target)
     assert [m.budget_kind for m in machines] == ["store", "attempts"]
     assert machines[1].attempt_store_factory is attempt_store_over
-    out = io.StringIO()
-    result = campaign_target(
-        target,
-        seconds=None,
-        examples=2,
-        seed_value=1,
-        db_dir=tmp_path / "db",
-        out_dir=tmp_path / "out",
-        stream=out,
-    )
-    assert result.found is None, out.getvalue()
-    assert result.examples >= 2
-    assert "fuzz sqlite-async: clean" in out.getvalue()
+    assert _factory("sqlite-async") is SQLITE_ASYNC.store_factory
+    assert POSTGRES_ASYNC.spec is not None
+    assert load_factory(POSTGRES_ASYNC.spec) is POSTGRES_ASYNC.store_factory
 
 
 # -- campaigns ---------------------------------------------------------------------
