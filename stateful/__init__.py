@@ -12,6 +12,12 @@ For a third party, one call::
 
     run_conformance(store_factory=my_factory, capabilities=Capabilities(reopen=False))
 
+A store factory may be async (a coroutine function, or one answering an
+awaitable of the store: ``runstore.aopen(...)``); each async store is driven
+through a synchronous stand-in that runs its calls on a private event loop
+and hands back what they answered or raised, unchanged. The built-in targets
+``sqlite-async`` and ``postgres-async`` are ``runstore.aopen``'s stores.
+
 ``run_conformance`` runs the machines; ``RunStoreComparison`` and
 ``ConsensusComparison`` (via ``comparison_for`` / ``consensus_comparison_for``)
 are the machines themselves, and ``StrategyAuthority`` (``authority_for``) puts

@@ -24,7 +24,9 @@ class Capabilities:
       are left out of every comparison and the lease-agreement invariant is
       not checked.
     - ``fault_injection``: the store offers the SQLite adapter's fault seam
-      (``runstore.sqlite`` fault plans); switches on the fault rules.
+      (``runstore.sqlite`` fault plans); switches on the fault rules. An
+      async store of ``runstore.aopen`` offers it through its synchronous
+      stand-in (armed on every connection); anyone else's async store does not.
     - ``finding_work``: the store offers ``list_runs``, ``claim_next``,
       ``heartbeat_many``, ``purge_settled`` and ``compact_changes``; switches
       on their rules. Declare ``False`` for a store written before them.
