@@ -29,6 +29,8 @@ from runstore.stateful import StoreCrashed, conformance_machines, explore, run_c
 from runstore.stateful._base._observe import Observer, observing
 from runstore.stateful._campaigns._budget import default_settings
 from runstore.stateful._campaigns._fuzz import fuzz_target, machines_for, resolve_target
+from runstore.stateful._explore._replay import Sut
+from runstore.stateful._explore._scope import scope_named
 from runstore.stateful._explore._workers import _factory
 from runstore.stateful._targets._aio import open_sqlite_async, postgres_async_factory
 from runstore.stateful._targets._blocking import attempt_store_over
@@ -136,6 +138,26 @@ def test_runstore_fuzz_and_explore_take_the_async_targets() -> None:
     assert _factory("sqlite-async") is SQLITE_ASYNC.store_factory
     assert POSTGRES_ASYNC.spec is not None
     assert load_factory(POSTGRES_ASYNC.spec) is POSTGRES_ASYNC.store_factory
+
+
+def test_the_explorer_restores_an_async_store_of_ours_and_replays_one_with_data() -> None:
+    """The explorer copies and restores ``runstore.aopen``'s store through its
+    first connection (it holds nothing of its own); a subclass that keeps a
+    member of its own (it may hold data) is rebuilt by replay instead."""
+    scope = scope_named("tiny")
+
+    async def keeps_a_cache(clock, path):
+        store = await open_sqlite_async(clock, path)
+        store.cache = {}
+        return store
+
+    for factory, kind in ((open_sqlite_async, "sqlite"), (keeps_a_cache, None)):
+        sut = Sut(factory, SQLITE_ASYNC.capabilities, scope)
+        try:
+            sut.build([])
+            assert sut.owned() == kind
+        finally:
+            sut.close()
 
 
 # -- campaigns ---------------------------------------------------------------------
