@@ -74,7 +74,8 @@ def _postgres_async(clock: ManualClock, _tmp: Path) -> RunStore:
 
 #: The asyncio stores (``runstore.aopen``), each driven through the suite's
 #: blocking stand-in: every call a coroutine of the async store, awaited on a
-#: loop of its own. The golden tests (upstream's contract) also run on them.
+#: loop of its own. The golden tests (upstream's contract) also run on them,
+#: but for the admission cases (``conftest.py``).
 ASYNC_FACTORIES: dict[str, StoreFactory] = {
     "sqlite-async": _sqlite_async,
     "postgres-async": _postgres_async,
