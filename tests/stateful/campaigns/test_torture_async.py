@@ -49,7 +49,7 @@ def test_async_workers_pass_on_the_shipped_store_with_their_clock_readings(tmp_p
 @pytest.mark.campaign
 def test_a_race_inside_the_async_store_fails_the_torture(tmp_path):
     """The zoo's ``race_classify_before_begin`` behind ``runstore.aopen``'s
-    store: a violation (measured: found in the 1.5 s run of seed 7)."""
+    store: a violation (found in the 1.5 s run of seed 7; the test takes 6 s)."""
     result = torture(tmp_path, "classifies_before_begin", workers=3, shrink=False)
     assert result.status == 1, result.verdict.summary()
     assert result.written
@@ -58,6 +58,6 @@ def test_a_race_inside_the_async_store_fails_the_torture(tmp_path):
 @pytest.mark.campaign
 def test_readings_that_never_reach_the_history_never_pass(tmp_path):
     """A store reading a clock that records nothing: the history cannot be
-    replayed, and the run is inconclusive (status 3), never passed."""
+    replayed, and the run is inconclusive (status 3), never passed (4 s)."""
     result = torture(tmp_path, "unrecorded_clock")
     assert result.status == 3, result.verdict.summary()
