@@ -228,11 +228,13 @@ def test_the_async_postgres_target_conforms() -> None:
 
 
 @pytest.mark.campaign
+@pytest.mark.deep
 def test_the_async_sqlite_target_exhausts_the_small_scope() -> None:
     """``explore(target="sqlite-async")``: the small scope and then the
     attempt scope, every transition applied through the async store (the
     source states restored through its connection), exhausted clean (232 s,
-    189 s of CPU, at load 3 to 5)."""
+    189 s of CPU, at load 3 to 5: deep, as CI's campaign step has no four
+    minutes to spare; the default budget's run above is CI's)."""
     began = time.monotonic()
     result = explore(target="sqlite-async", scope="small")
     assert result.exhausted, result.describe()
