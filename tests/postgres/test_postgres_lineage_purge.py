@@ -195,5 +195,10 @@ def _named(statement: str, count: int) -> str:
 
 
 def _store_backend_pid(store: Any) -> int:
-    """The server process of the store's session (its one connection)."""
-    return int(store._tm.live().info.backend_pid)
+    """The server process of the store's session (its one connection), read
+    from the connection as it is: never ``live()``, whose probe reads the
+    socket and, called from this thread while the store's own thread waits
+    for an answer between two statements of its operation, could take that
+    answer away (the operation then failed with DuplicatePreparedStatement,
+    a test race, 4 runs in 12)."""
+    return int(store._tm.connection.info.backend_pid)
