@@ -203,8 +203,11 @@ def test_the_default_mix_takes_every_workload_in_turn_and_passes(tmp_path):
     )
     assert result.status == 0, result.verdict.summary()
     methods = Counter(o.method for o in load_history(sorted(result.history_dir.glob("*.jsonl"))))
+    # Present, not a count: how many steps fit in the 2.5 s depends on the
+    # machine's load (a CI run under load made 2 purges: purges are rare and
+    # wait for a grid instant of their own).
     for method in ("claim_next", "purge_settled", "heartbeat_many", "request_cancel_lineage"):
-        assert methods[method] >= 5, methods
+        assert methods[method] >= 1, methods
     assert result.overlaps
 
 
