@@ -4,8 +4,9 @@ A ``Server`` is somewhere runstore may create and drop databases: the
 ``RUNSTORE_TEST_POSTGRES`` URL when it is set (a role with ``CREATEDB``), else
 a throwaway cluster this process starts itself when ``initdb`` and
 ``postgres`` are on ``PATH``. The throwaway cluster lives in a temporary
-folder, listens only on a unix socket there, runs with ``fsync=off`` (a
-durability test asks for its own cluster with ``fsync=True``), and is started
+folder (on a tmpfs when there is one: ``Cluster``'s ``in_memory``), listens
+only on a unix socket there, runs with ``fsync=off`` (a durability test asks
+for its own cluster, on disk, with ``fsync=True``), and is started
 as the unprivileged user ``nobody`` when this process runs as root (the server
 refuses root). It is started as a direct child, not daemonized, with a
 parent-death signal, so a test run that is killed takes its server with it.
@@ -71,10 +72,40 @@ def _binary(name: str) -> str | None:
     return None
 
 
-class Cluster:
-    """A throwaway cluster: ``initdb`` in a temporary folder, then ``postgres``."""
+#: Where an in-memory cluster lives (a tmpfs), and the room it must leave free
+#: there: a test run's cluster holds a few dozen databases (8 MB each) and
+#: its write-ahead log at a time.
+MEMORY_FOLDER = Path("/dev/shm")
+MEMORY_FOLDER_FREE = 2 << 30
 
-    def __init__(self, *, fsync: bool = False) -> None:
+
+def _memory_folder() -> str | None:
+    """``MEMORY_FOLDER`` when it is a writable tmpfs with room to spare, else
+    None (the system's temporary folder)."""
+    try:
+        if not os.access(MEMORY_FOLDER, os.W_OK | os.X_OK):
+            return None
+        stats = os.statvfs(MEMORY_FOLDER)
+    except OSError:
+        return None
+    if stats.f_bavail * stats.f_frsize < MEMORY_FOLDER_FREE:
+        return None
+    return str(MEMORY_FOLDER)
+
+
+class Cluster:
+    """A throwaway cluster: ``initdb`` in a temporary folder, then ``postgres``.
+
+    ``in_memory``: the folder on a tmpfs when there is one with room
+    (``MEMORY_FOLDER``), for a cluster whose durability nothing measures
+    (``fsync`` off): creating a database copies some 300 files, and on a
+    disk the file system's work for them (an ``openat`` that creates a file
+    took 0.3 ms on our test machine) made the clones of a test run a fifth
+    of its CPU. A crash of the server loses nothing there either; only the
+    machine's would.
+    """
+
+    def __init__(self, *, fsync: bool = False, in_memory: bool = False) -> None:
         initdb, postgres = _binary("initdb"), _binary("postgres")
         if initdb is None or postgres is None:
             raise Unavailable(f"PostgreSQL binaries not found; {HOW_TO_ENABLE}")
@@ -88,7 +119,9 @@ class Cluster:
                     f"server as; {HOW_TO_ENABLE}"
                 ) from None
             self._user = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
-        self.folder = Path(tempfile.mkdtemp(prefix="runstore-pg-"))
+        self.folder = Path(
+            tempfile.mkdtemp(prefix="runstore-pg-", dir=_memory_folder() if in_memory else None)
+        )
         self.role = "runstore"
         self._process: subprocess.Popen[bytes] | None = None
         try:
@@ -443,7 +476,7 @@ def _resolve() -> Server | Unavailable:
             return Unavailable(f"{URL_VARIABLE} names a server that refused ({refusal})")
         return Server(url)
     try:
-        cluster = Cluster()
+        cluster = Cluster(in_memory=True)
     except Unavailable as why:
         return why
     except OSError as error:

@@ -72,3 +72,26 @@ def test_as_root_the_server_runs_as_nobody() -> None:
         assert owner == pwd.getpwnam("nobody").pw_uid
     else:
         assert owner == os.geteuid()
+
+
+def test_the_tests_cluster_lives_in_memory_where_a_tmpfs_has_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tests' cluster (its clones' files) is on a tmpfs with room to
+    spare, else in the system's temporary folder."""
+    server = _postgres.require_server()
+    if server.cluster is None:
+        pytest.skip("RUNSTORE_TEST_POSTGRES points at a server this run did not start")
+    memory = servers._memory_folder()
+    folder = Path(server.cluster.folder)
+    if memory is None:
+        assert not folder.is_relative_to(servers.MEMORY_FOLDER)
+    else:
+        assert folder.parent == Path(memory)
+    monkeypatch.setattr(servers, "MEMORY_FOLDER", tmp_path / "absent")
+    assert servers._memory_folder() is None
+    monkeypatch.setattr(servers, "MEMORY_FOLDER", tmp_path)
+    monkeypatch.setattr(servers, "MEMORY_FOLDER_FREE", 1 << 62)
+    assert servers._memory_folder() is None
+    monkeypatch.setattr(servers, "MEMORY_FOLDER_FREE", 0)
+    assert servers._memory_folder() == str(tmp_path)
