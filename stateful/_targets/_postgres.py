@@ -80,8 +80,10 @@ MEMORY_FOLDER_FREE = 2 << 30
 
 
 def _memory_folder() -> str | None:
-    """``MEMORY_FOLDER`` when it is a writable tmpfs with room to spare, else
-    None (the system's temporary folder)."""
+    """``MEMORY_FOLDER`` (Linux's shared-memory tmpfs) when it is there,
+    writable and has ``MEMORY_FOLDER_FREE`` to spare, else None (the
+    system's temporary folder). A run killed before it cleaned up leaves its
+    folders there: the room asked for is what bounds them."""
     try:
         if not os.access(MEMORY_FOLDER, os.W_OK | os.X_OK):
             return None
