@@ -102,7 +102,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if _memory_basetemp is not None and not hasattr(config, "workerinput"):
+    if _memory_basetemp is not None:  # set by the controller only
         shutil.rmtree(_memory_basetemp, ignore_errors=True)
 
 
