@@ -597,6 +597,13 @@ if AVAILABLE:
     def _is_store_error(error: BaseException) -> bool:
         return isinstance(error, _store_errors)
 
+    def quiet() -> bool:
+        """Whether an operation would record nothing now: neither a tracer
+        nor a meter provider is set (read as the wrappers read it)."""
+        return (_TRACES_KNOWN and _trace._TRACER_PROVIDER is None) and (
+            _METRICS_KNOWN and _metrics_internal._METER_PROVIDER is None
+        )
+
     #: The recording wrappers made so far (``uninstrumented`` undoes them).
     _wrappers: dict[int, Callable[..., Any]] = {}
 
@@ -674,6 +681,9 @@ else:
 
     def instrument_run_store(cls: C) -> C:
         return cls
+
+    def quiet() -> bool:
+        return True
 
     def instrument_attempt_store(cls: C) -> C:
         return cls

@@ -35,7 +35,7 @@ from .. import _boundary as admit
 from .. import _telemetry
 from .._clock import Clock
 from .._constants import HEARTBEAT_STALE_AFTER_MS
-from .._errors import DecodeFailedError, PersistenceFailedError, RunNotFoundError
+from .._errors import DecodeFailedError, PersistenceFailedError, RunNotFoundError, RunStoreError
 from .._outcomes import (
     AbandonClaimOutcome,
     Abandoned,
@@ -725,6 +725,44 @@ class SqlRunStore:
             return _NOT_FOUND if exists is None else _FENCE_LOST
 
         return self._tm.write(method, body)
+
+    def renew_each(
+        self, method: str, renewals: list[tuple[object, object, object]]
+    ) -> list[HeartbeatOutcome | Exception]:
+        """``heartbeat`` (or ``reconfirm``, as ``method`` says) of each
+        ``(run_id, owner, now_ms)``, in order: per renewal its outcome or the
+        error the operation raises. Each is the operation it names, with its
+        own transaction; the one-round-trip statements of a PostgreSQL store
+        go to the server together (``Fused.renew_many``: one write, answers
+        as the server commits each). Each renewal runs by itself, as the
+        operation, where that path does not apply (this is how an
+        ``AsyncRunStore`` lane serves the renewals queued for it), and all
+        of them do while telemetry records, so that each is recorded."""
+        each = getattr(self, method)
+        results: list[HeartbeatOutcome | Exception | None] = [None] * len(renewals)
+        fused = self._fused
+        if fused is not None and len(renewals) > 1 and _telemetry.quiet():
+            admitted: list[tuple[int, str, OwnerId, int]] = []
+            for index, (run_id, owner, now_ms) in enumerate(renewals):
+                try:
+                    admitted.append(
+                        (index, *admit.admit_renewal(method, run_id, owner, now_ms, self._clock))
+                    )
+                except RunStoreError as refused:
+                    results[index] = refused
+            answers = None
+            if len(admitted) > 1:
+                answers = fused.renew_many(method, [entry[1:] for entry in admitted])
+            if answers is not None:
+                for (index, _, _, _), answer in zip(admitted, answers, strict=True):
+                    results[index] = answer
+        for index, result in enumerate(results):
+            if result is None:
+                try:
+                    results[index] = each(*renewals[index])
+                except Exception as error:  # handed to that renewal's caller
+                    results[index] = error
+        return results  # type: ignore[return-value]
 
     def transition_owned(
         self,

@@ -9,6 +9,14 @@ The lanes take calls from one shared queue, oldest first, so a slow call
 holds up only its own lane. A lane hands its answers back in batches: one
 wake-up of the loop carries every answer finished since the last one.
 
+Calls of one kind that the lane's store can send together (``together``:
+an ``AsyncRunStore`` on PostgreSQL's one-round-trip path says so for
+``heartbeat`` and ``reconfirm``) are taken together when several wait: a
+lane takes up to ``MOST_TOGETHER`` of them, and no more than its share of
+the queue, and runs them with one call of its store's batch function (each
+still its own transaction, answered by itself). A lone call is never held
+back for company: a lane takes only what already waits.
+
 ``Lanes.call`` is where asyncio's cancellation is decided:
 
 - cancelled before a lane took it: the call is withdrawn, nothing was sent,
@@ -42,6 +50,9 @@ from .._sql._store import SqlRunStore
 
 T = TypeVar("T")
 S = TypeVar("S")
+
+MOST_TOGETHER: Final = 16
+"""The most calls a lane takes together (see the module docstring)."""
 
 DEFAULT_CANCEL_GRACE_S = 5.0
 """How long a cancelled write waits for its answer, before and after it
@@ -82,10 +93,18 @@ class Lane(Generic[S]):
 class _Call:
     """One call: what to run, where its answer goes, and how far it got."""
 
-    __slots__ = ("error", "fn", "future", "lane", "loop", "state", "token", "value")
+    __slots__ = ("error", "fn", "future", "kind", "lane", "loop", "state", "token", "value")
 
-    def __init__(self, fn: Callable[[Lane[Any]], Any], loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        fn: Callable[[Lane[Any]], Any],
+        loop: asyncio.AbstractEventLoop,
+        kind: tuple[str, tuple[Any, ...]] | None,
+    ) -> None:
         self.fn = fn
+        #: What a lane may run together with calls of the same kind: the
+        #: kind's name and this call's arguments (None: by itself).
+        self.kind = kind
         self.loop = loop
         self.future: asyncio.Future[Any] = loop.create_future()
         self.state = _QUEUED
@@ -132,9 +151,19 @@ def _settle_error(future: asyncio.Future[Any], error: BaseException) -> None:
 class Lanes(Generic[S]):
     """The lanes of one async store, their threads, and how a call is run."""
 
-    def __init__(self, stores: list[S], *, grace_s: float, name: str) -> None:
+    def __init__(
+        self,
+        stores: list[S],
+        *,
+        grace_s: float,
+        name: str,
+        together: Callable[[Lane[S], str, list[tuple[Any, ...]]], list[Any]] | None = None,
+    ) -> None:
         self.lanes = [Lane(store) for store in stores]
         self.grace_s = grace_s
+        #: Runs calls of one kind together: per call, its value or its error
+        #: (an exception instance); None: every call runs by itself.
+        self.together = together
         self.closed = False
         self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
         #: Answers finished and not yet handed to their loop; ``_waking`` is
@@ -152,30 +181,71 @@ class Lanes(Generic[S]):
     # -- the lanes' side ----------------------------------------------------------
 
     def _serve(self, lane: Lane[S]) -> None:
-        """A lane's thread: take the oldest call, run it, hand its answer back;
-        at the end (``None``), close the lane's store."""
+        """A lane's thread: take the oldest call (with those waiting that may
+        run together with it), run it, hand its answer back; at the end
+        (``None``), close the lane's store."""
+        held: list[_Call | None] = []  # taken from the queue, not yet run
         while True:
-            call = self._queue.get()
+            call = held.pop() if held else self._queue.get()
             if call is None:
                 break
-            try:
-                call.token.pop()
-            except IndexError:
+            if not self._take(call, lane):
                 continue  # withdrawn by its cancelled caller
-            call.lane = lane
-            call.state = _RUNNING
+            if call.kind is None or self.together is None or self._queue.empty():
+                self._run(call, lane)
+                continue
+            calls = [call]
+            name = call.kind[0]
+            most = min(MOST_TOGETHER, 1 + self._queue.qsize() // len(self.lanes))
+            while len(calls) < most:
+                try:
+                    other = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if other is None or other.kind is None or other.kind[0] != name:
+                    held.append(other)  # runs next, by itself
+                    break
+                if self._take(other, lane):
+                    calls.append(other)
+            if len(calls) == 1:
+                self._run(call, lane)
+                continue
             try:
-                call.value = call.fn(lane)
-            except BaseException as error:  # handed to the awaiting task
-                call.error = error
-            self._finish(call)
+                answers = self.together(lane, name, [_args(each) for each in calls])
+            except BaseException as error:  # a defect: every caller is told
+                answers = [error] * len(calls)
+            for each, answer in zip(calls, answers, strict=True):
+                if isinstance(answer, BaseException):
+                    each.error = answer
+                else:
+                    each.value = answer
+            self._finish(*calls)
         close = getattr(lane.store, "close", None)
         if close is not None:
             close()
 
-    def _finish(self, call: _Call) -> None:
-        call.state = _DONE
-        self._done.append(call)
+    @staticmethod
+    def _take(call: _Call, lane: Lane[S]) -> bool:
+        """Whether ``lane`` gets ``call`` (False: its caller withdrew it)."""
+        try:
+            call.token.pop()
+        except IndexError:
+            return False
+        call.lane = lane
+        call.state = _RUNNING
+        return True
+
+    def _run(self, call: _Call, lane: Lane[S]) -> None:
+        try:
+            call.value = call.fn(lane)
+        except BaseException as error:  # handed to the awaiting task
+            call.error = error
+        self._finish(call)
+
+    def _finish(self, *calls: _Call) -> None:
+        for call in calls:
+            call.state = _DONE
+            self._done.append(call)
         if self._waking:
             return
         self._waking = True
@@ -207,12 +277,14 @@ class Lanes(Generic[S]):
         *,
         write: bool,
         interrupt: Callable[[Lane[S]], None],
+        kind: tuple[str, tuple[Any, ...]] | None = None,
     ) -> T:
         """``fn(lane)`` on a lane's thread, awaited, with the cancellation
-        rules of the module docstring."""
+        rules of the module docstring; with ``kind``, maybe together with
+        other calls of that kind (``together``)."""
         if self.closed:
             raise _closed(method)
-        call = _Call(fn, asyncio.get_running_loop())
+        call = _Call(fn, asyncio.get_running_loop(), kind)
         self._queue.put(call)
         try:
             value: T = await call.future
@@ -275,6 +347,11 @@ class Lanes(Generic[S]):
                 thread.join()
 
         await run_on_new_thread(join, "runstore-aclose")
+
+
+def _args(call: _Call) -> tuple[Any, ...]:
+    assert call.kind is not None
+    return call.kind[1]
 
 
 def _answer(call: _Call) -> None:

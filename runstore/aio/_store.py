@@ -77,6 +77,10 @@ def _interrupt(lane: Lane[SqlRunStore]) -> None:
     lane.store.interrupt()
 
 
+def _renew_each(lane: Lane[SqlRunStore], method: str, renewals: list[tuple[Any, ...]]) -> list[Any]:
+    return lane.store.renew_each(method, renewals)
+
+
 class AsyncRunStore:
     """The asyncio ``RunStore``: build it with ``runstore.aopen(target)``.
 
@@ -102,7 +106,12 @@ class AsyncRunStore:
     """
 
     def __init__(self, stores: list[SqlRunStore], *, cancel_grace_s: float, name: str) -> None:
-        self._lanes: Lanes[SqlRunStore] = Lanes(stores, grace_s=cancel_grace_s, name=name)
+        # Renewals waiting together go to the server together on the
+        # one-round-trip path (``SqlRunStore.renew_each``).
+        together = _renew_each if stores[0].fast_path else None
+        self._lanes: Lanes[SqlRunStore] = Lanes(
+            stores, grace_s=cancel_grace_s, name=name, together=together
+        )
         self._first = stores[0]
 
     # -- what it is -------------------------------------------------------------
@@ -281,14 +290,25 @@ class AsyncRunStore:
         )
         return outcome
 
+    def _renewal(
+        self, method: str, run_id: str, owner: OwnerId, now_ms: int
+    ) -> Coroutine[Any, Any, Any]:
+        """``_op`` of a renewal, which a lane may send together with others."""
+        args = (run_id, owner, now_ms)
+
+        def call(lane: Lane[SqlRunStore]) -> Any:
+            return getattr(lane.store, method)(*args)
+
+        return self._lanes.call(method, call, write=True, interrupt=_interrupt, kind=(method, args))
+
     async def heartbeat(self, run_id: str, owner: OwnerId, now_ms: int) -> HeartbeatOutcome:
         """``RunStore.heartbeat``, awaited: ``run_id``, ``owner``, ``now_ms`` as there."""
-        outcome: HeartbeatOutcome = await self._op("heartbeat", run_id, owner, now_ms)
+        outcome: HeartbeatOutcome = await self._renewal("heartbeat", run_id, owner, now_ms)
         return outcome
 
     async def reconfirm(self, run_id: str, owner: OwnerId, now_ms: int) -> HeartbeatOutcome:
         """``RunStore.reconfirm``, awaited: ``run_id``, ``owner``, ``now_ms`` as there."""
-        outcome: HeartbeatOutcome = await self._op("reconfirm", run_id, owner, now_ms)
+        outcome: HeartbeatOutcome = await self._renewal("reconfirm", run_id, owner, now_ms)
         return outcome
 
     async def transition_owned(

@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
+from .._errors import RunStoreError
 from .._outcomes import (
     AbandonClaimOutcome,
     Abandoned,
@@ -248,6 +249,19 @@ class Fused:
     def renew(self, method: str, run_id: str, who: OwnerId, now: int) -> HeartbeatOutcome | None:
         params = (run_id, *_who(who), now, method == "reconfirm")
         return self._tag(method, RENEW, params, run_id)  # type: ignore[no-any-return]
+
+    def renew_many(
+        self, method: str, renewals: list[tuple[str, OwnerId, int]]
+    ) -> list[HeartbeatOutcome | RunStoreError | None] | None:
+        """``renew`` of each ``(run_id, who, now)``, sent together, each its own
+        transaction (``TransactionManager.once_many``): per renewal its
+        outcome, its error, or None (run it by itself)."""
+        reconfirm = method == "reconfirm"
+        batch = [(run_id, *_who(who), now, reconfirm) for run_id, who, now in renewals]
+        done = self._tm.once_many(method, RENEW, batch, [entry[0] for entry in renewals])
+        if done is None:
+            return None
+        return [_TAGS[answer[0][0][0]] if isinstance(answer, tuple) else answer for answer in done]
 
     def transition_owned(
         self,

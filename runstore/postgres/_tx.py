@@ -100,6 +100,7 @@ _TEXT: Final = (PyFormat.TEXT,)
 _TUPLES_OK: Final = pq.ExecStatus.TUPLES_OK
 _COMMAND_OK: Final = pq.ExecStatus.COMMAND_OK
 _FATAL_ERROR: Final = pq.ExecStatus.FATAL_ERROR
+_PIPELINE_SYNC: Final = pq.ExecStatus.PIPELINE_SYNC
 _IDLE: Final = pq.TransactionStatus.IDLE
 _ACTIVE: Final = pq.TransactionStatus.ACTIVE
 _FAILED: Final = pq.TransactionStatus.INERROR
@@ -184,23 +185,13 @@ class Connection(psycopg.Connection[Any]):
         its answer awaited (``overdue``).
         """
         self.overdue = False
-        names = self._lean_names
-        loader = self._lean_loader
-        if names is None or loader is None:
-            names = self._lean_names = {}
-            loader = self._lean_loader = Transformer(self)
+        names, loader = self._lean_setup()
         pgconn = self.pgconn
         try:
             values = loader.dump_sequence(params, _TEXT * len(params))
             result = None
             for _ in range(2):
-                name = names.get(statement)
-                if name is None:
-                    self._lean_serial += 1
-                    name = f"_runstore_{self._lean_serial}".encode()
-                    pgconn.send_prepare(name, statement.encode())
-                    self._lean_result(pgconn)
-                    names[statement] = name
+                name = self._lean_prepared(pgconn, names, statement)
                 pgconn.send_query_prepared(name, values)
                 try:
                     result = self._lean_result(pgconn, deadline)
@@ -219,11 +210,113 @@ class Connection(psycopg.Connection[Any]):
         except BaseException:
             self._lean_interrupted(pgconn)
             raise
+        return self._lean_answer(loader, result)
+
+    def _lean_setup(self) -> tuple[dict[str, bytes], adapt_abc.Transformer]:
+        names = self._lean_names
+        loader = self._lean_loader
+        if names is None or loader is None:
+            names = self._lean_names = {}
+            loader = self._lean_loader = Transformer(self)
+        return names, loader
+
+    def _lean_prepared(self, pgconn: Any, names: dict[str, bytes], statement: str) -> bytes:
+        """The name ``statement`` is prepared under on this session, preparing
+        it first (a round trip of its own) when it is not yet."""
+        name = names.get(statement)
+        if name is None:
+            self._lean_serial += 1
+            name = f"_runstore_{self._lean_serial}".encode()
+            pgconn.send_prepare(name, statement.encode())
+            self._lean_result(pgconn)
+            names[statement] = name
+        return name
+
+    @staticmethod
+    def _lean_answer(loader: adapt_abc.Transformer, result: Any) -> tuple[list[Any], int]:
         if result.status == _TUPLES_OK:
             loader.set_pgresult(result)
             return loader.load_rows(0, result.ntuples, tuple), result.ntuples
         tuples = result.command_tuples
         return [], -1 if tuples is None else tuples
+
+    def run_pipelined(
+        self,
+        statement: str,
+        batch: list[tuple[Any, ...]],
+        bound: Callable[[], float | None],
+        answers: list[tuple[list[Any], int] | psycopg.Error],
+    ) -> None:
+        """Run ``statement`` once per parameter tuple of ``batch``, each by
+        itself on this autocommit connection (its own transaction), all sent
+        at once in libpq's pipeline mode: one write to the server, which runs
+        them in order and answers each. Appended to ``answers`` as they come,
+        per entry: its rows and row count (as ``run_once`` gives), or the
+        error the server answered it with (that entry did not commit; the
+        others are untouched: a ``Sync`` follows each).
+
+        The wait for each answer is bounded as ``run_once``'s is: ``bound()``
+        gives the deadline, taken afresh as each answer arrives; past it the
+        statement running is cancelled (``overdue``) and the answers are
+        awaited. A lost connection raises (what libpq's wrapper raises):
+        the entries not yet answered may have committed. Anything else that
+        interrupts the wait closes the connection, for the same reason."""
+        self.overdue = False
+        names, loader = self._lean_setup()
+        pgconn = self.pgconn
+        name = self._lean_prepared(pgconn, names, statement)
+        blocking = not pgconn.nonblocking
+        try:
+            if blocking:
+                pgconn.nonblocking = 1
+            pgconn.enter_pipeline_mode()
+            for params in batch:
+                pgconn.send_query_prepared(name, loader.dump_sequence(params, _TEXT * len(params)))
+                pgconn.pipeline_sync()
+            descriptor = pgconn.socket
+            deadline = bound()
+            while pgconn.flush():
+                # Read while the write waits, so neither side's buffer blocks the other.
+                self._lean_wait(descriptor, True, deadline, also_read=True)
+                pgconn.consume_input()
+            for _ in batch:
+                result = self._pipelined_result(pgconn, descriptor, deadline)
+                if result.status == _FATAL_ERROR:
+                    answers.append(
+                        psycopg.errors.error_from_result(result, encoding=self.info.encoding)
+                    )
+                elif result.status in (_TUPLES_OK, _COMMAND_OK):
+                    answers.append(self._lean_answer(loader, result))
+                else:
+                    raise psycopg.InterfaceError(
+                        f"unexpected result in a pipeline: {pq.ExecStatus(result.status).name}"
+                    )
+                if self._pipelined_result(pgconn, descriptor, deadline, end=True) is not None:
+                    raise psycopg.InterfaceError("more than one result of one statement")
+                sync = self._pipelined_result(pgconn, descriptor, deadline)
+                if sync.status != _PIPELINE_SYNC:
+                    raise psycopg.InterfaceError("a pipeline's answer out of step")
+                deadline = bound()
+            pgconn.exit_pipeline_mode()
+            if blocking:
+                pgconn.nonblocking = 0
+        except BaseException:
+            # Where the pipeline stopped is unknown: the session is not reused
+            # (a lost one is closed already).
+            self.close()
+            raise
+
+    def _pipelined_result(
+        self, pgconn: Any, descriptor: int, deadline: float | None, *, end: bool = False
+    ) -> Any:
+        """The next result of a pipeline (None: the end of an entry's results)."""
+        while pgconn.is_busy():
+            self._lean_wait(descriptor, False, deadline)
+            pgconn.consume_input()
+        result = pgconn.get_result()
+        if result is None and not end:
+            raise psycopg.InterfaceError("a pipeline's answer out of step")
+        return result
 
     def _lean_interrupted(self, pgconn: Any) -> None:
         """After an interruption (KeyboardInterrupt) while a statement runs:
@@ -264,11 +357,17 @@ class Connection(psycopg.Connection[Any]):
             raise psycopg.InterfaceError(f"unexpected results of one statement: {statuses}")
         return results[0]
 
-    def _lean_wait(self, descriptor: int, writing: bool, deadline: float | None) -> None:
-        """Wait until the socket is ready; once ``deadline`` has passed with no
-        answer, ask the server to cancel the statement (once: ``overdue``)
-        and wait on for the answer, which says whether it committed."""
-        sockets = ([], [descriptor]) if writing else ([descriptor], [])
+    def _lean_wait(
+        self, descriptor: int, writing: bool, deadline: float | None, *, also_read: bool = False
+    ) -> None:
+        """Wait until the socket is ready (for writing, or with ``also_read``
+        for either); once ``deadline`` has passed with no answer, ask the
+        server to cancel the statement (once: ``overdue``) and wait on for
+        the answer, which says whether it committed."""
+        if writing:
+            sockets: tuple[list[int], list[int]] = ([descriptor] if also_read else [], [descriptor])
+        else:
+            sockets = ([descriptor], [])
         if deadline is None or self.overdue:
             select.select(*sockets, [])
             return
@@ -641,6 +740,73 @@ class TransactionManager:
                     if run_id is not None and error.cause.get("stage") == "write-invariant":
                         error.cause["run_id"] = run_id
                     raise error
+
+    def once_many(
+        self, method: str, statement: str, batch: list[tuple[Any, ...]], run_ids: list[str]
+    ) -> list[tuple[list[Any], int] | RunStoreError | None] | None:
+        """``once(method, statement, params)`` for every ``params`` of
+        ``batch``, sent together (``Connection.run_pipelined``): per entry its
+        rows and row count, the error ``once`` would raise, or None where the
+        caller must run that entry by itself (``once``, then the general
+        path): a failure that ``once`` would replay, which did not commit.
+        ``run_ids`` names each entry's run, as ``once``'s ``run_id`` does.
+        None for the whole batch where ``once`` would return None or refuse
+        (the caller then runs each entry by itself, which says why).
+
+        Each entry commits or rolls back by itself. A connection lost on the
+        way leaves every entry not yet answered outcome-unknown, as ``once``
+        does for its one; a cancel sent during the batch (``interrupt()``,
+        the bound on an answer) leaves every entry answered as committed
+        outcome-unknown (``_unsettled``)."""
+        if self.read_only or self.closed:
+            return None
+        if self.loop_guard:
+            refuse_on_event_loop(method)
+        with self.lock:
+            if self._active is not None or self.faults is not None:
+                return None
+            self._begin_operation()
+            try:
+                connection = self.live()
+                clock_check = self.clock_check
+                if clock_check is not None and method in LEASE_METHODS:
+                    clock_check.verify(method, connection)
+            except _CLASSIFIED:
+                return None  # nothing was sent: each entry runs (and is replayed) by itself
+            answered: list[tuple[list[Any], int] | psycopg.Error] = []
+            failure: BaseException | None = None
+            try:
+                connection.run_pipelined(statement, batch, connection.commit_bound, answered)
+            except _CLASSIFIED as failed:
+                failure = failed
+            self._overdue = connection.overdue
+            # As ``_verdict`` has it: a failure on a connection lost once the
+            # statement was sent leaves its outcome unknown. Only a failure
+            # before the pipeline (preparing the statement) leaves the
+            # connection, and then nothing was sent: each entry runs by itself.
+            lost = _is_lost(self.connection)
+            answers: list[tuple[list[Any], int] | RunStoreError | None] = []
+            for answer in answered:
+                if not isinstance(answer, psycopg.Error):
+                    answers.append(self._unsettled(method) or answer)
+                elif lost:
+                    answers.append(unknown_outcome(method, answer))
+                elif isinstance(answer, psycopg.errors.InvalidSqlStatementName):
+                    connection._lean_names = None  # it did not run (see ``run_once``)
+                    answers.append(None)
+                elif is_transient(answer):
+                    answers.append(None)  # rolled back: ``once`` replays it
+                else:
+                    error = classify(method, answer, interrupted=self._interrupted)
+                    if error.cause.get("stage") == "write-invariant":
+                        error.cause["run_id"] = run_ids[len(answers)]
+                    answers.append(self._explained(error))
+            if failure is not None:
+                for _ in batch[len(answered) :]:
+                    answers.append(unknown_outcome(method, failure) if lost else None)
+            if self._wake_pending:
+                self._wake_when_due()
+            return answers
 
     def _checked(
         self,
