@@ -501,6 +501,8 @@ class TransactionManager:
         self._sender: threading.Thread | None = None
         self._sender_due = threading.Event()
         self._sender_armed = False
+        #: Statements sent in pipelines by ``once_many`` (a count for tests).
+        self.sent_together = 0
 
     def connect_new(self) -> Connection:
         """A new connection set up as the store's are (a listener's)."""
@@ -775,6 +777,7 @@ class TransactionManager:
                 return None  # nothing was sent: each entry runs (and is replayed) by itself
             answered: list[tuple[list[Any], int] | psycopg.Error] = []
             failure: BaseException | None = None
+            self.sent_together += len(batch)
             try:
                 connection.run_pipelined(statement, batch, connection.commit_bound, answered)
             except _CLASSIFIED as failed:
