@@ -203,7 +203,7 @@ class Lanes(Generic[S]):
                 except queue.Empty:
                     break
                 if other is None or other.kind is None or other.kind[0] != name:
-                    held.append(other)  # runs next, by itself
+                    held.append(other)  # taken next (it may lead a batch of its own)
                     break
                 if self._take(other, lane):
                     calls.append(other)
@@ -214,6 +214,8 @@ class Lanes(Generic[S]):
                 answers = self.together(lane, name, [_args(each) for each in calls])
             except BaseException as error:  # a defect: every caller is told
                 answers = [error] * len(calls)
+            if len(answers) != len(calls):  # a defect too; the lane must not die of it
+                answers = [RuntimeError("a batch answered for other calls")] * len(calls)
             for each, answer in zip(calls, answers, strict=True):
                 if isinstance(answer, BaseException):
                     each.error = answer
