@@ -43,8 +43,10 @@ this process on the others, so the client's CPU does not take from the
 server's, as when the database has a host or cores of its own. Without it,
 on a machine where the two share their cores and the run is CPU-bound, the
 side that spends more CPU per call loses throughput for it. On our 2-core
-machine, 9 rounds each: async/sync 0.99 pinned, 0.83 shared (docs/asyncio.md,
-"Why threads, and not an async driver").
+machine, 9 rounds each: async/sync a median 1.09 shared, 1.06 pinned, with the
+lanes sending the renewals waiting on them together (0.83 shared and 0.99
+pinned before they did; docs/asyncio.md, "Why threads, and not an async
+driver").
 
 Run: ``python benchmarks/async_throughput.py [--runs N] [--beats B]
 [--rounds R] [--pool P] [--pin]``. Never asserts (timings are not tests).
