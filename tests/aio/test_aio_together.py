@@ -28,6 +28,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import runstore
 from runstore import AsyncRunStore, ManualClock, OwnerId, RunSnapshot, RunStoreError
@@ -89,7 +91,7 @@ def _same(got: Any, expected: Any) -> bool:
     return bool(got == expected)
 
 
-def _expected() -> tuple[list[Any], list[Any]]:
+def _expected(renewals: list[Any]) -> tuple[list[Any], list[Any]]:
     """Each renewal made by itself on the synchronous store, one after
     another: its answers, and every run's row after."""
     clock = ManualClock(100)
@@ -97,7 +99,7 @@ def _expected() -> tuple[list[Any], list[Any]]:
         _prepare(store)
         answers = [
             _answer(lambda m=m, r=r, o=o, n=n: getattr(store, m)(r, o, n))
-            for m, r, o, n in RENEWALS
+            for m, r, o, n in renewals
         ]
         return answers, _rows(store)
 
@@ -130,18 +132,19 @@ def _together(store: AsyncRunStore) -> int:
     return sum(sync._tm.sent_together for sync in store.sync_stores)
 
 
-async def _queued_renewals(store: AsyncRunStore) -> list[Any]:
-    """Every renewal of ``RENEWALS`` (and a read in their midst) queued behind
-    the held lane, then let through: their answers."""
+async def _queued_renewals(store: AsyncRunStore, renewals: list[Any]) -> list[Any]:
+    """Every renewal of ``renewals`` (and a read in their midst) queued behind
+    the held lanes, then let through: their answers."""
     holds, release = await _hold(store)
+    middle = len(renewals) // 3
     calls = [
         asyncio.ensure_future(getattr(store, method)(run_id, owner, now))
-        for method, run_id, owner, now in RENEWALS[:12]
+        for method, run_id, owner, now in renewals[:middle]
     ]
     read = asyncio.ensure_future(store.get("own0"))
     calls += [
         asyncio.ensure_future(getattr(store, method)(run_id, owner, now))
-        for method, run_id, owner, now in RENEWALS[12:]
+        for method, run_id, owner, now in renewals[middle:]
     ]
     await asyncio.sleep(0)
     release.set()
@@ -151,38 +154,84 @@ async def _queued_renewals(store: AsyncRunStore) -> list[Any]:
     return list(answers)
 
 
-def _mismatches(store_class: type[SqlRunStore] | None = None) -> list[Any]:
-    expected, expected_rows = _expected()
+def _mismatches(
+    renewals: list[Any], store_class: type[SqlRunStore] | None = None, pool_size: int = 1
+) -> tuple[list[Any], int]:
+    """What differs between ``renewals`` queued together on an async store
+    and made one by one on the synchronous store; and how many statements
+    the async store sent in pipelines."""
+    expected, expected_rows = _expected(renewals)
     url = _postgres.database_url()
     clock = ManualClock(100)
     with runstore.open(url, clock=clock) as setup:
         _prepare(setup)
 
     async def main() -> tuple[list[Any], int, list[Any]]:
-        async with runstore.aopen(url, clock=clock, pool_size=1) as store:
+        async with runstore.aopen(url, clock=clock, pool_size=pool_size) as store:
             if store_class is not None:
-                store.sync_stores[0].__class__ = store_class
-            answers = await _queued_renewals(store)
+                for sync in store.sync_stores:
+                    sync.__class__ = store_class
+            answers = await _queued_renewals(store, renewals)
             together = _together(store)
             rows = await store.list_runs(limit=100, status=None)
             return answers, together, list(rows.runs)
 
     answers, together, rows = asyncio.run(main())
-    # Batches hold one kind (heartbeat or reconfirm); the read splits one; the
-    # admission refuses two before anything is sent.
-    assert together >= 26, together
     wrong = [
         (renewal, got, want)
-        for renewal, got, want in zip(RENEWALS, answers, expected, strict=True)
+        for renewal, got, want in zip(renewals, answers, expected, strict=True)
         if not _same(got, want)
     ]
     if rows != expected_rows:
         wrong.append(("rows", rows, expected_rows))
-    return wrong
+    return wrong, together
 
 
 def test_each_renewal_sent_together_gets_the_answer_it_gets_by_itself() -> None:
-    assert _mismatches() == []
+    wrong, together = _mismatches(RENEWALS)
+    assert wrong == []
+    # Batches hold one kind (heartbeat or reconfirm); the read splits one; the
+    # admission refuses two before anything is sent.
+    assert together >= 26, together
+
+
+_RUNS = [*(f"own{i}" for i in range(6)), "other0", "idle0", "gone0", ""]
+_renewals = st.lists(
+    st.tuples(
+        st.sampled_from(["heartbeat", "heartbeat", "reconfirm"]),
+        st.sampled_from(_RUNS),
+        st.sampled_from([OWNER, OWNER, OTHER, "not an owner"]),
+        st.one_of(st.integers(-2, 200), st.sampled_from([2**63, 10**12])),
+    ),
+    min_size=2,
+    max_size=40,
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(_renewals)
+def test_any_mix_of_renewals_sent_together_answers_as_one_by_one(renewals: list[Any]) -> None:
+    """One lane: the queue's order is the order they run in, repeats of a
+    run included."""
+    wrong, _ = _mismatches(renewals)
+    assert wrong == []
+
+
+@settings(max_examples=10, deadline=None)
+@given(_renewals)
+def test_renewals_of_distinct_runs_on_several_lanes_answer_as_one_by_one(
+    renewals: list[Any],
+) -> None:
+    """Three lanes, each taking its share: each run renewed once, so the
+    lanes' order does not matter."""
+    seen: set[str] = set()
+    distinct = []
+    for renewal in renewals:
+        if renewal[1] not in seen:
+            seen.add(renewal[1])
+            distinct.append(renewal)
+    wrong, _ = _mismatches(distinct, pool_size=3)
+    assert wrong == []
 
 
 class _Misdelivered(SqlRunStore):
@@ -195,7 +244,8 @@ class _Misdelivered(SqlRunStore):
 
 def test_a_lane_that_hands_answers_to_the_wrong_callers_is_caught() -> None:
     planted = type("Misdelivered", (_Misdelivered, runstore.postgres.PostgresRunStore), {})
-    assert _mismatches(planted)
+    wrong, _ = _mismatches(RENEWALS, planted)
+    assert wrong
 
 
 def test_a_renewal_withdrawn_while_queued_is_never_sent() -> None:
