@@ -726,7 +726,7 @@ class SqlRunStore:
 
         return self._tm.write(method, body)
 
-    def renew_each(
+    def _renew_each(
         self, method: str, renewals: list[tuple[object, object, object]]
     ) -> list[HeartbeatOutcome | Exception]:
         """``heartbeat`` (or ``reconfirm``, as ``method`` says) of each

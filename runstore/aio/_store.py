@@ -78,7 +78,7 @@ def _interrupt(lane: Lane[SqlRunStore]) -> None:
 
 
 def _renew_each(lane: Lane[SqlRunStore], method: str, renewals: list[tuple[Any, ...]]) -> list[Any]:
-    return lane.store.renew_each(method, renewals)
+    return lane.store._renew_each(method, renewals)
 
 
 class AsyncRunStore:
@@ -107,7 +107,7 @@ class AsyncRunStore:
 
     def __init__(self, stores: list[SqlRunStore], *, cancel_grace_s: float, name: str) -> None:
         # Renewals waiting together go to the server together on the
-        # one-round-trip path (``SqlRunStore.renew_each``).
+        # one-round-trip path (``SqlRunStore._renew_each``).
         together = _renew_each if stores[0].fast_path else None
         self._lanes: Lanes[SqlRunStore] = Lanes(
             stores, grace_s=cancel_grace_s, name=name, together=together

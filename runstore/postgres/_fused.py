@@ -11,6 +11,10 @@ operation's outcome. Each method returns None when the call must take the
 general path (inside another write on the same thread, or with a test's
 fault plan armed); the store then runs its own transaction.
 
+``renew_many`` sends the renewals of several runs together, each its own
+statement and transaction (``TransactionManager.once_many``), for
+``SqlRunStore._renew_each``.
+
 Only ``SqlConsensus`` exactly (not a subclass, which may change any
 decision) is fused: the functions do its lease changes themselves. Every
 other strategy keeps the general path, with strategy calls through

@@ -33,6 +33,15 @@ The connection is in autocommit mode and this manager issues ``BEGIN`` and
 - A transaction that a swallowed error aborted is never "committed":
   PostgreSQL would silently roll it back, so it raises instead.
 - A write begun inside another write on the same thread is a savepoint.
+- ``once_many`` sends several one-statement writes together in libpq's
+  pipeline mode (``Connection.run_pipelined``: one write to the server, a
+  ``Sync`` after each statement, so each is its own transaction and a
+  refused one fails alone). An entry answers as ``once`` would: its rows,
+  or its error; one that ``once`` would replay, or one never sent, is left
+  to the caller to run by itself. A lost connection leaves every entry not
+  yet answered outcome-unknown, and a cancel sent during the batch every
+  entry answered as committed (an ``AsyncRunStore`` lane sends the renewals
+  waiting on it this way).
 - ``wake()``, called by the store after a write that may wake a worker has
   committed, sends the store's ``NOTIFY`` as a statement of its own once no
   transaction is open (``_notify``); writes that commit before it share

@@ -1,6 +1,6 @@
 """Renewals sent together: an ``AsyncRunStore`` lane on PostgreSQL's
 one-round-trip path takes the ``heartbeat`` and ``reconfirm`` calls waiting
-for it together and sends them in one pipeline (``SqlRunStore.renew_each``,
+for it together and sends them in one pipeline (``SqlRunStore._renew_each``,
 ``TransactionManager.once_many``), each still its own transaction.
 
 What must hold: every caller gets exactly the answer (outcome or error) the
@@ -237,8 +237,8 @@ def test_renewals_of_distinct_runs_on_several_lanes_answer_as_one_by_one(
 class _Misdelivered(SqlRunStore):
     """Planted: the answers of a batch handed out one place late."""
 
-    def renew_each(self, method: str, renewals: list[Any]) -> list[Any]:
-        answers = super().renew_each(method, renewals)
+    def _renew_each(self, method: str, renewals: list[Any]) -> list[Any]:
+        answers = super()._renew_each(method, renewals)
         return answers[-1:] + answers[:-1]
 
 
