@@ -122,7 +122,13 @@ _CLASSIFIED = (RunStoreError, psycopg.Error, ConsensusError, InjectedFault, Reco
 
 
 class Connection(psycopg.Connection[Any]):
-    """The store's connection: ``execute`` lets the fault seam count statements."""
+    """The store's connection: ``execute`` lets the fault seam count statements.
+
+    Its round trips straight through libpq (``run_once``, ``run_pipelined``,
+    ``commit_bounded``) hold the connection's lock, as psycopg's own
+    ``execute`` does: nothing else sent on the connection (a statement of
+    psycopg's API from another thread) can interleave with them on the wire.
+    """
 
     statement_hook: Callable[[], None] | None = None
     #: The session's ``statement_timeout`` in ms (0: none), read as ``open``'s
@@ -162,6 +168,10 @@ class Connection(psycopg.Connection[Any]):
     def commit_bounded(self, deadline: float | None) -> None:
         """Send ``COMMIT`` and wait for its answer; past ``deadline``, cancel
         it (``overdue``) and wait on. Errors as ``execute`` raises them."""
+        with self.lock:
+            self._commit_bounded(deadline)
+
+    def _commit_bounded(self, deadline: float | None) -> None:
         pgconn = self.pgconn
         self.overdue = False
         try:
@@ -193,6 +203,12 @@ class Connection(psycopg.Connection[Any]):
         ``deadline`` (``time.monotonic()``) the statement is cancelled and
         its answer awaited (``overdue``).
         """
+        with self.lock:
+            return self._run_once(statement, params, deadline)
+
+    def _run_once(
+        self, statement: str, params: tuple[Any, ...], deadline: float | None
+    ) -> tuple[list[Any], int]:
         self.overdue = False
         names, loader = self._lean_setup()
         pgconn = self.pgconn
@@ -270,6 +286,16 @@ class Connection(psycopg.Connection[Any]):
         awaited. A lost connection raises (what libpq's wrapper raises):
         the entries not yet answered may have committed. Anything else that
         interrupts the wait closes the connection, for the same reason."""
+        with self.lock:
+            self._run_pipelined(statement, batch, bound, answers)
+
+    def _run_pipelined(
+        self,
+        statement: str,
+        batch: list[tuple[Any, ...]],
+        bound: Callable[[], float | None],
+        answers: list[tuple[list[Any], int] | psycopg.Error],
+    ) -> None:
         self.overdue = False
         names, loader = self._lean_setup()
         pgconn = self.pgconn
@@ -433,19 +459,20 @@ def _probe(connection: Connection) -> None:
     is closed. An idle connection that has been sent anything is therefore
     given ``_FAREWELL_GRACE_S`` for the close to follow; a healthy one that
     was sent something else (a notice) costs that wait once and stays."""
-    if connection.info.transaction_status != _IDLE:
-        return
-    try:
-        descriptor = connection.fileno()
-        wait = 0.0
-        for _ in range(4):
-            readable, _, _ = select.select([descriptor], [], [], wait)
-            if not readable:
-                return
-            connection.pgconn.consume_input()
-            wait = _FAREWELL_GRACE_S
-    except (psycopg.Error, OSError, ValueError):
-        connection.close()
+    with connection.lock:  # as a round trip would (see ``Connection``)
+        if connection.info.transaction_status != _IDLE:
+            return
+        try:
+            descriptor = connection.fileno()
+            wait = 0.0
+            for _ in range(4):
+                readable, _, _ = select.select([descriptor], [], [], wait)
+                if not readable:
+                    return
+                connection.pgconn.consume_input()
+                wait = _FAREWELL_GRACE_S
+        except (psycopg.Error, OSError, ValueError):
+            connection.close()
 
 
 def _cancel(connection: Connection) -> None:

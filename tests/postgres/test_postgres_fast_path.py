@@ -270,3 +270,48 @@ def test_an_interruption_while_a_statement_waits_cancels_it(url: str) -> None:
         assert store.heartbeat("r", OWNER, 6) is not None
         assert store.get("r").heartbeat_at_ms == 6
         store.check_invariants()
+
+
+@pytest.mark.parametrize("how", ["run_once", "run_pipelined", "commit_bounded", "probe"])
+def test_a_lean_round_trip_waits_for_the_connections_lock(url: str, how: str) -> None:
+    """The round trips straight through libpq take the lock psycopg's own
+    ``execute`` takes, so a statement sent on the connection from another
+    thread (the store's notification sender, a test reading the connection)
+    never interleaves with one on the wire ("another command is already in
+    progress", or a wait for an answer that went to the other)."""
+    from runstore.postgres import _tx
+
+    with postgres.open(url, clock=ManualClock(0)) as store:
+        connection = store._tm.live()
+        done: list[Any] = []
+
+        def lean() -> None:
+            if how == "run_once":
+                done.append(connection.run_once("SELECT 1", ()))
+            elif how == "run_pipelined":
+                answers: list[Any] = []
+                connection.run_pipelined("SELECT $1::int", [(1,), (2,)], lambda: None, answers)
+                done.append(answers)
+            elif how == "commit_bounded":
+                connection.commit_bounded(None)
+                done.append("committed")
+            else:
+                _tx._probe(connection)
+                done.append("probed")
+
+        if how == "commit_bounded":
+            connection.execute("BEGIN")
+        with connection.lock:
+            other = threading.Thread(target=lean, daemon=True)
+            other.start()
+            other.join(0.2)
+            assert other.is_alive(), "it did not wait for the lock"
+            assert not done
+        other.join(10)
+        expected = {
+            "run_once": ([(1,)], 1),
+            "run_pipelined": [([(1,)], 1), ([(2,)], 1)],
+            "commit_bounded": "committed",
+            "probe": "probed",
+        }
+        assert done == [expected[how]]
