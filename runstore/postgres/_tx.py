@@ -65,13 +65,14 @@ statements ``SqlConsensus`` runs on it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 import select
 import threading
 import time
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Concatenate, Final, Literal, ParamSpec, TypeVar
 
 import psycopg
 from psycopg import abc as adapt_abc
@@ -121,6 +122,23 @@ MINIMUM_BOUND_MS: Final = 1_000
 _CLASSIFIED = (RunStoreError, psycopg.Error, ConsensusError, InjectedFault, ReconnectFailed)
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _holding_lock(
+    method: Callable[Concatenate[Connection, _P], _R],
+) -> Callable[Concatenate[Connection, _P], _R]:
+    """``method`` of a ``Connection``, run holding the connection's lock."""
+
+    @functools.wraps(method)
+    def locked(self: Connection, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self.lock:
+            return method(self, *args, **kwargs)
+
+    return locked
+
+
 class Connection(psycopg.Connection[Any]):
     """The store's connection: ``execute`` lets the fault seam count statements.
 
@@ -165,13 +183,10 @@ class Connection(psycopg.Connection[Any]):
             return None
         return time.monotonic() + max(2 * timeout, MINIMUM_BOUND_MS) / 1000
 
+    @_holding_lock
     def commit_bounded(self, deadline: float | None) -> None:
         """Send ``COMMIT`` and wait for its answer; past ``deadline``, cancel
         it (``overdue``) and wait on. Errors as ``execute`` raises them."""
-        with self.lock:
-            self._commit_bounded(deadline)
-
-    def _commit_bounded(self, deadline: float | None) -> None:
         pgconn = self.pgconn
         self.overdue = False
         try:
@@ -183,6 +198,7 @@ class Connection(psycopg.Connection[Any]):
             self._lean_interrupted(pgconn)
             raise
 
+    @_holding_lock
     def run_once(
         self, statement: str, params: tuple[Any, ...], deadline: float | None = None
     ) -> tuple[list[Any], int]:
@@ -203,12 +219,6 @@ class Connection(psycopg.Connection[Any]):
         ``deadline`` (``time.monotonic()``) the statement is cancelled and
         its answer awaited (``overdue``).
         """
-        with self.lock:
-            return self._run_once(statement, params, deadline)
-
-    def _run_once(
-        self, statement: str, params: tuple[Any, ...], deadline: float | None
-    ) -> tuple[list[Any], int]:
         self.overdue = False
         names, loader = self._lean_setup()
         pgconn = self.pgconn
@@ -265,6 +275,7 @@ class Connection(psycopg.Connection[Any]):
         tuples = result.command_tuples
         return [], -1 if tuples is None else tuples
 
+    @_holding_lock
     def run_pipelined(
         self,
         statement: str,
@@ -286,16 +297,6 @@ class Connection(psycopg.Connection[Any]):
         awaited. A lost connection raises (what libpq's wrapper raises):
         the entries not yet answered may have committed. Anything else that
         interrupts the wait closes the connection, for the same reason."""
-        with self.lock:
-            self._run_pipelined(statement, batch, bound, answers)
-
-    def _run_pipelined(
-        self,
-        statement: str,
-        batch: list[tuple[Any, ...]],
-        bound: Callable[[], float | None],
-        answers: list[tuple[list[Any], int] | psycopg.Error],
-    ) -> None:
         self.overdue = False
         names, loader = self._lean_setup()
         pgconn = self.pgconn
