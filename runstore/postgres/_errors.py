@@ -150,6 +150,10 @@ _CONNECT_PHRASES: Final = (
     ("too many connections", "too-many-connections"),
     ("remaining connection slots are reserved", "too-many-connections"),
     ("the database system is", "server-starting-or-stopping"),
+    # A server that is stopping (or crashing) may take the connection and
+    # close it, or reset it, before it answers the handshake.
+    ("server closed the connection unexpectedly", "server-starting-or-stopping"),
+    ("connection reset by peer", "server-starting-or-stopping"),
     ("timeout expired", "timeout"),
     ("could not translate host name", "host-unknown"),
     ("connection refused", "unreachable"),

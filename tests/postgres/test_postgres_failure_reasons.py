@@ -475,3 +475,39 @@ def test_the_store_reads_its_sessions_statement_timeout(url: str) -> None:
         assert a._connection.statement_timeout_ms == 60_000
     with postgres.open(url, clock=ManualClock(0)) as b:
         assert b._connection.statement_timeout_ms == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        (
+            'connection to server on socket "/tmp/x/.s.PGSQL.5432" failed: server closed the '
+            "connection unexpectedly\n\tThis probably means the server terminated abnormally\n"
+            "\tbefore or while processing the request.",
+            "server-starting-or-stopping",
+        ),
+        (
+            'connection to server at "db" (10.0.0.5), port 5432 failed: could not receive data '
+            "from server: Connection reset by peer",
+            "server-starting-or-stopping",
+        ),
+        (
+            'connection to server on socket "/tmp/x/.s.PGSQL.5432" failed: FATAL:  the database '
+            "system is shutting down",
+            "server-starting-or-stopping",
+        ),
+        (
+            'connection to server at "db" (10.0.0.5), port 5432 failed: Connection refused',
+            "unreachable",
+        ),
+    ],
+)
+def test_a_server_going_down_while_one_connects_is_named(text: str, reason: str) -> None:
+    """What libpq says when a connection is attempted while the server stops
+    or restarts is a reason of the outage, never ``unknown`` (a fast restart
+    once closed a new connection before its handshake: ``unknown``)."""
+    import psycopg
+
+    from runstore.postgres._errors import connect_reason
+
+    assert connect_reason(psycopg.OperationalError(text)) == reason
