@@ -34,6 +34,7 @@ def in_memory_store(clock: ManualClock, path: Path) -> runstore.SqliteRunStore:
 
 
 @pytest.mark.campaign
+@pytest.mark.deep
 def test_sqlite_store_in_memory_conforms():
     """A store factory alone: the in-memory adapter, which cannot reopen but
     offers the fault seam (and, being the adapter, also gets the attempt machine).
@@ -42,7 +43,13 @@ def test_sqlite_store_in_memory_conforms():
     scope, then the attempt scope) are of ``runstore.open(":memory:")``, the
     adapter in memory over ``SqlConsensus`` with these capabilities, which is
     the store ``run_conformance(consensus_factory=SqlConsensus)`` walks through
-    the adapter (test_conformance_reach.py): the same walks, made there."""
+    the adapter (test_conformance_reach.py): the same walks, made there.
+
+    ``deep``: CI leaves it out. Its store is the SQL code of that default run
+    (which also crashes and reopens its file, and injects faults); its rules
+    are the same machines' less the reopening ones; and the store-factory-alone
+    path of ``run_conformance`` under the default budget is CI's on PostgreSQL
+    and through the asyncio API (a minute of CI time for no check of its own)."""
     run_conformance(
         store_factory=in_memory_store,
         capabilities=Capabilities(reopen=False, fault_injection=True),
