@@ -9,6 +9,11 @@ example is a whole program, and the opening check holds a lock for 0.3 s).
 Each check runs under its default budget without shrinking, as the other
 tests of the checks do, so a failure ends the test instead of a long shrink
 under load.
+
+A campaign (``-m campaign``, CI's campaign step), which the README's
+``python -m pytest`` leaves out: while it runs, its burners take the cores
+from every other test of the run as well (about 40 s of its own CPU, and
+the other workers' tests slowed by half as long as it lasts).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from runstore.stateful._campaigns._budget import default_settings, machine_kind
 
 from ... import _postgres
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.campaign, pytest.mark.slow, pytest.mark.timeout(900)]
 
 #: A child that burns CPU until it is killed, or until the process that
 #: started it is gone (it is then some other process's child).
