@@ -270,12 +270,18 @@ def open(
         )
         # A read-only session refuses writes; a writable one bounds an idle
         # open transaction, which holds run-row locks (unless the URL, role
-        # or database set a bound). Both read the statement timeout.
-        settings = _READ_ONLY_SESSION if read_only else _WRITABLE_SESSION
-        row = psycopg.Connection.execute(connection, settings).fetchone()
-        connection.statement_timeout_ms = _milliseconds(row[0] if row else None)
-        if selected[0] is not None:
-            psycopg.Connection.execute(connection, f"SET search_path TO {_quoted(selected[0])}")
+        # or database set a bound). Both read the statement timeout. A
+        # session that fails here is closed at once, not left to the
+        # collector (a statement_timeout of 1 ms cancels these statements).
+        try:
+            settings = _READ_ONLY_SESSION if read_only else _WRITABLE_SESSION
+            row = psycopg.Connection.execute(connection, settings).fetchone()
+            connection.statement_timeout_ms = _milliseconds(row[0] if row else None)
+            if selected[0] is not None:
+                psycopg.Connection.execute(connection, f"SET search_path TO {_quoted(selected[0])}")
+        except BaseException:
+            connection.close()
+            raise
         return connection
 
     selected: list[str | None] = [chosen]

@@ -470,6 +470,35 @@ def test_a_statement_timeout_too_short_for_the_store_is_refused(url: str, timeou
     postgres.open(with_options(url, "-c statement_timeout=0"), clock=ManualClock(0)).close()
 
 
+@pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read-only"])
+def test_a_session_whose_settings_fail_is_closed_at_once(
+    url: str, read_only: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session whose first statements fail (a ``statement_timeout`` of
+    1 ms cancels them now and then; here a statement that always fails) is
+    closed before the open fails, not left open for the collector, whose
+    ``ResourceWarning`` then fails some later test at random."""
+    import gc
+    import warnings
+
+    from runstore.postgres import _open
+
+    postgres.open(url, clock=ManualClock(0)).close()  # migrated: read_only may open it
+    failing = "SELECT pg_catalog.no_such_function()"
+    monkeypatch.setattr(_open, "_READ_ONLY_SESSION" if read_only else "_WRITABLE_SESSION", failing)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            with pytest.raises(RunStoreError) as refused:
+                postgres.open(url, clock=ManualClock(0), read_only=read_only)
+            assert refused.value.code == "persistence_failed"
+            assert refused.value.cause["stage"] == "connect"
+            del refused
+        gc.collect()
+    leaked = [w for w in caught if issubclass(w.category, ResourceWarning)]
+    assert not leaked, [str(w.message) for w in leaked]
+
+
 def test_the_store_reads_its_sessions_statement_timeout(url: str) -> None:
     with postgres.open(with_options(url, "-c statement_timeout=1min"), clock=ManualClock(0)) as a:
         assert a._connection.statement_timeout_ms == 60_000
