@@ -16,11 +16,13 @@ by the next pulse that succeeds.
 
 from __future__ import annotations
 
+import gc
 import logging
 import re
 import threading
 import time
 import urllib.parse
+import warnings
 from typing import Any
 
 import pytest
@@ -478,9 +480,6 @@ def test_a_session_whose_settings_fail_is_closed_at_once(
     1 ms cancels them now and then; here a statement that always fails) is
     closed before the open fails, not left open for the collector, whose
     ``ResourceWarning`` then fails some later test at random."""
-    import gc
-    import warnings
-
     from runstore.postgres import _open
 
     postgres.open(url, clock=ManualClock(0)).close()  # migrated: read_only may open it
@@ -535,8 +534,6 @@ def test_a_server_going_down_while_one_connects_is_named(text: str, reason: str)
     """What libpq says when a connection is attempted while the server stops
     or restarts is a reason of the outage, never ``unknown`` (a fast restart
     once closed a new connection before its handshake: ``unknown``)."""
-    import psycopg
-
     from runstore.postgres._errors import connect_reason
 
     assert connect_reason(psycopg.OperationalError(text)) == reason
